@@ -1,0 +1,88 @@
+//! Typed configuration: serde + TOML, embedded defaults, validation.
+//!
+//! Owns: the shape of `shrike.toml` and its defaults. Never touches: sockets, Lua.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::Limits;
+
+/// The whole configuration. Every field has a default, so an empty file is valid.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Limits on the work done per message.
+    pub limits: Limits,
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let config: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        for (name, value) in [
+            ("limits.max_message_bytes", l.max_message_bytes),
+            ("limits.max_parts", l.max_parts),
+            ("limits.max_depth", l.max_depth),
+            ("limits.max_text_bytes", l.max_text_bytes),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!("{name} must be greater than 0")));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c: Config = toml::from_str("").unwrap();
+        assert_eq!(c, Config::default());
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn values_override_and_unknown_keys_fail() {
+        let c: Config = toml::from_str("[limits]\nmax_parts = 10\n").unwrap();
+        assert_eq!(c.limits.max_parts, 10);
+        assert_eq!(c.limits.max_depth, Limits::default().max_depth);
+        assert!(toml::from_str::<Config>("[limits]\nmax_partz = 10\n").is_err());
+        let zero: Config = toml::from_str("[limits]\nmax_depth = 0\n").unwrap();
+        assert!(zero.validate().is_err());
+    }
+}

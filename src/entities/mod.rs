@@ -1,0 +1,579 @@
+//! Entities: the things in a message that carry reputation — URLs, hosts, registrable domains,
+//! email addresses, IPs, attachments — each with where it was found.
+//!
+//! Owns: extraction and canonical forms of entities. Never touches: the network (no DNS, no
+//! lookups), the store, Lua.
+
+pub mod url;
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use mail_parser::{Address, HeaderName, HeaderValue, Host};
+use serde::Serialize;
+
+use crate::message::{normalize, Anomaly, Envelope, LinkAttr, ParsedMessage};
+
+pub use self::url::{canonical_host, canonicalize, registrable_domain, CanonicalUrl};
+
+/// Most URLs kept per message; more set `too_many_links`.
+pub const MAX_URLS: usize = 1_000;
+/// Most addresses kept per message.
+pub const MAX_EMAILS: usize = 1_000;
+
+/// Where a URL was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UrlSource {
+    /// Plain text of a body part.
+    Text,
+    /// `<a href>` and friends.
+    HtmlHref,
+    /// `<img src>` and friends.
+    HtmlSrc,
+    /// `<form action>`.
+    HtmlAction,
+    /// `background=` attributes.
+    HtmlBackground,
+    /// Visible text of an HTML part.
+    HtmlText,
+    /// A header such as List-Unsubscribe.
+    Header,
+}
+
+impl From<LinkAttr> for UrlSource {
+    fn from(attr: LinkAttr) -> Self {
+        match attr {
+            LinkAttr::Href => UrlSource::HtmlHref,
+            LinkAttr::Src => UrlSource::HtmlSrc,
+            LinkAttr::Action => UrlSource::HtmlAction,
+            LinkAttr::Background => UrlSource::HtmlBackground,
+        }
+    }
+}
+
+/// A URL entity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UrlEntity {
+    pub url: String,
+    pub host: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    pub host_is_ip: bool,
+    pub source: UrlSource,
+    /// Anchor text for `<a href>` links.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// The role an address plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmailRole {
+    From,
+    Sender,
+    ReplyTo,
+    ReturnPath,
+    To,
+    Cc,
+    EnvelopeFrom,
+    EnvelopeRcpt,
+    Body,
+    Mailto,
+}
+
+/// An address with its role and display name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EmailEntity {
+    /// Lower-case address, domain in punycode.
+    pub address: String,
+    pub domain: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub role: EmailRole,
+}
+
+/// Where an IP was seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IpSource {
+    /// The connecting client, as the MTA reported it.
+    Client,
+    /// A Received header.
+    Received,
+}
+
+/// An IP with its place in the Received chain (hop 0 is the topmost, most recent header).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IpEntity {
+    pub ip: IpAddr,
+    pub source: IpSource,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hop: Option<usize>,
+    /// The name the sending host gave (HELO) or was known by, when the header says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// Attachment flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AttachmentFlags {
+    /// A harmless-looking extension followed by an executable one: `photo.jpg.exe`.
+    pub double_extension: bool,
+    /// The last extension is one that runs code on a mail reader's machine.
+    pub executable: bool,
+}
+
+/// An attachment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttachmentEntity {
+    /// File name as displayed (decoded); empty when none was given.
+    pub name: String,
+    /// The normalized file name (invisible and bidi characters removed, case folded).
+    pub name_normalized: String,
+    /// Last extension of the normalized name, without the dot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extension: Option<String>,
+    pub content_type: String,
+    pub size: usize,
+    /// SHA-256 of the decoded content, hex.
+    pub hash: String,
+    pub flags: AttachmentFlags,
+}
+
+/// An HTML anchor whose text names a domain: phishing rules compare the two.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Anchor {
+    pub text: String,
+    /// Registrable domain named by the link text.
+    pub text_domain: String,
+    /// Registrable domain (or host, for IP hosts) of the target.
+    pub target_domain: String,
+    /// The text names a different domain than the link goes to.
+    pub mismatch: bool,
+}
+
+/// Everything extracted from one message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Entities {
+    pub urls: Vec<UrlEntity>,
+    /// Distinct URL hosts, in order of first appearance.
+    pub hosts: Vec<String>,
+    /// Distinct registrable domains of URL hosts.
+    pub domains: Vec<String>,
+    pub emails: Vec<EmailEntity>,
+    /// Client IP first, then Received hops top-down.
+    pub ips: Vec<IpEntity>,
+    pub attachments: Vec<AttachmentEntity>,
+    pub anchors: Vec<Anchor>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_id_domain: Option<String>,
+    /// X-Mailer, else User-Agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mailer: Option<String>,
+    /// Anomalies met while extracting (`too_many_links`).
+    #[serde(skip)]
+    pub anomalies: Vec<Anomaly>,
+}
+
+impl Entities {
+    /// The first From address.
+    pub fn from(&self) -> Option<&EmailEntity> {
+        self.emails_with(EmailRole::From).next()
+    }
+
+    /// Addresses with one role.
+    pub fn emails_with(&self, role: EmailRole) -> impl Iterator<Item = &EmailEntity> {
+        self.emails.iter().filter(move |e| e.role == role)
+    }
+}
+
+/// Extracts the entities of a parsed message and its envelope.
+pub fn extract(message: &ParsedMessage<'_>, envelope: &Envelope) -> Entities {
+    let mut x = Extractor::default();
+    if let Some(ip) = envelope.client_ip {
+        x.out.ips.push(IpEntity {
+            ip: canonical_ip(ip),
+            source: IpSource::Client,
+            hop: None,
+            host: envelope.helo.clone(),
+        });
+    }
+    if let Some(mime) = &message.mime {
+        x.headers(mime);
+    }
+    if let Some(from) = &envelope.mail_from {
+        x.email(from, None, EmailRole::EnvelopeFrom);
+    }
+    for rcpt in &envelope.rcpt_to {
+        x.email(rcpt, None, EmailRole::EnvelopeRcpt);
+    }
+    x.text(&message.body.display, UrlSource::Text);
+    for link in &message.html_links {
+        x.html_link(&link.target, link.attr, link.text.as_deref());
+    }
+    x.text(&message.html.display, UrlSource::HtmlText);
+    for part in &message.attachments {
+        x.attachment(part);
+    }
+    x.out
+}
+
+#[derive(Default)]
+struct Extractor {
+    out: Entities,
+    seen_urls: HashSet<(String, UrlSource)>,
+    seen_hosts: HashSet<String>,
+    seen_domains: HashSet<String>,
+    seen_emails: HashSet<(String, EmailRole)>,
+}
+
+impl Extractor {
+    fn headers(&mut self, mime: &mail_parser::Message<'_>) {
+        for (header, role) in [
+            (HeaderName::From, EmailRole::From),
+            (HeaderName::Sender, EmailRole::Sender),
+            (HeaderName::ReplyTo, EmailRole::ReplyTo),
+            (HeaderName::To, EmailRole::To),
+            (HeaderName::Cc, EmailRole::Cc),
+        ] {
+            for value in mime.header_values(header) {
+                if let HeaderValue::Address(address) = value {
+                    self.addresses(address, role);
+                }
+            }
+        }
+        if let Some(path) = mime.return_address() {
+            self.email(path, None, EmailRole::ReturnPath);
+        }
+        let mut hop = 0;
+        for header in mime.headers() {
+            if header.name != HeaderName::Received {
+                continue;
+            }
+            let raw = mime
+                .raw_message
+                .get(header.offset_start as usize..header.offset_end as usize)
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            if let Some((ip, host)) = received_ip(header.value.as_received(), &raw) {
+                self.out.ips.push(IpEntity {
+                    ip,
+                    source: IpSource::Received,
+                    hop: Some(hop),
+                    host,
+                });
+            }
+            hop += 1;
+        }
+        if let Some(id) = mime.message_id() {
+            let id = id.trim().to_string();
+            self.out.message_id_domain = id
+                .rsplit_once('@')
+                .and_then(|(_, d)| canonical_host(d.trim_end_matches('>')));
+            self.out.message_id = Some(id);
+        }
+        self.out.mailer = [HeaderName::Other("X-Mailer".into()), HeaderName::Other("User-Agent".into())]
+            .into_iter()
+            .find_map(|h| mime.header(h).and_then(|v| v.as_text()).map(|t| t.trim().to_string()))
+            .filter(|m| !m.is_empty());
+        if let Some(HeaderValue::TextList(urls)) = mime.header(HeaderName::ListUnsubscribe) {
+            for u in urls {
+                self.url(u, UrlSource::Header, None);
+            }
+        }
+    }
+
+    fn addresses(&mut self, address: &Address<'_>, role: EmailRole) {
+        for addr in address.iter() {
+            if let Some(a) = &addr.address {
+                self.email(a, addr.name.as_deref(), role);
+            }
+        }
+    }
+
+    fn email(&mut self, raw: &str, name: Option<&str>, role: EmailRole) {
+        if self.out.emails.len() >= MAX_EMAILS {
+            return;
+        }
+        let Some((address, domain)) = canonical_email(raw) else {
+            return;
+        };
+        if !self.seen_emails.insert((address.clone(), role)) {
+            return;
+        }
+        self.out.emails.push(EmailEntity {
+            address,
+            domain,
+            name: name.map(str::trim).filter(|n| !n.is_empty()).map(str::to_string),
+            role,
+        });
+    }
+
+    fn text(&mut self, text: &str, source: UrlSource) {
+        for found in url::find_in_text(text) {
+            match found {
+                url::Found::Url(u) => self.url(u, source, None),
+                url::Found::Email(e) => self.email(e, None, EmailRole::Body),
+            }
+        }
+    }
+
+    fn html_link(&mut self, target: &str, attr: LinkAttr, text: Option<&str>) {
+        let lower = target.get(..7).map(str::to_ascii_lowercase);
+        if lower.as_deref() == Some("mailto:") {
+            let address = target[7..].split('?').next().unwrap_or_default();
+            self.email(address, None, EmailRole::Mailto);
+            return;
+        }
+        let Some(canonical) = canonicalize_link(target) else {
+            return;
+        };
+        if let (Some(text), LinkAttr::Href) = (text, attr) {
+            self.anchor(text, &canonical);
+        }
+        self.push_url(canonical, attr.into(), text);
+    }
+
+    fn anchor(&mut self, text: &str, target: &CanonicalUrl) {
+        let text = text.trim();
+        let Some(shown) = text
+            .split_whitespace()
+            .next()
+            .filter(|w| w.contains('.'))
+            .and_then(canonicalize)
+        else {
+            return;
+        };
+        let text_domain = shown.domain.unwrap_or(shown.host);
+        let target_domain = target.domain.clone().unwrap_or_else(|| target.host.clone());
+        self.out.anchors.push(Anchor {
+            text: text.to_string(),
+            mismatch: text_domain != target_domain,
+            text_domain,
+            target_domain,
+        });
+    }
+
+    fn url(&mut self, raw: &str, source: UrlSource, text: Option<&str>) {
+        if let Some(canonical) = canonicalize(raw) {
+            self.push_url(canonical, source, text);
+        }
+    }
+
+    fn push_url(&mut self, c: CanonicalUrl, source: UrlSource, text: Option<&str>) {
+        if !self.seen_urls.insert((c.url.clone(), source)) {
+            return;
+        }
+        if self.out.urls.len() >= MAX_URLS {
+            if !self.out.anomalies.contains(&Anomaly::TooManyLinks) {
+                self.out.anomalies.push(Anomaly::TooManyLinks);
+            }
+            return;
+        }
+        if self.seen_hosts.insert(c.host.clone()) {
+            self.out.hosts.push(c.host.clone());
+        }
+        if let Some(d) = &c.domain {
+            if self.seen_domains.insert(d.clone()) {
+                self.out.domains.push(d.clone());
+            }
+        }
+        self.out.urls.push(UrlEntity {
+            host_is_ip: c.ip.is_some(),
+            url: c.url,
+            host: c.host,
+            domain: c.domain,
+            source,
+            text: text.map(str::to_string),
+        });
+    }
+
+    fn attachment(&mut self, part: &crate::message::AttachmentPart) {
+        let name = part.name.clone().unwrap_or_default();
+        let name_normalized = normalize(&name);
+        let (extension, flags) = attachment_flags(&name_normalized);
+        self.out.attachments.push(AttachmentEntity {
+            name,
+            name_normalized,
+            extension,
+            content_type: part.content_type.clone(),
+            size: part.size,
+            hash: part.sha256.clone(),
+            flags,
+        });
+    }
+}
+
+/// HTML targets may be relative or scheme-relative; only absolute ones name a host.
+fn canonicalize_link(target: &str) -> Option<CanonicalUrl> {
+    let t = target.trim();
+    if t.starts_with("//") {
+        return canonicalize(&format!("http:{t}"));
+    }
+    canonicalize(t)
+}
+
+/// Lower-case address with its domain in punycode; `None` when it is not an address.
+pub fn canonical_email(raw: &str) -> Option<(String, String)> {
+    let raw = raw.trim().trim_matches(|c| matches!(c, '<' | '>'));
+    let (local, domain) = raw.rsplit_once('@')?;
+    if local.is_empty() || domain.is_empty() || local.len() > 256 {
+        return None;
+    }
+    let domain = canonical_host(domain)?;
+    Some((format!("{}@{}", local.to_lowercase(), domain), domain))
+}
+
+/// IPv4-mapped IPv6 addresses become IPv4; everything else as is (Display is canonical).
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The sending IP of one Received header: mail-parser's reading first, then any IP literal in
+/// brackets or parentheses of the `from` clause.
+fn received_ip(
+    parsed: Option<&mail_parser::Received<'_>>,
+    raw: &str,
+) -> Option<(IpAddr, Option<String>)> {
+    let host_name = parsed.and_then(|r| match (r.helo(), r.from()) {
+        (Some(Host::Name(n)), _) | (None, Some(Host::Name(n))) => Some(n.to_lowercase()),
+        _ => None,
+    });
+    let parsed_ip = parsed.and_then(|r| {
+        r.from_ip().or(match r.from() {
+            Some(Host::IpAddr(ip)) => Some(*ip),
+            _ => None,
+        })
+    });
+    if let Some(ip) = parsed_ip {
+        return Some((canonical_ip(ip), host_name));
+    }
+    // Only the part before " by " describes the sender.
+    let lower = raw.to_ascii_lowercase();
+    let from_clause = lower.find(" by ").map_or(raw, |i| &raw[..i]);
+    for (open, close) in [('[', ']'), ('(', ')')] {
+        let mut rest = from_clause;
+        while let Some(start) = rest.find(open) {
+            let after = &rest[start + 1..];
+            let Some(end) = after.find(close) else { break };
+            let inner = after[..end].trim();
+            let inner = inner.rsplit(['[', ' ']).next().unwrap_or(inner);
+            let inner = inner
+                .strip_prefix("IPv6:")
+                .or_else(|| inner.strip_prefix("ipv6:"))
+                .unwrap_or(inner);
+            if let Ok(ip) = inner.trim_end_matches(']').parse::<IpAddr>() {
+                return Some((canonical_ip(ip), host_name));
+            }
+            rest = &after[end + 1..];
+        }
+    }
+    None
+}
+
+const EXECUTABLE: &[&str] = &[
+    "exe", "scr", "com", "pif", "bat", "cmd", "vbs", "vbe", "js", "jse", "wsf", "wsh", "msi",
+    "msp", "jar", "ps1", "hta", "cpl", "lnk", "dll", "reg", "scf", "inf", "apk", "app", "gadget",
+    "msc", "vb", "ws", "xll", "iso", "img", "vhd", "one",
+];
+
+const HARMLESS_LOOKING: &[&str] = &[
+    "pdf", "doc", "docx", "xls", "xlsx", "ppt", "pptx", "txt", "rtf", "jpg", "jpeg", "png", "gif",
+    "bmp", "tif", "tiff", "mp3", "mp4", "avi", "mov", "wav", "htm", "html", "zip", "rar", "csv",
+    "odt", "ods",
+];
+
+/// Extension and flags of a normalized file name.
+fn attachment_flags(name: &str) -> (Option<String>, AttachmentFlags) {
+    let mut exts = name.rsplit('.').map(str::trim);
+    let last = exts.next().filter(|_| name.contains('.'));
+    let Some(last) = last.filter(|e| !e.is_empty() && e.len() <= 10) else {
+        return (None, AttachmentFlags::default());
+    };
+    let executable = EXECUTABLE.contains(&last);
+    let double_extension = executable && exts.next().is_some_and(|e| HARMLESS_LOOKING.contains(&e));
+    (
+        Some(last.to_string()),
+        AttachmentFlags {
+            double_extension,
+            executable,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{parse, Limits};
+
+    #[test]
+    fn received_literals_in_many_styles() {
+        let cases = [
+            ("from mx.example.com (mx.example.com [192.0.2.10]) by a.example", "192.0.2.10"),
+            ("from unknown (HELO x) (198.51.100.7) by b.example", "198.51.100.7"),
+            ("from h ([IPv6:2001:DB8:0:0:0:0:0:2]) by c.example", "2001:db8::2"),
+            ("from h (h [2001:db8::1]) by d.example", "2001:db8::1"),
+        ];
+        for (raw, want) in cases {
+            let (ip, _) = received_ip(None, raw).unwrap_or_else(|| panic!("{raw}"));
+            assert_eq!(ip.to_string(), want);
+        }
+        assert!(received_ip(None, "from h by e.example ([192.0.2.1])").is_none());
+    }
+
+    #[test]
+    fn attachment_flags_catch_double_extensions() {
+        let (ext, f) = attachment_flags("photo.jpg.exe");
+        assert_eq!(ext.as_deref(), Some("exe"));
+        assert!(f.executable && f.double_extension);
+        let (_, f) = attachment_flags("setup.exe");
+        assert!(f.executable && !f.double_extension);
+        let (_, f) = attachment_flags("archive.tar.gz");
+        assert!(!f.executable && !f.double_extension);
+        assert_eq!(attachment_flags("README").0, None);
+    }
+
+    #[test]
+    fn envelope_and_headers_give_addresses_and_ips() {
+        let raw = "Received: from mx (mx [203.0.113.5]) by us\nFrom: \"Bob\" <Bob@Example.COM>\n\
+                   Reply-To: other@example.net\nTo: a@example.org\nSubject: s\n\nwrite to x@example.org\n";
+        let m = parse(raw.as_bytes(), &Limits::default());
+        let env = Envelope {
+            client_ip: Some("::ffff:192.0.2.1".parse().unwrap()),
+            mail_from: Some("bounce@example.com".into()),
+            rcpt_to: vec!["A@Example.org".into()],
+            ..Envelope::default()
+        };
+        let e = extract(&m, &env);
+        let from = e.from().unwrap();
+        assert_eq!(from.address, "bob@example.com");
+        assert_eq!(from.name.as_deref(), Some("Bob"));
+        assert_eq!(e.emails_with(EmailRole::ReplyTo).count(), 1);
+        assert_eq!(e.emails_with(EmailRole::Body).next().unwrap().address, "x@example.org");
+        assert_eq!(e.emails_with(EmailRole::EnvelopeRcpt).next().unwrap().address, "a@example.org");
+        assert_eq!(e.ips[0].ip.to_string(), "192.0.2.1");
+        assert_eq!(e.ips[0].source, IpSource::Client);
+        assert_eq!(e.ips[1].ip.to_string(), "203.0.113.5");
+        assert_eq!(e.ips[1].hop, Some(0));
+    }
+
+    #[test]
+    fn anchors_compare_text_and_target() {
+        let raw = "Subject: s\nContent-Type: text/html\n\n<a href=\"https://bit.ly/3xyz\">www.sberbank.ru</a>\
+                   <a href=\"https://online.sberbank.ru/x\">online.sberbank.ru</a>";
+        let m = parse(raw.as_bytes(), &Limits::default());
+        let e = extract(&m, &Envelope::default());
+        assert_eq!(e.anchors.len(), 2);
+        assert_eq!(e.anchors[0].text_domain, "sberbank.ru");
+        assert_eq!(e.anchors[0].target_domain, "bit.ly");
+        assert!(e.anchors[0].mismatch);
+        assert!(!e.anchors[1].mismatch);
+        assert!(e.domains.contains(&"bit.ly".to_string()));
+    }
+}

@@ -1,0 +1,227 @@
+//! URLs: finding them in text, and one canonical form for every spelling of the same target.
+//!
+//! Canonical form (WHATWG URL parsing, the `url` crate): scheme and host lower-case; IDN hosts
+//! in punycode (the Unicode and the punycode spelling give the same host); percent-encoded hosts
+//! decoded; decimal, octal and hex IPv4 hosts turned into dotted quads; default ports and the
+//! fragment dropped; a trailing dot on the host dropped. Scheme-less text (`www.example.com/x`,
+//! `example.net/offer`) is read as `http://` when its suffix is a known public suffix.
+
+use std::net::IpAddr;
+use std::sync::LazyLock;
+
+use linkify::{LinkFinder, LinkKind};
+
+/// A URL in canonical form with its host and registrable domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonicalUrl {
+    pub url: String,
+    /// Lower-case host; punycode for IDN; dotted quad or bracket-less IPv6 for IP hosts.
+    pub host: String,
+    /// Registrable domain (eTLD+1) by the public suffix list; `None` for IP hosts and for hosts
+    /// that are themselves a public suffix.
+    pub domain: Option<String>,
+    pub ip: Option<IpAddr>,
+}
+
+/// A link or address found in plain text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found<'t> {
+    Url(&'t str),
+    Email(&'t str),
+}
+
+static FINDER: LazyLock<LinkFinder> = LazyLock::new(|| {
+    let mut finder = LinkFinder::new();
+    finder.url_must_have_scheme(false);
+    finder.kinds(&[LinkKind::Url, LinkKind::Email]);
+    finder
+});
+
+/// Finds URL and email candidates in plain text.
+pub fn find_in_text(text: &str) -> impl Iterator<Item = Found<'_>> {
+    FINDER.links(text).map(|link| match link.kind() {
+        LinkKind::Email => Found::Email(link.as_str()),
+        _ => Found::Url(link.as_str()),
+    })
+}
+
+/// Canonicalizes a URL as written in a message (with or without a scheme). Returns `None` for
+/// anything that is not a web or ftp URL with a host (mailto:, cid:, javascript:, junk).
+pub fn canonicalize(raw: &str) -> Option<CanonicalUrl> {
+    let raw = raw
+        .trim()
+        .trim_matches(|c| matches!(c, '<' | '>' | '"' | '\''));
+    if raw.is_empty() || raw.len() > 8192 {
+        return None;
+    }
+    let parsed = match scheme_of(raw) {
+        Some(scheme) => {
+            if !matches!(scheme.as_str(), "http" | "https" | "ftp" | "hxxp" | "hxxps") {
+                return None;
+            }
+            let mut u = url::Url::parse(raw).ok()?;
+            if u.scheme().starts_with("hxxp") {
+                let fixed = format!("http{}", &raw[4..]);
+                u = url::Url::parse(&fixed).ok()?;
+            }
+            u
+        }
+        None => {
+            let candidate = raw.strip_prefix("//").unwrap_or(raw);
+            let with_scheme = format!("http://{candidate}");
+            let u = url::Url::parse(&with_scheme).ok()?;
+            // Scheme-less text must end in a real public suffix: "file.txt" is not a host.
+            match u.host() {
+                Some(url::Host::Domain(d)) if has_known_suffix(d) => u,
+                _ => return None,
+            }
+        }
+    };
+    from_parsed(parsed)
+}
+
+fn from_parsed(mut u: url::Url) -> Option<CanonicalUrl> {
+    u.set_fragment(None);
+    let (host, ip) = match u.host()? {
+        url::Host::Domain(d) => {
+            let d = d.trim_end_matches('.');
+            if d.is_empty() {
+                return None;
+            }
+            (d.to_string(), None)
+        }
+        url::Host::Ipv4(v4) => (v4.to_string(), Some(IpAddr::V4(v4))),
+        url::Host::Ipv6(v6) => (v6.to_string(), Some(IpAddr::V6(v6))),
+    };
+    if ip.is_none() && u.host_str().is_some_and(|h| h.ends_with('.')) {
+        let _ = u.set_host(Some(&host));
+    }
+    let domain = if ip.is_none() {
+        registrable_domain(&host)
+    } else {
+        None
+    };
+    Some(CanonicalUrl {
+        url: u.into(),
+        host,
+        domain,
+        ip,
+    })
+}
+
+/// The scheme of `raw` (lower-case) when it starts with one.
+fn scheme_of(raw: &str) -> Option<String> {
+    let colon = raw.find(':')?;
+    let scheme = &raw[..colon];
+    let valid = !scheme.is_empty()
+        && scheme.as_bytes()[0].is_ascii_alphabetic()
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    // "example.com:8080/x" is a host with a port, not a scheme.
+    if !valid || scheme.contains('.') {
+        return None;
+    }
+    Some(scheme.to_ascii_lowercase())
+}
+
+/// Canonical host: lower-case, IDN to punycode, trailing dot dropped; IP literals canonical.
+pub fn canonical_host(raw: &str) -> Option<String> {
+    let raw = raw.trim().trim_end_matches('.');
+    let bare = raw.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Some(ip.to_string());
+    }
+    match url::Host::parse(raw).ok()? {
+        url::Host::Domain(d) => Some(d.trim_end_matches('.').to_string()),
+        url::Host::Ipv4(v4) => Some(v4.to_string()),
+        url::Host::Ipv6(v6) => Some(v6.to_string()),
+    }
+}
+
+/// Registrable domain (eTLD+1) of a canonical host, lower-case.
+pub fn registrable_domain(host: &str) -> Option<String> {
+    psl::domain_str(host).map(str::to_string)
+}
+
+/// True when the host ends in a public suffix from the list (not just the `*` default rule).
+pub fn has_known_suffix(host: &str) -> bool {
+    psl::suffix(host.as_bytes()).is_some_and(|s| s.is_known())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(raw: &str) -> CanonicalUrl {
+        canonicalize(raw).unwrap_or_else(|| panic!("{raw} did not canonicalize"))
+    }
+
+    #[test]
+    fn idn_spellings_agree() {
+        let a = canon("http://пример.испытание/путь");
+        let b = canon("http://xn--e1afmkfd.xn--80akhbyknj4f/путь");
+        assert_eq!(a.host, "xn--e1afmkfd.xn--80akhbyknj4f");
+        assert_eq!(a, b);
+        assert_eq!(canon("http://BÜCHER.example/").host, "xn--bcher-kva.example");
+    }
+
+    #[test]
+    fn numeric_hosts_become_dotted_quads() {
+        for raw in [
+            "http://3232235777/",
+            "http://0xC0.0xA8.0x01.0x01/",
+            "http://0300.0250.01.01/",
+            "http://192.168.1.1/",
+        ] {
+            let c = canon(raw);
+            assert_eq!(c.host, "192.168.1.1", "{raw}");
+            assert!(c.ip.is_some());
+            assert_eq!(c.domain, None);
+        }
+    }
+
+    #[test]
+    fn percent_encoded_host_is_decoded() {
+        assert_eq!(canon("http://%65xample.com/").host, "example.com");
+    }
+
+    #[test]
+    fn scheme_less_needs_a_public_suffix() {
+        assert_eq!(
+            canon("www.example.com/path").url,
+            "http://www.example.com/path"
+        );
+        assert_eq!(canon("example.net/offer").domain.as_deref(), Some("example.net"));
+        assert!(canonicalize("file.txt").is_none());
+        assert!(canonicalize("example.com:8080/x").is_some());
+    }
+
+    #[test]
+    fn registrable_domains_use_the_psl() {
+        assert_eq!(
+            canon("http://shop.example.co.uk/").domain.as_deref(),
+            Some("example.co.uk")
+        );
+        assert_eq!(
+            canon("HTTP://A.B.EXAMPLE.COM.AU/x#frag").url,
+            "http://a.b.example.com.au/x"
+        );
+    }
+
+    #[test]
+    fn non_web_schemes_are_ignored() {
+        assert!(canonicalize("mailto:a@example.com").is_none());
+        assert!(canonicalize("javascript:alert(1)").is_none());
+        assert!(canonicalize("cid:image001.png@01D").is_none());
+    }
+
+    #[test]
+    fn text_finder_sees_urls_and_emails() {
+        let found: Vec<_> =
+            find_in_text("see www.example.org/x or mail bob@example.com, http://a.example/").collect();
+        assert!(found.contains(&Found::Url("www.example.org/x")));
+        assert!(found.contains(&Found::Email("bob@example.com")));
+        assert!(found.contains(&Found::Url("http://a.example/")));
+    }
+}

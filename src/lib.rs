@@ -1,0 +1,8 @@
+//! shrike: an anti-spam rules-engine daemon. See ARCHITECTURE.md for the module map.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod entities;
+pub mod message;
+pub mod scan;
+pub mod shingle;

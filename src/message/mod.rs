@@ -1,0 +1,543 @@
+//! One message, parsed and decoded: MIME structure (mail-parser), decoded text parts, HTML turned
+//! into visible text, attachments, normalized text, and the anomalies met on the way.
+//!
+//! Owns: MIME parsing, transfer and charset decoding, HTML to text, normalization, limits.
+//! Never touches: the store, Lua, sockets or files. Parsing never fails: malformed input becomes
+//! data (`anomalies`) that rules can score, never a panic or an error.
+
+pub mod anomaly;
+pub mod html;
+pub mod normalize;
+
+use std::net::IpAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::LazyLock;
+
+use mail_parser::{Encoding, HeaderName, MessageParser, MessagePart, MimeHeaders, PartType};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use anomaly::{Anomalies, Anomaly};
+pub use html::{HtmlLink, LinkAttr};
+pub use normalize::{normalize, Text};
+
+/// Limits on the work done for one message. Beyond them the message is truncated and an anomaly
+/// recorded; nothing fails.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Bytes of the raw message that are parsed; the rest is ignored (`message_truncated`).
+    pub max_message_bytes: usize,
+    /// MIME parts visited, nested messages included (`too_many_parts`).
+    pub max_parts: usize,
+    /// Nesting depth of multiparts and attached messages (`too_deep`).
+    pub max_depth: usize,
+    /// Bytes of decoded body text kept for normalization and matching (`text_truncated`).
+    pub max_text_bytes: usize,
+    /// Link targets collected from HTML (`too_many_links`).
+    pub max_html_links: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: 50 * 1024 * 1024,
+            max_parts: 512,
+            max_depth: 16,
+            max_text_bytes: 2 * 1024 * 1024,
+            max_html_links: 2_000,
+        }
+    }
+}
+
+/// What the SMTP session said about the message, when the caller knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Envelope {
+    pub client_ip: Option<IpAddr>,
+    pub helo: Option<String>,
+    pub mail_from: Option<String>,
+    pub rcpt_to: Vec<String>,
+}
+
+/// An attachment (or any non-body part) as decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachmentPart {
+    /// File name as declared (RFC 2047/2231 decoded), if any.
+    pub name: Option<String>,
+    /// Declared content type, lower-case (`application/octet-stream` when none).
+    pub content_type: String,
+    /// Decoded size in bytes.
+    pub size: usize,
+    /// SHA-256 of the decoded content, lower-case hex.
+    pub sha256: String,
+    /// MIME nesting depth of the part.
+    pub depth: usize,
+}
+
+/// The parsed message. Borrows the raw bytes.
+#[derive(Debug)]
+pub struct ParsedMessage<'a> {
+    /// The bytes that were parsed (the input, cut at `max_message_bytes`).
+    pub raw: &'a [u8],
+    /// The MIME tree; `None` when no header could be parsed at all.
+    pub mime: Option<mail_parser::Message<'a>>,
+    /// The decoded Subject.
+    pub subject: Text,
+    /// The body as a reader sees it: text/plain parts, or the visible text of HTML parts where a
+    /// message has no plain alternative; attached messages' bodies included.
+    pub body: Text,
+    /// Visible text of the HTML parts.
+    pub html: Text,
+    /// Link targets from the HTML parts, with anchor text.
+    pub html_links: Vec<HtmlLink>,
+    /// Non-body parts.
+    pub attachments: Vec<AttachmentPart>,
+    /// Words mixing scripts (as displayed, case-folded), from subject and text.
+    pub mixed_script_words: Vec<String>,
+    /// Number of MIME parts visited.
+    pub part_count: usize,
+    pub anomalies: Anomalies,
+}
+
+static PARSER: LazyLock<MessageParser> = LazyLock::new(MessageParser::new);
+
+/// Parses `input` under `limits`. Never panics, never fails.
+pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> ParsedMessage<'a> {
+    let mut anomalies = Anomalies::default();
+    let raw = if input.len() > limits.max_message_bytes {
+        anomalies.add(Anomaly::MessageTruncated);
+        &input[..limits.max_message_bytes]
+    } else {
+        input
+    };
+    if memchr::memchr(0, raw).is_some() {
+        anomalies.add(Anomaly::NulBytes);
+    }
+    let mime = match catch_unwind(AssertUnwindSafe(|| PARSER.parse(raw))) {
+        Ok(mime) => mime,
+        Err(_) => {
+            tracing::warn!(bytes = raw.len(), "mime parser panicked; message scanned as text");
+            anomalies.add(Anomaly::ParserPanic);
+            None
+        }
+    };
+    let mut walker = Walker {
+        limits,
+        anomalies,
+        body: String::new(),
+        html: String::new(),
+        html_links: Vec::new(),
+        attachments: Vec::new(),
+        part_count: 0,
+    };
+    let subject;
+    match &mime {
+        Some(message) if !has_valid_header(message) => {
+            // Nothing that looks like a header: mail-parser read junk as one. Scan it all as text.
+            walker.anomalies.add(Anomaly::NoHeaders);
+            subject = String::new();
+            walker.push_text(&String::from_utf8_lossy(raw), true);
+        }
+        Some(message) => {
+            walker.check_headers(message, raw);
+            subject = message.subject().unwrap_or_default().to_string();
+            if subject.contains("=?") && subject.contains("?=") {
+                walker.anomalies.add(Anomaly::BadEncodedWord);
+            }
+            walker.walk_message(message, 0);
+        }
+        None => {
+            walker.anomalies.add(Anomaly::NoHeaders);
+            subject = String::new();
+            walker.push_text(&String::from_utf8_lossy(raw), true);
+        }
+    }
+    if walker.body.trim().is_empty()
+        && walker.html.trim().is_empty()
+        && walker.attachments.is_empty()
+        && !walker.anomalies.contains(Anomaly::NoBody)
+    {
+        walker.anomalies.add(Anomaly::EmptyBody);
+    }
+    let mut mixed = Vec::new();
+    let subject = Text::new(subject, &mut mixed);
+    let body = Text::new(walker.body, &mut mixed);
+    let html = Text::new(walker.html, &mut mixed);
+    let mut anomalies = walker.anomalies;
+    if !mixed.is_empty() {
+        anomalies.add(Anomaly::MixedScript);
+    }
+    ParsedMessage {
+        raw,
+        mime,
+        subject,
+        body,
+        html,
+        html_links: walker.html_links,
+        attachments: walker.attachments,
+        mixed_script_words: mixed,
+        part_count: walker.part_count,
+        anomalies,
+    }
+}
+
+/// A header field name is printable ASCII without a colon (RFC 5322 §2.2).
+fn is_valid_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
+}
+
+fn has_valid_header(message: &mail_parser::Message<'_>) -> bool {
+    message
+        .parts
+        .first()
+        .is_some_and(|root| root.headers.iter().any(|h| is_valid_header_name(h.name.as_str())))
+}
+
+struct Walker<'l> {
+    limits: &'l Limits,
+    anomalies: Anomalies,
+    body: String,
+    html: String,
+    html_links: Vec<HtmlLink>,
+    attachments: Vec<AttachmentPart>,
+    part_count: usize,
+}
+
+impl Walker<'_> {
+    /// Header-level anomalies of the top-level message.
+    fn check_headers(&mut self, message: &mail_parser::Message<'_>, raw: &[u8]) {
+        let header_end = message
+            .parts
+            .first()
+            .map_or(raw.len(), |p| (p.offset_body as usize).min(raw.len()));
+        let header_block = &raw[..header_end];
+        if header_block.iter().any(|&b| b >= 0x80) {
+            self.anomalies.add(Anomaly::EightBitHeader);
+        }
+        // Lines that are no header at all keep their text: it may be all a spammer wrote.
+        if let Some(root) = message.parts.first() {
+            for h in root.headers.iter().filter(|h| !is_valid_header_name(h.name.as_str())) {
+                self.anomalies.add(Anomaly::InvalidHeader);
+                let line = raw.get(h.offset_field as usize..h.offset_end as usize);
+                self.push_text(&String::from_utf8_lossy(line.unwrap_or_default()), true);
+            }
+        }
+        let blank_line = header_block.ends_with(b"\n\n") || header_block.ends_with(b"\n\r\n");
+        if !blank_line && header_end >= raw.len() {
+            self.anomalies.add(Anomaly::NoBody);
+        }
+        if message.date().is_none() {
+            if message.header_raw(HeaderName::Date).is_some() {
+                self.anomalies.add(Anomaly::InvalidDate);
+            } else {
+                self.anomalies.add(Anomaly::MissingDate);
+            }
+        }
+        let has_from = message
+            .from()
+            .is_some_and(|a| a.iter().any(|addr| addr.address.is_some()));
+        if !has_from {
+            self.anomalies.add(Anomaly::MissingFrom);
+        }
+        if message.message_id().is_none() {
+            self.anomalies.add(Anomaly::MissingMessageId);
+        }
+        if message.to().is_none() && message.cc().is_none() && message.bcc().is_none() {
+            self.anomalies.add(Anomaly::MissingTo);
+        }
+        if message.header_values(HeaderName::From).count() > 1 {
+            self.anomalies.add(Anomaly::MultipleFrom);
+        }
+    }
+
+    fn walk_message(&mut self, message: &mail_parser::Message<'_>, depth: usize) {
+        if !message.parts.is_empty() {
+            self.walk_part(message, 0, depth);
+        }
+    }
+
+    fn walk_part(&mut self, message: &mail_parser::Message<'_>, id: u32, depth: usize) {
+        let Some(part) = message.parts.get(id as usize) else {
+            return;
+        };
+        if self.part_count >= self.limits.max_parts {
+            self.anomalies.add(Anomaly::TooManyParts);
+            return;
+        }
+        if depth > self.limits.max_depth {
+            self.anomalies.add(Anomaly::TooDeep);
+            return;
+        }
+        self.part_count += 1;
+        self.check_part(message, part);
+        match &part.body {
+            PartType::Multipart(children) => {
+                for &child in children {
+                    // Children always follow their parent; anything else is a malformed tree.
+                    if child > id {
+                        self.walk_part(message, child, depth + 1);
+                    }
+                }
+            }
+            PartType::Text(text) => {
+                if message.text_body.contains(&id) {
+                    self.push_text(text, true);
+                } else if message.attachments.contains(&id) {
+                    self.push_attachment(part, text.as_bytes(), depth);
+                }
+            }
+            PartType::Html(markup) => {
+                let in_text = message.text_body.contains(&id);
+                let in_html = message.html_body.contains(&id);
+                let doc = html::to_text(
+                    markup,
+                    self.limits
+                        .max_html_links
+                        .saturating_sub(self.html_links.len()),
+                );
+                if doc.links_truncated {
+                    self.anomalies.add(Anomaly::TooManyLinks);
+                }
+                self.html_links.extend(doc.links);
+                if in_text {
+                    self.push_text(&doc.text, true);
+                }
+                if in_html || in_text {
+                    self.push_text(&doc.text, false);
+                }
+                if !in_text && !in_html {
+                    self.push_attachment(part, markup.as_bytes(), depth);
+                }
+            }
+            PartType::Binary(bytes) | PartType::InlineBinary(bytes) => {
+                self.push_attachment(part, bytes, depth);
+            }
+            PartType::Message(nested) => {
+                self.push_attachment(part, &nested.raw_message, depth);
+                self.walk_message(nested, depth + 1);
+            }
+        }
+    }
+
+    /// Part-level anomalies: boundaries, transfer encodings, charsets.
+    fn check_part(&mut self, message: &mail_parser::Message<'_>, part: &MessagePart<'_>) {
+        let content_type = part.content_type();
+        let raw = message.raw_message.as_ref();
+        let body_start = (part.offset_body as usize).min(raw.len());
+        if let Some(ct) = content_type {
+            if ct.c_type.eq_ignore_ascii_case("multipart") {
+                match ct.attribute("boundary") {
+                    None => self.anomalies.add(Anomaly::MissingBoundary),
+                    Some(boundary) => {
+                        let mut close = Vec::with_capacity(boundary.len() + 4);
+                        close.extend_from_slice(b"--");
+                        close.extend_from_slice(boundary.as_bytes());
+                        close.extend_from_slice(b"--");
+                        if memchr::memmem::find(&raw[body_start..], &close).is_none() {
+                            self.anomalies.add(Anomaly::UnterminatedMultipart);
+                        }
+                    }
+                }
+            }
+            if let Some(charset) = ct.attribute("charset") {
+                if mail_parser::decoders::charsets::map::charset_decoder(charset.as_bytes())
+                    .is_none()
+                {
+                    self.anomalies.add(Anomaly::UnknownCharset);
+                }
+            }
+        }
+        let declared = part.content_transfer_encoding().unwrap_or_default();
+        if declared.eq_ignore_ascii_case("base64") {
+            let end = (part.offset_end as usize).clamp(body_start, raw.len());
+            if part.is_encoding_problem
+                || part.encoding != Encoding::Base64
+                || !is_clean_base64(&raw[body_start..end])
+            {
+                self.anomalies.add(Anomaly::BadBase64);
+            }
+        } else if part.is_encoding_problem && !matches!(part.body, PartType::Multipart(_)) {
+            self.anomalies.add(Anomaly::EncodingProblem);
+        }
+        if let PartType::Text(t) | PartType::Html(t) = &part.body {
+            if t.contains('\u{FFFD}') {
+                self.anomalies.add(Anomaly::InvalidUtf8);
+            }
+        }
+    }
+
+    /// Appends decoded text to the body (`to_body`) or to the HTML text, within the limit.
+    fn push_text(&mut self, text: &str, to_body: bool) {
+        let max = self.limits.max_text_bytes;
+        let target = if to_body {
+            &mut self.body
+        } else {
+            &mut self.html
+        };
+        if target.len() >= max {
+            self.anomalies.add(Anomaly::TextTruncated);
+            return;
+        }
+        if !target.is_empty() {
+            target.push('\n');
+        }
+        let room = max - target.len();
+        if text.len() > room {
+            let mut cut = room;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            target.push_str(&text[..cut]);
+            self.anomalies.add(Anomaly::TextTruncated);
+        } else {
+            target.push_str(text);
+        }
+    }
+
+    fn push_attachment(&mut self, part: &MessagePart<'_>, content: &[u8], depth: usize) {
+        let content_type = part.content_type().map_or_else(
+            || "application/octet-stream".to_string(),
+            |ct| match &ct.c_subtype {
+                Some(sub) => format!("{}/{}", ct.c_type, sub).to_ascii_lowercase(),
+                None => ct.c_type.to_ascii_lowercase(),
+            },
+        );
+        self.attachments.push(AttachmentPart {
+            name: part.attachment_name().map(str::to_string),
+            content_type,
+            size: content.len(),
+            sha256: hex_digest(content),
+            depth,
+        });
+    }
+}
+
+fn hex_digest(content: &[u8]) -> String {
+    let digest = Sha256::digest(content);
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+        out.push(char::from_digit(u32::from(b & 15), 16).unwrap_or('0'));
+    }
+    out
+}
+
+/// True when a base64 body holds only the alphabet, padding at the end of the data and
+/// whitespace, and its data length is a possible one.
+fn is_clean_base64(body: &[u8]) -> bool {
+    let mut data = 0usize;
+    let mut padding = 0usize;
+    for line in body.split(|&b| b == b'\n') {
+        if line.starts_with(b"--") {
+            break; // a boundary line ends the part
+        }
+        for &b in line {
+            match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' => {
+                    if padding > 0 {
+                        return false;
+                    }
+                    data += 1;
+                }
+                b'=' => padding += 1,
+                b' ' | b'\t' | b'\r' => {}
+                _ => return false,
+            }
+        }
+    }
+    (data + padding) % 4 == 0 || (padding == 0 && data % 4 != 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(s: &str) -> ParsedMessage<'_> {
+        parse(s.as_bytes(), &Limits::default())
+    }
+
+    #[test]
+    fn plain_message_has_no_anomalies() {
+        let m = parse_str(
+            "From: A <a@example.com>\nTo: b@example.org\nSubject: Hi\nDate: Mon, 2 Jan 2023 10:00:00 +0000\n\
+             Message-ID: <1@example.com>\n\nHello there\n",
+        );
+        assert_eq!(m.subject.display, "Hi");
+        assert_eq!(m.body.normalized, "hello there");
+        assert!(m.anomalies.is_empty(), "{:?}", m.anomalies);
+    }
+
+    #[test]
+    fn missing_headers_are_reported() {
+        let m = parse_str("Subject: x\n\nbody\n");
+        for a in [
+            Anomaly::MissingDate,
+            Anomaly::MissingFrom,
+            Anomaly::MissingMessageId,
+            Anomaly::MissingTo,
+        ] {
+            assert!(m.anomalies.contains(a), "{a:?} in {:?}", m.anomalies);
+        }
+    }
+
+    #[test]
+    fn no_blank_line_is_no_body() {
+        let m = parse_str("Subject: x\nFrom: a@example.com");
+        assert!(m.anomalies.contains(Anomaly::NoBody), "{:?}", m.anomalies);
+        assert!(!m.anomalies.contains(Anomaly::EmptyBody));
+    }
+
+    #[test]
+    fn garbage_still_yields_text() {
+        let m = parse(b"\x00\x01 see http://x.example/ \xff", &Limits::default());
+        assert!(m.anomalies.contains(Anomaly::NulBytes));
+        assert!(m.body.display.contains("http://x.example/"));
+    }
+
+    #[test]
+    fn size_limit_truncates() {
+        let limits = Limits {
+            max_message_bytes: 40,
+            ..Limits::default()
+        };
+        let raw = format!("Subject: x\n\n{}", "a ".repeat(100));
+        let m = parse(raw.as_bytes(), &limits);
+        assert_eq!(m.raw.len(), 40);
+        assert!(m.anomalies.contains(Anomaly::MessageTruncated));
+    }
+
+    #[test]
+    fn part_and_depth_limits_hold() {
+        let mut raw = String::from("Subject: x\nContent-Type: multipart/mixed; boundary=b0\n\n");
+        for i in 0..20 {
+            raw.push_str(&format!(
+                "--b{i}\nContent-Type: multipart/mixed; boundary=b{}\n\n",
+                i + 1
+            ));
+        }
+        raw.push_str("--b20\nContent-Type: text/plain\n\ndeep\n");
+        let limits = Limits {
+            max_depth: 5,
+            ..Limits::default()
+        };
+        let m = parse(raw.as_bytes(), &limits);
+        assert!(m.anomalies.contains(Anomaly::TooDeep));
+        assert!(m.anomalies.contains(Anomaly::UnterminatedMultipart));
+        let limits = Limits {
+            max_parts: 3,
+            ..Limits::default()
+        };
+        let m = parse(raw.as_bytes(), &limits);
+        assert!(m.anomalies.contains(Anomaly::TooManyParts));
+        assert_eq!(m.part_count, 3);
+    }
+
+    #[test]
+    fn base64_checker() {
+        assert!(is_clean_base64(b"SGVsbG8gd29ybGQ=\r\n"));
+        assert!(is_clean_base64(b"SGVs\nbG8=\n--boundary--\n"));
+        assert!(!is_clean_base64(b"SGVs*bG8=\n"));
+        assert!(!is_clean_base64(b"SGVsbG8=QQ==\n"));
+        assert!(!is_clean_base64(b"SGVsb\n"));
+    }
+}

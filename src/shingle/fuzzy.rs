@@ -1,0 +1,132 @@
+//! Fuzzy body shingles: a min-hash sketch of the word 3-grams of the normalized body.
+//!
+//! Two messages that differ in a few words share most of their sketch values; unrelated messages
+//! share almost none. The fraction of equal values estimates the Jaccard similarity of the two
+//! sets of 3-word windows.
+//!
+//! The sketch is one-permutation min-hash (Li, Owen & Zhang 2012) with rotation densification
+//! (Shrivastava & Li 2014): each window is hashed once, the top 5 bits of the hash pick one of 32
+//! bins, and each bin keeps its minimum. A bin no window fell into borrows the value of the next
+//! non-empty bin, salted with the distance. This costs one hash per window instead of 32 (rspamd's
+//! 32 independent hashes), which matters at 20,000 messages a second.
+//!
+//! The constants below are part of the stored data: changing any of them changes every
+//! `body_fuzzy` shingle.
+
+use super::{fmix64, hash_bytes};
+
+/// Values per message.
+pub const FUZZY_HASHES: usize = 32;
+/// Words per window.
+pub const FUZZY_WINDOW: usize = 3;
+/// Fewer words than this give no fuzzy shingles: too short to say anything.
+pub const FUZZY_MIN_WORDS: usize = 10;
+/// Words beyond this are ignored (bounded work for huge bodies).
+pub const FUZZY_MAX_WORDS: usize = 20_000;
+
+const BIN_BITS: u32 = 5; // 2^5 = 32 bins
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The fuzzy sketch of a normalized text: `FUZZY_HASHES` values, or none for short texts.
+pub fn sketch(normalized: &str) -> Vec<u64> {
+    let mut words = Vec::new();
+    for word in normalized
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(FUZZY_MAX_WORDS)
+    {
+        words.push(hash_bytes(word.as_bytes()));
+    }
+    if words.len() < FUZZY_MIN_WORDS {
+        return Vec::new();
+    }
+    let mut mins = [u64::MAX; FUZZY_HASHES];
+    for w in words.windows(FUZZY_WINDOW) {
+        let h = fmix64(
+            w[0].wrapping_mul(GOLDEN) ^ w[1].rotate_left(21) ^ w[2].rotate_left(42).wrapping_add(GOLDEN),
+        );
+        let bin = (h >> (64 - BIN_BITS)) as usize;
+        if h < mins[bin] {
+            mins[bin] = h;
+        }
+    }
+    (0..FUZZY_HASHES)
+        .map(|i| {
+            if mins[i] != u64::MAX {
+                return mins[i];
+            }
+            // Rotation densification: borrow from the next non-empty bin to the right.
+            (1..FUZZY_HASHES)
+                .map(|d| (d, mins[(i + d) % FUZZY_HASHES]))
+                .find(|&(_, v)| v != u64::MAX)
+                .map_or(0, |(d, v)| fmix64(v ^ (d as u64).wrapping_mul(GOLDEN) ^ ((i as u64) << 56)))
+        })
+        .collect()
+}
+
+/// The fraction of equal values of two sketches (an estimate of Jaccard similarity).
+pub fn similarity(a: &[u64], b: &[u64]) -> f64 {
+    if a.is_empty() || a.len() != b.len() {
+        return 0.0;
+    }
+    let same = a.iter().zip(b).filter(|(x, y)| x == y).count();
+    same as f64 / a.len() as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic pseudo-random text of `n` words from a vocabulary of 5,000.
+    fn text(seed: u64, n: usize) -> Vec<String> {
+        let mut x = seed.wrapping_mul(GOLDEN) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                format!("w{}", x % 5000)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn near_duplicates_share_most_values() {
+        for seed in 1..20 {
+            let a = text(seed, 150);
+            let mut b = a.clone();
+            b[30] = "changed".into();
+            b[90] = "different".into();
+            b.push("extra".into());
+            let sa = sketch(&a.join(" "));
+            let sb = sketch(&b.join(" "));
+            assert_eq!(sa.len(), FUZZY_HASHES);
+            let sim = similarity(&sa, &sb);
+            assert!(sim >= 0.75, "seed {seed}: similarity {sim}");
+        }
+    }
+
+    #[test]
+    fn unrelated_texts_share_almost_nothing() {
+        for seed in 1..20 {
+            let sa = sketch(&text(seed, 150).join(" "));
+            let sb = sketch(&text(seed + 1000, 150).join(" "));
+            let sim = similarity(&sa, &sb);
+            assert!(sim <= 0.1, "seed {seed}: similarity {sim}");
+        }
+    }
+
+    #[test]
+    fn short_texts_have_no_sketch() {
+        assert!(sketch("only a few words here").is_empty());
+    }
+
+    #[test]
+    fn short_but_eligible_texts_are_densified() {
+        let s = sketch("one two three four five six seven eight nine ten eleven");
+        assert_eq!(s.len(), FUZZY_HASHES);
+        assert!(s.iter().all(|&v| v != u64::MAX && v != 0));
+        let distinct: std::collections::HashSet<_> = s.iter().collect();
+        assert_eq!(distinct.len(), FUZZY_HASHES);
+    }
+}
