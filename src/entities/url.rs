@@ -37,12 +37,81 @@ static FINDER: LazyLock<LinkFinder> = LazyLock::new(|| {
     finder
 });
 
-/// Finds URL and email candidates in plain text.
-pub fn find_in_text(text: &str) -> impl Iterator<Item = Found<'_>> {
-    FINDER.links(text).map(|link| match link.kind() {
-        LinkKind::Email => Found::Email(link.as_str()),
-        _ => Found::Url(link.as_str()),
-    })
+/// Finds URL and email candidates in plain text: URLs with a web scheme by a direct scan (which
+/// keeps percent-encoded and numeric hosts whole), then scheme-less URLs and addresses by
+/// linkify, skipping what the first pass already took.
+pub fn find_in_text(text: &str) -> Vec<Found<'_>> {
+    let schemed = find_schemed(text);
+    let mut found: Vec<Found<'_>> = schemed.iter().map(|&(s, e)| Found::Url(&text[s..e])).collect();
+    for link in FINDER.links(text) {
+        let overlaps = schemed
+            .iter()
+            .any(|&(s, e)| link.start() < e && s < link.end());
+        if overlaps {
+            continue;
+        }
+        found.push(match link.kind() {
+            LinkKind::Email => Found::Email(link.as_str()),
+            _ => Found::Url(link.as_str()),
+        });
+    }
+    found
+}
+
+/// Byte spans of `http://`, `https://`, `ftp://` (and defanged `hxxp://`) URLs in `text`.
+fn find_schemed(text: &str) -> Vec<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut spans = Vec::new();
+    let mut from = 0;
+    while let Some(pos) = memchr::memmem::find(&bytes[from..], b"://") {
+        let sep = from + pos;
+        from = sep + 3;
+        let mut start = sep;
+        while start > 0 && sep - start < 8 && bytes[start - 1].is_ascii_alphabetic() {
+            start -= 1;
+        }
+        let scheme = text[start..sep].to_ascii_lowercase();
+        if !matches!(scheme.as_str(), "http" | "https" | "ftp" | "hxxp" | "hxxps") {
+            continue;
+        }
+        let rest = &text[sep + 3..];
+        let mut end = sep + 3
+            + rest
+                .char_indices()
+                .find(|&(_, c)| ends_url(c))
+                .map_or(rest.len(), |(i, _)| i);
+        // Trailing punctuation belongs to the sentence, a closing bracket only if unmatched.
+        while end > sep + 3 {
+            let last = bytes[end - 1];
+            let strip = match last {
+                b'.' | b',' | b';' | b':' | b'!' | b'?' => true,
+                b')' => unbalanced(&text[start..end], '(', ')'),
+                b']' => unbalanced(&text[start..end], '[', ']'),
+                _ => false,
+            };
+            if !strip {
+                break;
+            }
+            end -= 1;
+        }
+        if end > sep + 3 {
+            spans.push((start, end));
+            from = end;
+        }
+    }
+    spans
+}
+
+fn unbalanced(s: &str, open: char, close: char) -> bool {
+    s.matches(close).count() > s.matches(open).count()
+}
+
+/// Characters that end a URL in running text.
+fn ends_url(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(c, '<' | '>' | '"' | '\'' | '`' | '{' | '}' | '|' | '\\' | '^')
+        || (!c.is_ascii() && !c.is_alphanumeric())
 }
 
 /// Canonicalizes a URL as written in a message (with or without a scheme). Returns `None` for
@@ -218,10 +287,15 @@ mod tests {
 
     #[test]
     fn text_finder_sees_urls_and_emails() {
-        let found: Vec<_> =
-            find_in_text("see www.example.org/x or mail bob@example.com, http://a.example/").collect();
+        let found =
+            find_in_text("see www.example.org/x or mail bob@example.com, http://a.example/.");
         assert!(found.contains(&Found::Url("www.example.org/x")));
         assert!(found.contains(&Found::Email("bob@example.com")));
         assert!(found.contains(&Found::Url("http://a.example/")));
+        let found = find_in_text("(at http://%65xample.com/a_(b)) or HXXP://x.example/\u{3000}next");
+        assert_eq!(
+            found,
+            vec![Found::Url("http://%65xample.com/a_(b)"), Found::Url("HXXP://x.example/")]
+        );
     }
 }

@@ -9,6 +9,7 @@ pub mod anomaly;
 pub mod html;
 pub mod normalize;
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::LazyLock;
@@ -66,9 +67,9 @@ pub struct AttachmentPart {
     pub name: Option<String>,
     /// Declared content type, lower-case (`application/octet-stream` when none).
     pub content_type: String,
-    /// Decoded size in bytes.
+    /// Decoded size in bytes (text content with LF line ends).
     pub size: usize,
-    /// SHA-256 of the decoded content, lower-case hex.
+    /// SHA-256 of the decoded content (text content with LF line ends), hex.
     pub sha256: String,
     /// MIME nesting depth of the part.
     pub depth: usize,
@@ -283,7 +284,7 @@ impl Walker<'_> {
                 if message.text_body.contains(&id) {
                     self.push_text(text, true);
                 } else if message.attachments.contains(&id) {
-                    self.push_attachment(part, text.as_bytes(), depth);
+                    self.push_attachment(part, text.as_bytes(), true, depth);
                 }
             }
             PartType::Html(markup) => {
@@ -306,14 +307,14 @@ impl Walker<'_> {
                     self.push_text(&doc.text, false);
                 }
                 if !in_text && !in_html {
-                    self.push_attachment(part, markup.as_bytes(), depth);
+                    self.push_attachment(part, markup.as_bytes(), true, depth);
                 }
             }
             PartType::Binary(bytes) | PartType::InlineBinary(bytes) => {
-                self.push_attachment(part, bytes, depth);
+                self.push_attachment(part, bytes, false, depth);
             }
             PartType::Message(nested) => {
-                self.push_attachment(part, &nested.raw_message, depth);
+                self.push_attachment(part, &nested.raw_message, true, depth);
                 self.walk_message(nested, depth + 1);
             }
         }
@@ -340,8 +341,9 @@ impl Walker<'_> {
                 }
             }
             if let Some(charset) = ct.attribute("charset") {
-                if mail_parser::decoders::charsets::map::charset_decoder(charset.as_bytes())
-                    .is_none()
+                if !is_utf8_or_ascii(charset)
+                    && mail_parser::decoders::charsets::map::charset_decoder(charset.as_bytes())
+                        .is_none()
                 {
                     self.anomalies.add(Anomaly::UnknownCharset);
                 }
@@ -356,7 +358,10 @@ impl Walker<'_> {
             {
                 self.anomalies.add(Anomaly::BadBase64);
             }
-        } else if part.is_encoding_problem && !matches!(part.body, PartType::Multipart(_)) {
+        } else if part.is_encoding_problem
+            && !matches!(part.body, PartType::Multipart(_))
+            && !self.anomalies.contains(Anomaly::NoBody)
+        {
             self.anomalies.add(Anomaly::EncodingProblem);
         }
         if let PartType::Text(t) | PartType::Html(t) = &part.body {
@@ -394,7 +399,16 @@ impl Walker<'_> {
         }
     }
 
-    fn push_attachment(&mut self, part: &MessagePart<'_>, content: &[u8], depth: usize) {
+    /// Records a non-body part. `is_text` content (text parts, attached messages, and parts
+    /// mail-parser fell back to reading as text) is hashed in its LF form, so a relay that
+    /// rewrites line ends changes nothing.
+    fn push_attachment(
+        &mut self,
+        part: &MessagePart<'_>,
+        content: &[u8],
+        is_text: bool,
+        depth: usize,
+    ) {
         let content_type = part.content_type().map_or_else(
             || "application/octet-stream".to_string(),
             |ct| match &ct.c_subtype {
@@ -402,14 +416,37 @@ impl Walker<'_> {
                 None => ct.c_type.to_ascii_lowercase(),
             },
         );
+        let canonical: Cow<'_, [u8]> = if is_text && memchr::memchr(b'\r', content).is_some() {
+            Cow::Owned(without_cr_before_lf(content))
+        } else {
+            Cow::Borrowed(content)
+        };
         self.attachments.push(AttachmentPart {
             name: part.attachment_name().map(str::to_string),
             content_type,
-            size: content.len(),
-            sha256: hex_digest(content),
+            size: canonical.len(),
+            sha256: hex_digest(&canonical),
             depth,
         });
     }
+}
+
+fn without_cr_before_lf(content: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(content.len());
+    for (i, &b) in content.iter().enumerate() {
+        if !(b == b'\r' && content.get(i + 1) == Some(&b'\n')) {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// UTF-8 and ASCII need no decoder, so mail-parser's decoder map does not list them.
+fn is_utf8_or_ascii(charset: &str) -> bool {
+    let c = charset.trim().trim_matches('"');
+    ["utf-8", "utf8", "us-ascii", "ascii", "ansi_x3.4-1968", "iso646-us"]
+        .iter()
+        .any(|k| c.eq_ignore_ascii_case(k))
 }
 
 fn hex_digest(content: &[u8]) -> String {
