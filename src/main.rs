@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use shrike::config::Config;
-use shrike::message::Envelope;
+use shrike::message::{prepare, Envelope};
 use shrike::scan::{analyze, Verdict};
 
 #[derive(Parser)]
@@ -98,7 +98,8 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        let analysis = analyze(&raw, &envelope, &config.limits);
+        let input = prepare(&raw, &config.limits);
+        let analysis = analyze(&input, &envelope, &config.limits);
         serde_json::to_writer(&mut out, &analysis.report(file, &verdict))
             .context("writing output")?;
         out.write_all(b"\n").context("writing output")?;

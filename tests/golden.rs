@@ -6,11 +6,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use shrike::message::{Envelope, Limits};
+use shrike::message::{prepare, Envelope, Limits};
 use shrike::scan::{analyze, Verdict};
 
 fn report_json(name: &str, raw: &[u8]) -> serde_json::Value {
-    let analysis = analyze(raw, &Envelope::default(), &Limits::default());
+    let input = prepare(raw, &Limits::default());
+    let analysis = analyze(&input, &Envelope::default(), &Limits::default());
     let verdict = Verdict::default();
     serde_json::to_value(analysis.report(name, &verdict)).expect("report serializes")
 }

@@ -510,7 +510,7 @@ fn attachment_flags(name: &str) -> (Option<String>, AttachmentFlags) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{parse, Limits};
+    use crate::message::{parse, prepare, Limits};
 
     #[test]
     fn received_literals_in_many_styles() {
@@ -543,7 +543,8 @@ mod tests {
     fn envelope_and_headers_give_addresses_and_ips() {
         let raw = "Received: from mx (mx [203.0.113.5]) by us\nFrom: \"Bob\" <Bob@Example.COM>\n\
                    Reply-To: other@example.net\nTo: a@example.org\nSubject: s\n\nwrite to x@example.org\n";
-        let m = parse(raw.as_bytes(), &Limits::default());
+        let input = prepare(raw.as_bytes(), &Limits::default());
+        let m = parse(&input, &Limits::default());
         let env = Envelope {
             client_ip: Some("::ffff:192.0.2.1".parse().unwrap()),
             mail_from: Some("bounce@example.com".into()),
@@ -567,7 +568,8 @@ mod tests {
     fn anchors_compare_text_and_target() {
         let raw = "Subject: s\nContent-Type: text/html\n\n<a href=\"https://bit.ly/3xyz\">www.sberbank.ru</a>\
                    <a href=\"https://online.sberbank.ru/x\">online.sberbank.ru</a>";
-        let m = parse(raw.as_bytes(), &Limits::default());
+        let input = prepare(raw.as_bytes(), &Limits::default());
+        let m = parse(&input, &Limits::default());
         let e = extract(&m, &Envelope::default());
         assert_eq!(e.anchors.len(), 2);
         assert_eq!(e.anchors[0].text_domain, "sberbank.ru");

@@ -78,7 +78,7 @@ pub struct AttachmentPart {
 /// The parsed message. Borrows the raw bytes.
 #[derive(Debug)]
 pub struct ParsedMessage<'a> {
-    /// The bytes that were parsed (the input, cut at `max_message_bytes`).
+    /// The bytes that were parsed (see `Prepared`).
     pub raw: &'a [u8],
     /// The MIME tree; `None` when no header could be parsed at all.
     pub mime: Option<mail_parser::Message<'a>>,
@@ -102,8 +102,33 @@ pub struct ParsedMessage<'a> {
 
 static PARSER: LazyLock<MessageParser> = LazyLock::new(MessageParser::new);
 
-/// Parses `input` under `limits`. Never panics, never fails.
-pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> ParsedMessage<'a> {
+/// Raw input made ready for parsing: cut at `max_message_bytes`, without an mbox separator
+/// line, and with CRLF line ends. mail-parser is at home in the SMTP wire form; with bare LF its
+/// date parser swallows the line end after a short obsolete zone ("UT") and reads the body as
+/// headers. Borrows the input when it needs no change (CRLF mail, as MTAs deliver it).
+#[derive(Debug)]
+pub struct Prepared<'a> {
+    bytes: Cow<'a, [u8]>,
+    anomalies: Anomalies,
+}
+
+impl Prepared<'_> {
+    /// An owned copy, free of the input's lifetime.
+    pub fn into_owned(self) -> Prepared<'static> {
+        Prepared {
+            bytes: Cow::Owned(self.bytes.into_owned()),
+            anomalies: self.anomalies,
+        }
+    }
+
+    /// The bytes that will be parsed.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Prepares raw input for `parse`.
+pub fn prepare<'a>(input: &'a [u8], limits: &Limits) -> Prepared<'a> {
     let mut anomalies = Anomalies::default();
     let raw = if input.len() > limits.max_message_bytes {
         anomalies.add(Anomaly::MessageTruncated);
@@ -114,6 +139,30 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> ParsedMessage<'a> {
     if memchr::memchr(0, raw).is_some() {
         anomalies.add(Anomaly::NulBytes);
     }
+    let raw = without_mbox_separator(raw);
+    let bare_lf = memchr::memchr_iter(b'\n', raw).any(|i| i == 0 || raw[i - 1] != b'\r');
+    let bytes = if bare_lf {
+        let mut out = Vec::with_capacity(raw.len() + raw.len() / 16);
+        let mut last = 0;
+        for i in memchr::memchr_iter(b'\n', raw) {
+            if i == 0 || raw[i - 1] != b'\r' {
+                out.extend_from_slice(&raw[last..i]);
+                out.extend_from_slice(b"\r\n");
+                last = i + 1;
+            }
+        }
+        out.extend_from_slice(&raw[last..]);
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(raw)
+    };
+    Prepared { bytes, anomalies }
+}
+
+/// Parses prepared input under `limits`. Never panics, never fails.
+pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> {
+    let raw: &'p [u8] = &input.bytes;
+    let mut anomalies = input.anomalies.clone();
     let mime = match catch_unwind(AssertUnwindSafe(|| PARSER.parse(raw))) {
         Ok(mime) => mime,
         Err(_) => {
@@ -179,6 +228,18 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> ParsedMessage<'a> {
         mixed_script_words: mixed,
         part_count: walker.part_count,
         anomalies,
+    }
+}
+
+/// Drops a leading mbox "From sender date" separator line: files cut from mailboxes carry it,
+/// and it is not a header (no colon after the name).
+fn without_mbox_separator(raw: &[u8]) -> &[u8] {
+    if !raw.starts_with(b"From ") {
+        return raw;
+    }
+    match memchr::memchr(b'\n', raw) {
+        Some(end) => &raw[end + 1..],
+        None => raw,
     }
 }
 
@@ -399,9 +460,9 @@ impl Walker<'_> {
         }
     }
 
-    /// Records a non-body part. `is_text` content (text parts, attached messages, and parts
-    /// mail-parser fell back to reading as text) is hashed in its LF form, so a relay that
-    /// rewrites line ends changes nothing.
+    /// Records a non-body part. Content that travelled as lines (text parts, attached messages,
+    /// parts mail-parser fell back to reading as text, anything not base64) is hashed in its LF
+    /// form, so a relay that rewrites line ends changes nothing.
     fn push_attachment(
         &mut self,
         part: &MessagePart<'_>,
@@ -416,7 +477,14 @@ impl Walker<'_> {
                 None => ct.c_type.to_ascii_lowercase(),
             },
         );
-        let canonical: Cow<'_, [u8]> = if is_text && memchr::memchr(b'\r', content).is_some() {
+        // Without base64 (or "binary"), content travelled as lines: its line ends are transport.
+        let line_based = part.encoding != Encoding::Base64
+            && !part
+                .content_transfer_encoding()
+                .is_some_and(|e| e.eq_ignore_ascii_case("binary"));
+        let canonical: Cow<'_, [u8]> = if (is_text || line_based)
+            && memchr::memchr(b'\r', content).is_some()
+        {
             Cow::Owned(without_cr_before_lf(content))
         } else {
             Cow::Borrowed(content)
@@ -489,8 +557,14 @@ fn is_clean_base64(body: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn parse_str(s: &str) -> ParsedMessage<'_> {
-        parse(s.as_bytes(), &Limits::default())
+    fn parse_bytes(raw: &[u8], limits: &Limits) -> ParsedMessage<'static> {
+        // Tests leak the prepared input so the parsed message can outlive this helper.
+        let prepared = Box::leak(Box::new(prepare(raw, limits).into_owned()));
+        parse(prepared, limits)
+    }
+
+    fn parse_str(s: &str) -> ParsedMessage<'static> {
+        parse_bytes(s.as_bytes(), &Limits::default())
     }
 
     #[test]
@@ -526,7 +600,7 @@ mod tests {
 
     #[test]
     fn garbage_still_yields_text() {
-        let m = parse(b"\x00\x01 see http://x.example/ \xff", &Limits::default());
+        let m = parse_bytes(b"\x00\x01 see http://x.example/ \xff", &Limits::default());
         assert!(m.anomalies.contains(Anomaly::NulBytes));
         assert!(m.body.display.contains("http://x.example/"));
     }
@@ -538,8 +612,8 @@ mod tests {
             ..Limits::default()
         };
         let raw = format!("Subject: x\n\n{}", "a ".repeat(100));
-        let m = parse(raw.as_bytes(), &limits);
-        assert_eq!(m.raw.len(), 40);
+        let m = parse_bytes(raw.as_bytes(), &limits);
+        assert!(m.raw.len() <= 44);
         assert!(m.anomalies.contains(Anomaly::MessageTruncated));
     }
 
@@ -557,16 +631,39 @@ mod tests {
             max_depth: 5,
             ..Limits::default()
         };
-        let m = parse(raw.as_bytes(), &limits);
+        let m = parse_bytes(raw.as_bytes(), &limits);
         assert!(m.anomalies.contains(Anomaly::TooDeep));
         assert!(m.anomalies.contains(Anomaly::UnterminatedMultipart));
         let limits = Limits {
             max_parts: 3,
             ..Limits::default()
         };
-        let m = parse(raw.as_bytes(), &limits);
+        let m = parse_bytes(raw.as_bytes(), &limits);
         assert!(m.anomalies.contains(Anomaly::TooManyParts));
         assert_eq!(m.part_count, 3);
+    }
+
+    #[test]
+    fn short_obsolete_zone_does_not_eat_the_body() {
+        // mail-parser with bare LF would read the first body lines as headers here.
+        let m = parse_str("Subject: x\nDate: Sun, 25 Aug 2002 16:50:54 UT\n\nfirst line\nsaid:\n> quoted\n");
+        assert_eq!(m.body.normalized, "first line said: > quoted");
+    }
+
+    #[test]
+    fn prepare_borrows_crlf_input() {
+        let raw = b"Subject: x\r\n\r\nbody\r\n";
+        assert!(matches!(prepare(raw, &Limits::default()).bytes, Cow::Borrowed(_)));
+        let lf = prepare(b"Subject: x\n\nbody\n", &Limits::default());
+        assert_eq!(lf.bytes(), b"Subject: x\r\n\r\nbody\r\n");
+    }
+
+    #[test]
+    fn mbox_separator_is_not_a_header() {
+        let m = parse_str("From bob@example.com Mon Aug 26 15:32:28 2002\nFrom: bob@example.com\nSubject: s\n\nbody\n");
+        assert_eq!(m.subject.display, "s");
+        assert_eq!(m.body.normalized, "body");
+        assert!(!m.anomalies.contains(Anomaly::InvalidHeader));
     }
 
     #[test]

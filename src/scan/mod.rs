@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::entities::{self, AttachmentEntity, Entities};
-use crate::message::{self, Anomalies, Envelope, Limits, ParsedMessage};
+use crate::message::{self, Anomalies, Envelope, Limits, ParsedMessage, Prepared};
 use crate::shingle::{self, Shingle};
 
 /// What the rules decided, in rspamd's vocabulary.
@@ -64,9 +64,10 @@ pub struct Analysis<'a> {
     pub anomalies: Anomalies,
 }
 
-/// Parses `raw`, extracts its entities and computes its shingles. Never fails.
-pub fn analyze<'a>(raw: &'a [u8], envelope: &Envelope, limits: &Limits) -> Analysis<'a> {
-    let message = message::parse(raw, limits);
+/// Parses prepared input (`message::prepare`), extracts its entities and computes its shingles.
+/// Never fails.
+pub fn analyze<'p>(input: &'p Prepared<'_>, envelope: &Envelope, limits: &Limits) -> Analysis<'p> {
+    let message = message::parse(input, limits);
     let entities = entities::extract(&message, envelope);
     let shingles = shingle::compute(&message, &entities, envelope);
     let mut anomalies = message.anomalies.clone();

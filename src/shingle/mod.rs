@@ -291,7 +291,7 @@ pub fn of_value(kind: Kind, value: &str) -> Vec<u64> {
 mod tests {
     use super::*;
     use crate::entities::extract;
-    use crate::message::{parse, Limits};
+    use crate::message::{parse, prepare, Limits};
 
     /// The hash must never change: stored statistics and outside tools depend on it.
     #[test]
@@ -323,7 +323,8 @@ mod tests {
                    Message-ID: <x@mid.example.com>\n\
                    Received: from h (h [192.0.2.77]) by us\n\n\
                    Visit http://Shop.Example.co.uk/deal?id=1 now\n";
-        let m = parse(raw.as_bytes(), &Limits::default());
+        let input = prepare(raw.as_bytes(), &Limits::default());
+        let m = parse(&input, &Limits::default());
         let env = Envelope {
             helo: Some("Mail.Example.com".into()),
             ..Envelope::default()
