@@ -342,7 +342,23 @@ impl Walker<'_> {
                 }
             }
             PartType::Text(text) => {
-                if message.text_body.contains(&id) {
+                // mail-parser hands back undecoded text when a part is cut off (no closing
+                // boundary): decode it here so a truncated spam still shows its words and links.
+                let recovered = if part.is_encoding_problem {
+                    recover_text(part, text)
+                } else {
+                    None
+                };
+                let text = recovered.as_deref().unwrap_or(text);
+                let declared_text = part
+                    .content_type()
+                    .is_none_or(|ct| ct.c_type.eq_ignore_ascii_case("text"));
+                let is_attachment = part
+                    .content_disposition()
+                    .is_some_and(|cd| cd.is_attachment());
+                if message.text_body.contains(&id)
+                    || (recovered.is_some() && declared_text && !is_attachment)
+                {
                     self.push_text(text, true);
                 } else if message.attachments.contains(&id) {
                     self.push_attachment(part, text.as_bytes(), true, depth);
@@ -413,10 +429,7 @@ impl Walker<'_> {
         let declared = part.content_transfer_encoding().unwrap_or_default();
         if declared.eq_ignore_ascii_case("base64") {
             let end = (part.offset_end as usize).clamp(body_start, raw.len());
-            if part.is_encoding_problem
-                || part.encoding != Encoding::Base64
-                || !is_clean_base64(&raw[body_start..end])
-            {
+            if !is_clean_base64(&raw[body_start..end]) {
                 self.anomalies.add(Anomaly::BadBase64);
             }
         } else if part.is_encoding_problem
@@ -499,6 +512,34 @@ impl Walker<'_> {
     }
 }
 
+/// Decodes the transfer encoding and charset of a part mail-parser returned undecoded.
+fn recover_text(part: &MessagePart<'_>, text: &str) -> Option<String> {
+    use mail_parser::decoders::{base64::base64_decode, quoted_printable::quoted_printable_decode};
+    let cte = part.content_transfer_encoding()?;
+    let bytes = if cte.eq_ignore_ascii_case("base64") {
+        // Decode the clean lines; stop at a boundary-like line.
+        let data: Vec<u8> = text
+            .lines()
+            .take_while(|l| !l.starts_with("--"))
+            .flat_map(|l| l.trim().bytes())
+            .filter(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+            .collect();
+        base64_decode(&data)?
+    } else if cte.eq_ignore_ascii_case("quoted-printable") {
+        quoted_printable_decode(text.as_bytes())?
+    } else {
+        return None;
+    };
+    let decoder = part
+        .content_type()
+        .and_then(|ct| ct.attribute("charset"))
+        .and_then(|c| mail_parser::decoders::charsets::map::charset_decoder(c.as_bytes()));
+    Some(match decoder {
+        Some(decode) => decode(&bytes),
+        None => String::from_utf8_lossy(&bytes).into_owned(),
+    })
+}
+
 fn without_cr_before_lf(content: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(content.len());
     for (i, &b) in content.iter().enumerate() {
@@ -527,11 +568,11 @@ fn hex_digest(content: &[u8]) -> String {
     out
 }
 
-/// True when a base64 body holds only the alphabet, padding at the end of the data and
-/// whitespace, and its data length is a possible one.
+/// True when a base64 body holds only the alphabet, padding after the data and whitespace,
+/// and its data length is a possible one.
 fn is_clean_base64(body: &[u8]) -> bool {
     let mut data = 0usize;
-    let mut padding = 0usize;
+    let mut padded = false;
     for line in body.split(|&b| b == b'\n') {
         if line.starts_with(b"--") {
             break; // a boundary line ends the part
@@ -539,18 +580,19 @@ fn is_clean_base64(body: &[u8]) -> bool {
         for &b in line {
             match b {
                 b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' => {
-                    if padding > 0 {
+                    if padded {
                         return false;
                     }
                     data += 1;
                 }
-                b'=' => padding += 1,
+                b'=' => padded = true,
                 b' ' | b'\t' | b'\r' => {}
                 _ => return false,
             }
         }
     }
-    (data + padding) % 4 == 0 || (padding == 0 && data % 4 != 1)
+    // Only a data length of 4n+1 cannot be decoded; stray extra padding is common and harmless.
+    data % 4 != 1
 }
 
 #[cfg(test)]
@@ -659,6 +701,18 @@ mod tests {
     }
 
     #[test]
+    fn cut_off_base64_part_is_still_decoded() {
+        let m = parse_str(
+            "Subject: x\nContent-Type: multipart/mixed; boundary=b\n\n--b\n\
+             Content-Type: text/plain\nContent-Transfer-Encoding: base64\n\n\
+             VmlzaXQgaHR0cDovL3NwYW0uZXhhbXBsZS8gbm93\n",
+        );
+        assert!(m.anomalies.contains(Anomaly::UnterminatedMultipart));
+        assert!(!m.anomalies.contains(Anomaly::BadBase64));
+        assert_eq!(m.body.display.trim(), "Visit http://spam.example/ now");
+    }
+
+    #[test]
     fn mbox_separator_is_not_a_header() {
         let m = parse_str("From bob@example.com Mon Aug 26 15:32:28 2002\nFrom: bob@example.com\nSubject: s\n\nbody\n");
         assert_eq!(m.subject.display, "s");
@@ -673,5 +727,6 @@ mod tests {
         assert!(!is_clean_base64(b"SGVs*bG8=\n"));
         assert!(!is_clean_base64(b"SGVsbG8=QQ==\n"));
         assert!(!is_clean_base64(b"SGVsb\n"));
+        assert!(is_clean_base64(b"SGVsbG8gd29ybGQ==\n")); // stray padding, as Outlook writes it
     }
 }
