@@ -3,7 +3,7 @@
 //! `normalize` turns display text into a form in which look-alike spellings compare equal:
 //!
 //! 1. invisible characters are dropped: zero-width spaces and joiners, bidi controls, the soft
-//!    hyphen, the BOM and every other default-ignorable code point;
+//!    hyphen, the BOM and other invisible format characters;
 //! 2. Unicode NFKC (fullwidth "ＦＲＥＥ" becomes "FREE", ligatures split);
 //! 3. full case folding (`caseless`);
 //! 4. look-alike folding (UTS #39 confusables) inside words that are written in more than one
@@ -11,14 +11,13 @@
 //!    the Latin letters, so the word normalizes exactly like the Latin spelling. Words wholly in
 //!    one non-Latin script (ordinary Russian or Greek text) are left alone, so rule authors can
 //!    still match them as written. Mixed-script words are reported so rules can score them;
-//! 5. runs of whitespace collapse to one space; leading and trailing whitespace is trimmed.
+//! 5. runs of whitespace and control characters collapse to one space; ends are trimmed.
 //!
-//! ASCII input takes a fast path (lower-case and collapse only): it is most mail.
-
-use std::borrow::Cow;
+//! The work goes token by token (split at ASCII whitespace): ASCII tokens, most of any mail, are
+//! only lower-cased; the Unicode steps are paid for only by the tokens that need them.
 
 use caseless::Caseless;
-use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::{is_nfkc_quick, IsNormalized, UnicodeNormalization};
 use unicode_security::mixed_script::AugmentedScriptSet;
 
 /// Display text and its normalized matching form.
@@ -47,101 +46,121 @@ pub fn normalize(input: &str) -> String {
     normalize_into(input, &mut ignored)
 }
 
-/// Normalizes `input`, appending each distinct mixed-script word (as displayed) to `mixed`.
+/// Normalizes `input`, appending each distinct mixed-script word (case-folded) to `mixed`.
 pub fn normalize_into(input: &str, mixed: &mut Vec<String>) -> String {
-    if input.is_ascii() {
-        return normalize_ascii(input);
-    }
-    let folded: String = input
-        .chars()
-        .filter(|&c| !is_invisible(c))
-        .nfkc()
-        .default_case_fold()
-        .collect();
-    let mut out = String::with_capacity(folded.len());
-    let mut pending_space = false;
-    let mut word_start = None;
-    for (i, c) in folded.char_indices() {
-        if c.is_alphanumeric() || is_combining(c) {
-            if word_start.is_none() {
-                if pending_space && !out.is_empty() {
-                    out.push(' ');
-                }
-                pending_space = false;
-                word_start = Some(i);
-            }
+    let mut n = Normalizer {
+        out: String::with_capacity(input.len()),
+        pending_space: false,
+        scratch: String::new(),
+    };
+    for token in input.split(|c: char| c.is_ascii_whitespace()) {
+        if token.is_empty() {
             continue;
         }
-        if let Some(start) = word_start.take() {
-            push_word(&folded[start..i], &mut out, mixed);
-        }
-        if c.is_whitespace() || c.is_control() {
-            pending_space = true;
+        n.pending_space = true;
+        if token.is_ascii() {
+            n.push_ascii(token);
         } else {
-            if pending_space && !out.is_empty() {
-                out.push(' ');
-            }
-            pending_space = false;
-            out.push(c);
+            n.push_unicode(token, mixed);
         }
     }
-    if let Some(start) = word_start {
-        push_word(&folded[start..], &mut out, mixed);
-    }
-    out
+    n.out
 }
 
-/// The ASCII fast path: lower-case, control characters as spaces, whitespace collapsed.
-fn normalize_ascii(input: &str) -> String {
-    let mut out = String::with_capacity(input.len());
-    let mut pending_space = false;
-    for b in input.bytes() {
-        if b.is_ascii_whitespace() || b.is_ascii_control() {
-            pending_space = true;
+struct Normalizer {
+    out: String,
+    /// A separator was seen: one space goes before the next visible character.
+    pending_space: bool,
+    /// Reused buffer for the folded form of a Unicode token.
+    scratch: String,
+}
+
+impl Normalizer {
+    fn separate(&mut self) {
+        if self.pending_space && !self.out.is_empty() {
+            self.out.push(' ');
+        }
+        self.pending_space = false;
+    }
+
+    fn push_ascii(&mut self, token: &str) {
+        for b in token.bytes() {
+            if b.is_ascii_control() {
+                self.pending_space = true;
+            } else {
+                self.separate();
+                self.out.push(b.to_ascii_lowercase() as char);
+            }
+        }
+    }
+
+    fn push_unicode(&mut self, token: &str, mixed: &mut Vec<String>) {
+        let mut folded = std::mem::take(&mut self.scratch);
+        folded.clear();
+        let visible = token.chars().filter(|&c| !is_invisible(c));
+        if is_nfkc_quick(visible.clone()) == IsNormalized::Yes {
+            folded.extend(visible.default_case_fold());
         } else {
-            if pending_space && !out.is_empty() {
-                out.push(' ');
+            folded.extend(visible.nfkc().default_case_fold());
+        }
+        let mut word_start = None;
+        for (i, c) in folded.char_indices() {
+            if c.is_alphanumeric() || is_combining(c) {
+                word_start.get_or_insert(i);
+                continue;
             }
-            pending_space = false;
-            out.push(b.to_ascii_lowercase() as char);
+            if let Some(start) = word_start.take() {
+                self.push_word(&folded[start..i], mixed);
+            }
+            if c.is_whitespace() || c.is_control() {
+                self.pending_space = true;
+            } else {
+                self.separate();
+                self.out.push(c);
+            }
+        }
+        if let Some(start) = word_start {
+            self.push_word(&folded[start..], mixed);
+        }
+        self.scratch = folded;
+    }
+
+    /// Appends one word, folding look-alikes when the word mixes scripts or hides non-ASCII
+    /// look-alikes in Latin.
+    fn push_word(&mut self, word: &str, mixed: &mut Vec<String>) {
+        self.separate();
+        if word.is_ascii() {
+            self.out.push_str(word);
+            return;
+        }
+        let scripts = AugmentedScriptSet::for_str(word);
+        let single_script = !scripts.is_empty();
+        if single_script && !scripts.base.contains_script(unicode_script::Script::Latin) {
+            // Wholly one non-Latin script (or only common characters): ordinary foreign text.
+            self.out.push_str(word);
+            return;
+        }
+        if !single_script && !mixed.iter().any(|w| w == word) {
+            mixed.push(word.to_string());
+        }
+        for c in word.chars() {
+            push_folded(c, &mut self.out);
         }
     }
-    out
 }
 
-/// Appends one word, folding look-alikes when the word mixes scripts or hides non-ASCII
-/// look-alikes in Latin.
-fn push_word(word: &str, out: &mut String, mixed: &mut Vec<String>) {
-    if word.is_ascii() {
-        out.push_str(word);
-        return;
-    }
-    let scripts = AugmentedScriptSet::for_str(word);
-    let single_script = !scripts.is_empty();
-    if single_script && !scripts.base.contains_script(unicode_script::Script::Latin) {
-        // Wholly one non-Latin script (or only common characters): ordinary foreign text.
-        out.push_str(word);
-        return;
-    }
-    if !single_script && !mixed.iter().any(|w| w == word) {
-        mixed.push(word.to_string());
-    }
-    for c in word.chars() {
-        out.push_str(&fold_confusable(c));
-    }
-}
-
-/// The ASCII prototype of a look-alike character, or the character itself.
-fn fold_confusable(c: char) -> Cow<'static, str> {
+/// Appends the ASCII prototype of a look-alike character, or the character itself.
+fn push_folded(c: char, out: &mut String) {
     if c.is_ascii() {
-        return Cow::Owned(c.to_string());
+        out.push(c);
+        return;
     }
     let mut buf = [0u8; 4];
     let skeleton: String = unicode_security::skeleton(c.encode_utf8(&mut buf)).collect();
     if !skeleton.is_empty() && skeleton.chars().all(|p| p.is_ascii_alphanumeric()) {
-        Cow::Owned(skeleton.to_ascii_lowercase())
+        out.extend(skeleton.chars().map(|p| p.to_ascii_lowercase()));
     } else {
-        Cow::Owned(c.to_string())
+        out.push(c);
     }
 }
 
@@ -200,6 +219,13 @@ mod tests {
     #[test]
     fn case_folding_is_full() {
         assert_eq!(normalize("STRASSE Straße"), "strasse strasse");
+    }
+
+    #[test]
+    fn separators_collapse_across_token_kinds() {
+        assert_eq!(normalize("a\u{a0}\u{a0}b  \u{3000} c\x00d"), "a b c d");
+        assert_eq!(normalize("\u{200B}  x"), "x");
+        assert_eq!(normalize("¡Hola!"), "¡hola!");
     }
 
     #[test]
