@@ -4,12 +4,13 @@
 //! Owns: extraction and canonical forms of entities. Never touches: the network (no DNS, no
 //! lookups), the store, Lua.
 
+pub mod received;
 pub mod url;
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 
-use mail_parser::{Address, HeaderName, HeaderValue, Host};
+use mail_parser::{Address, HeaderName, HeaderValue};
+use rustc_hash::FxHashSet;
 use serde::Serialize;
 
 use crate::message::{normalize, Anomaly, Envelope, LinkAttr, ParsedMessage};
@@ -214,7 +215,10 @@ pub fn extract(message: &ParsedMessage<'_>, envelope: &Envelope) -> Entities {
     for link in &message.html_links {
         x.html_link(&link.target, link.attr, link.text.as_deref());
     }
-    x.text(&message.html.display, UrlSource::HtmlText);
+    // An HTML-only message's body is its HTML text: read it once.
+    if message.html_text != message.body.display {
+        x.text(&message.html_text, UrlSource::HtmlText);
+    }
     for part in &message.attachments {
         x.attachment(part);
     }
@@ -224,10 +228,11 @@ pub fn extract(message: &ParsedMessage<'_>, envelope: &Envelope) -> Entities {
 #[derive(Default)]
 struct Extractor {
     out: Entities,
-    seen_urls: HashSet<(String, UrlSource)>,
-    seen_hosts: HashSet<String>,
-    seen_domains: HashSet<String>,
-    seen_emails: HashSet<(String, EmailRole)>,
+    // Fast non-cryptographic hashing is fine: these sets only deduplicate one message's items.
+    seen_urls: FxHashSet<(String, UrlSource)>,
+    seen_hosts: FxHashSet<String>,
+    seen_domains: FxHashSet<String>,
+    seen_emails: FxHashSet<(String, EmailRole)>,
 }
 
 impl Extractor {
@@ -245,8 +250,14 @@ impl Extractor {
                 }
             }
         }
-        if let Some(path) = mime.return_address() {
-            self.email(path, None, EmailRole::ReturnPath);
+        match mime.header(HeaderName::ReturnPath) {
+            Some(HeaderValue::Text(path)) => self.email(path, None, EmailRole::ReturnPath),
+            Some(HeaderValue::TextList(paths)) => {
+                for path in paths {
+                    self.email(path, None, EmailRole::ReturnPath);
+                }
+            }
+            _ => {}
         }
         let mut hop = 0;
         for header in mime.headers() {
@@ -255,10 +266,11 @@ impl Extractor {
             }
             let raw = mime
                 .raw_message
-                .get(header.offset_start as usize..header.offset_end as usize)
+                .get(header.offset_field as usize..header.offset_end as usize)
                 .map(String::from_utf8_lossy)
                 .unwrap_or_default();
-            if let Some((ip, host)) = received_ip(header.value.as_received(), &raw) {
+            let text = raw.splitn(2, ':').nth(1).unwrap_or(&raw);
+            if let Some((ip, host)) = received::sender(text) {
                 self.out.ips.push(IpEntity {
                     ip,
                     source: IpSource::Received,
@@ -279,9 +291,12 @@ impl Extractor {
             .into_iter()
             .find_map(|h| mime.header(h).and_then(|v| v.as_text()).map(|t| t.trim().to_string()))
             .filter(|m| !m.is_empty());
-        if let Some(HeaderValue::TextList(urls)) = mime.header(HeaderName::ListUnsubscribe) {
-            for u in urls {
-                self.url(u, UrlSource::Header, None);
+        if let Some(list) = mime.header_raw(HeaderName::ListUnsubscribe) {
+            for found in url::find_in_text(list) {
+                match found {
+                    url::Found::Url(u) => self.url(u, UrlSource::Header, None),
+                    url::Found::Email(_) => {} // mailto: unsubscribe addresses are not senders
+                }
             }
         }
     }
@@ -435,48 +450,6 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The sending IP of one Received header: mail-parser's reading first, then any IP literal in
-/// brackets or parentheses of the `from` clause.
-fn received_ip(
-    parsed: Option<&mail_parser::Received<'_>>,
-    raw: &str,
-) -> Option<(IpAddr, Option<String>)> {
-    let host_name = parsed.and_then(|r| match (r.helo(), r.from()) {
-        (Some(Host::Name(n)), _) | (None, Some(Host::Name(n))) => Some(n.to_lowercase()),
-        _ => None,
-    });
-    let parsed_ip = parsed.and_then(|r| {
-        r.from_ip().or(match r.from() {
-            Some(Host::IpAddr(ip)) => Some(*ip),
-            _ => None,
-        })
-    });
-    if let Some(ip) = parsed_ip {
-        return Some((canonical_ip(ip), host_name));
-    }
-    // Only the part before " by " describes the sender.
-    let lower = raw.to_ascii_lowercase();
-    let from_clause = lower.find(" by ").map_or(raw, |i| &raw[..i]);
-    for (open, close) in [('[', ']'), ('(', ')')] {
-        let mut rest = from_clause;
-        while let Some(start) = rest.find(open) {
-            let after = &rest[start + 1..];
-            let Some(end) = after.find(close) else { break };
-            let inner = after[..end].trim();
-            let inner = inner.rsplit(['[', ' ']).next().unwrap_or(inner);
-            let inner = inner
-                .strip_prefix("IPv6:")
-                .or_else(|| inner.strip_prefix("ipv6:"))
-                .unwrap_or(inner);
-            if let Ok(ip) = inner.trim_end_matches(']').parse::<IpAddr>() {
-                return Some((canonical_ip(ip), host_name));
-            }
-            rest = &after[end + 1..];
-        }
-    }
-    None
-}
-
 const EXECUTABLE: &[&str] = &[
     "exe", "scr", "com", "pif", "bat", "cmd", "vbs", "vbe", "js", "jse", "wsf", "wsh", "msi",
     "msp", "jar", "ps1", "hta", "cpl", "lnk", "dll", "reg", "scf", "inf", "apk", "app", "gadget",
@@ -511,21 +484,6 @@ fn attachment_flags(name: &str) -> (Option<String>, AttachmentFlags) {
 mod tests {
     use super::*;
     use crate::message::{parse, prepare, Limits};
-
-    #[test]
-    fn received_literals_in_many_styles() {
-        let cases = [
-            ("from mx.example.com (mx.example.com [192.0.2.10]) by a.example", "192.0.2.10"),
-            ("from unknown (HELO x) (198.51.100.7) by b.example", "198.51.100.7"),
-            ("from h ([IPv6:2001:DB8:0:0:0:0:0:2]) by c.example", "2001:db8::2"),
-            ("from h (h [2001:db8::1]) by d.example", "2001:db8::1"),
-        ];
-        for (raw, want) in cases {
-            let (ip, _) = received_ip(None, raw).unwrap_or_else(|| panic!("{raw}"));
-            assert_eq!(ip.to_string(), want);
-        }
-        assert!(received_ip(None, "from h by e.example ([192.0.2.1])").is_none());
-    }
 
     #[test]
     fn attachment_flags_catch_double_extensions() {

@@ -87,8 +87,8 @@ pub struct ParsedMessage<'a> {
     /// The body as a reader sees it: text/plain parts, or the visible text of HTML parts where a
     /// message has no plain alternative; attached messages' bodies included.
     pub body: Text,
-    /// Visible text of the HTML parts.
-    pub html: Text,
+    /// Visible text of the HTML parts (display form; `normalize` it where needed).
+    pub html_text: String,
     /// Link targets from the HTML parts, with anchor text.
     pub html_links: Vec<HtmlLink>,
     /// Non-body parts.
@@ -100,7 +100,21 @@ pub struct ParsedMessage<'a> {
     pub anomalies: Anomalies,
 }
 
-static PARSER: LazyLock<MessageParser> = LazyLock::new(MessageParser::new);
+/// mail-parser, told to parse what the pipeline reads and keep the rest raw. Received headers
+/// stay raw: its Received parser costs more than all other MIME parsing together, and
+/// `entities::received` takes what we need from them.
+static PARSER: LazyLock<MessageParser> = LazyLock::new(|| {
+    MessageParser::new()
+        .with_mime_headers()
+        .with_date_headers()
+        .with_address_headers()
+        .with_message_ids()
+        .header_text(HeaderName::Subject)
+        .header_text(HeaderName::Comments)
+        .header_id(HeaderName::ReturnPath)
+        .header_raw(HeaderName::Received)
+        .default_header_raw()
+});
 
 /// Raw input made ready for parsing: cut at `max_message_bytes`, without an mbox separator
 /// line, and with CRLF line ends. mail-parser is at home in the SMTP wire form; with bare LF its
@@ -212,7 +226,6 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
     let mut mixed = Vec::new();
     let subject = Text::new(subject, &mut mixed);
     let body = Text::new(walker.body, &mut mixed);
-    let html = Text::new(walker.html, &mut mixed);
     let mut anomalies = walker.anomalies;
     if !mixed.is_empty() {
         anomalies.add(Anomaly::MixedScript);
@@ -222,7 +235,7 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
         mime,
         subject,
         body,
-        html,
+        html_text: walker.html,
         html_links: walker.html_links,
         attachments: walker.attachments,
         mixed_script_words: mixed,

@@ -30,13 +30,10 @@ const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 /// The fuzzy sketch of a normalized text: `FUZZY_HASHES` values, or none for short texts.
 pub fn sketch(normalized: &str) -> Vec<u64> {
     let mut words = Vec::new();
-    for word in normalized
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(FUZZY_MAX_WORDS)
-    {
+    for_each_word(normalized, |word| {
         words.push(hash_bytes(word.as_bytes()));
-    }
+        words.len() < FUZZY_MAX_WORDS
+    });
     if words.len() < FUZZY_MIN_WORDS {
         return Vec::new();
     }
@@ -62,6 +59,34 @@ pub fn sketch(normalized: &str) -> Vec<u64> {
                 .map_or(0, |(d, v)| fmix64(v ^ (d as u64).wrapping_mul(GOLDEN) ^ ((i as u64) << 56)))
         })
         .collect()
+}
+
+/// Calls `f` with each maximal run of alphanumeric characters until it returns false. ASCII is
+/// split byte-wise; other characters by their Unicode class.
+fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
+    let bytes = text.as_bytes();
+    let mut start = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let (is_word, width) = if b < 0x80 {
+            (b.is_ascii_alphanumeric(), 1)
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            (c.is_alphanumeric(), c.len_utf8())
+        };
+        if is_word {
+            start.get_or_insert(i);
+        } else if let Some(s) = start.take() {
+            if !f(&text[s..i]) {
+                return;
+            }
+        }
+        i += width;
+    }
+    if let Some(s) = start {
+        f(&text[s..]);
+    }
 }
 
 /// The fraction of equal values of two sketches (an estimate of Jaccard similarity).
@@ -114,6 +139,16 @@ mod tests {
             let sim = similarity(&sa, &sb);
             assert!(sim <= 0.1, "seed {seed}: similarity {sim}");
         }
+    }
+
+    #[test]
+    fn words_split_on_non_alphanumerics() {
+        let mut words = Vec::new();
+        for_each_word("héllo, wörld—ok 42x", |w| {
+            words.push(w.to_string());
+            true
+        });
+        assert_eq!(words, ["héllo", "wörld", "ok", "42x"]);
     }
 
     #[test]

@@ -18,9 +18,9 @@
 pub mod fuzzy;
 pub mod kind;
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 
+use rustc_hash::FxHashSet;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -113,7 +113,7 @@ pub fn ip_network(ip: IpAddr) -> String {
 #[derive(Default)]
 struct Collector {
     out: Vec<Shingle>,
-    seen: HashSet<(Kind, u64)>,
+    seen: FxHashSet<(Kind, u64)>,
     per_kind: Vec<(Kind, usize)>,
 }
 
