@@ -53,17 +53,20 @@ pub fn normalize_into(input: &str, mixed: &mut Vec<String>) -> String {
         pending_space: false,
         scratch: String::new(),
     };
-    for token in input.split(|c: char| c.is_ascii_whitespace()) {
-        if token.is_empty() {
-            continue;
-        }
+    for token in input.split_ascii_whitespace() {
         n.pending_space = true;
-        if token.is_ascii() {
+        if token.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            // Printable ASCII: copied as is, lower-cased in one pass at the end.
+            n.separate();
+            n.out.push_str(token);
+        } else if token.is_ascii() {
             n.push_ascii(token);
         } else {
             n.push_unicode(token, mixed);
         }
     }
+    // Unicode tokens are already case-folded, so this touches only the copied ASCII.
+    n.out.make_ascii_lowercase();
     n.out
 }
 
@@ -83,13 +86,14 @@ impl Normalizer {
         self.pending_space = false;
     }
 
+    /// ASCII with control characters, which separate like whitespace.
     fn push_ascii(&mut self, token: &str) {
         for b in token.bytes() {
             if b.is_ascii_control() {
                 self.pending_space = true;
             } else {
                 self.separate();
-                self.out.push(b.to_ascii_lowercase() as char);
+                self.out.push(b as char);
             }
         }
     }
