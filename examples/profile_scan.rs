@@ -8,7 +8,10 @@ use std::time::Instant;
 use shrike::message::{prepare, Envelope, Limits};
 
 fn main() {
-    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3);
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(3);
     let corpus = common::load_corpus();
     let limits = Limits::default();
     let env = Envelope::default();
@@ -21,5 +24,8 @@ fn main() {
         }
     }
     let msgs = (rounds * corpus.len()) as f64;
-    println!("{msgs} messages: {:.0}/s ({n} shingles)", msgs / start.elapsed().as_secs_f64());
+    println!(
+        "{msgs} messages: {:.0}/s ({n} shingles)",
+        msgs / start.elapsed().as_secs_f64()
+    );
 }

@@ -58,7 +58,9 @@ impl Config {
             ("limits.max_text_bytes", l.max_text_bytes),
         ] {
             if value == 0 {
-                return Err(ConfigError::Invalid(format!("{name} must be greater than 0")));
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be greater than 0"
+                )));
             }
         }
         Ok(())

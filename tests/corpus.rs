@@ -11,7 +11,11 @@ use shrike::scan::analyze;
 #[test]
 fn corpus_scans_without_panic_and_looks_sane() {
     let corpus = common::load_corpus();
-    assert!(corpus.len() >= 3_000, "corpus has {} messages", corpus.len());
+    assert!(
+        corpus.len() >= 3_000,
+        "corpus has {} messages",
+        corpus.len()
+    );
     let limits = Limits::default();
     let mut total: BTreeMap<&str, usize> = BTreeMap::new();
     let mut with_from: BTreeMap<&str, usize> = BTreeMap::new();
@@ -33,7 +37,10 @@ fn corpus_scans_without_panic_and_looks_sane() {
         if !a.message.subject.display.is_empty() {
             with_subject += 1;
         }
-        if a.shingles.iter().any(|s| s.kind == shrike::shingle::Kind::BodyFuzzy) {
+        if a.shingles
+            .iter()
+            .any(|s| s.kind == shrike::shingle::Kind::BodyFuzzy)
+        {
             with_fuzzy += 1;
         }
         for an in a.anomalies.iter() {
@@ -55,10 +62,22 @@ fn corpus_scans_without_panic_and_looks_sane() {
     eprintln!("anomalies {anomalies:?}");
     let n = corpus.len();
     let from: usize = with_from.values().sum();
-    assert!(from * 100 >= n * 98, "only {from} of {n} messages yield a From address");
+    assert!(
+        from * 100 >= n * 98,
+        "only {from} of {n} messages yield a From address"
+    );
     let spam = total["spam"];
     let spam_urls = with_urls.get("spam").copied().unwrap_or(0);
-    assert!(spam_urls * 100 >= spam * 80, "only {spam_urls} of {spam} spam yield URLs");
-    assert!(with_subject * 100 >= n * 95, "only {with_subject} of {n} have a subject");
-    assert!(with_fuzzy * 100 >= n * 80, "only {with_fuzzy} of {n} have fuzzy shingles");
+    assert!(
+        spam_urls * 100 >= spam * 80,
+        "only {spam_urls} of {spam} spam yield URLs"
+    );
+    assert!(
+        with_subject * 100 >= n * 95,
+        "only {with_subject} of {n} have a subject"
+    );
+    assert!(
+        with_fuzzy * 100 >= n * 80,
+        "only {with_fuzzy} of {n} have fuzzy shingles"
+    );
 }

@@ -31,7 +31,11 @@ fn fixtures() -> Vec<PathBuf> {
 fn golden_reports_match_with_lf_and_crlf() {
     let bless = std::env::var_os("SHRIKE_BLESS").is_some();
     let files = fixtures();
-    assert!(files.len() >= 15, "expected the fixture set, found {}", files.len());
+    assert!(
+        files.len() >= 15,
+        "expected the fixture set, found {}",
+        files.len()
+    );
     let mut failures = Vec::new();
     for eml in &files {
         let name = eml.file_name().unwrap().to_string_lossy().into_owned();
@@ -64,7 +68,9 @@ fn golden_reports_match_with_lf_and_crlf() {
 
 /// Reads one golden report (after the test above has checked it matches the scanner).
 fn golden(name: &str) -> serde_json::Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
     let raw = std::fs::read(path).expect("fixture");
     report_json(name, &raw)
 }
@@ -93,7 +99,10 @@ fn encoded_word_subjects_decode() {
         golden("cp1251_subject.eml")["subject"],
         "Акция: бесплатная доставка до пятницы"
     );
-    assert_eq!(golden("shiftjis_iso2022.eml")["subject"], "【重要】お得なキャンペーンのお知らせ");
+    assert_eq!(
+        golden("shiftjis_iso2022.eml")["subject"],
+        "【重要】お得なキャンペーンのお知らせ"
+    );
 }
 
 #[test]
@@ -118,7 +127,10 @@ fn homoglyph_subject_normalizes_like_latin() {
 #[test]
 fn malformed_fixtures_carry_their_anomalies() {
     let cases = [
-        ("broken_mime.eml", &["unterminated_multipart", "bad_base64"][..]),
+        (
+            "broken_mime.eml",
+            &["unterminated_multipart", "bad_base64"][..],
+        ),
         (
             "missing_headers.eml",
             &["missing_date", "missing_from", "missing_message_id"][..],
@@ -153,7 +165,13 @@ fn urls_hosts_and_domains_are_canonical() {
         assert!(hosts.contains(&h.to_string()), "{h} not in {hosts:?}");
     }
     // The Unicode and the punycode spelling are one host, listed once.
-    assert_eq!(hosts.iter().filter(|h| h.starts_with("xn--e1afmkfd")).count(), 1);
+    assert_eq!(
+        hosts
+            .iter()
+            .filter(|h| h.starts_with("xn--e1afmkfd"))
+            .count(),
+        1
+    );
     let domains = strings(&r["entities"]["domains"]);
     assert!(domains.contains(&"example.co.uk".to_string()));
     assert!(domains.contains(&"example.com.au".to_string()));
@@ -164,9 +182,9 @@ fn urls_hosts_and_domains_are_canonical() {
 fn html_text_and_links() {
     let r = golden("html_only.eml");
     let anchors = r["entities"]["anchors"].as_array().unwrap();
-    assert!(anchors
-        .iter()
-        .any(|a| a["text_domain"] == "paypal.com" && a["target_domain"] == "bit.ly" && a["mismatch"] == true));
+    assert!(anchors.iter().any(|a| a["text_domain"] == "paypal.com"
+        && a["target_domain"] == "bit.ly"
+        && a["mismatch"] == true));
     let links = r["entities"]["links"].as_array().unwrap();
     let sources: Vec<&str> = links.iter().filter_map(|l| l["source"].as_str()).collect();
     for s in ["html_href", "html_src", "html_action"] {
@@ -178,7 +196,11 @@ fn html_text_and_links() {
 fn attachments_have_names_hashes_and_flags() {
     let r = golden("nested_multipart.eml");
     let atts = r["entities"]["attachments"].as_array().unwrap();
-    let by_name = |n: &str| atts.iter().find(|a| a["name"] == n).unwrap_or_else(|| panic!("{n}"));
+    let by_name = |n: &str| {
+        atts.iter()
+            .find(|a| a["name"] == n)
+            .unwrap_or_else(|| panic!("{n}"))
+    };
     assert_eq!(by_name("invoice.pdf")["content_type"], "application/pdf");
     assert_eq!(by_name("invoice.pdf")["size"], 273);
     assert_eq!(by_name("photo.jpg.exe")["flags"]["double_extension"], true);

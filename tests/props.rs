@@ -40,7 +40,11 @@ fn mailish() -> impl Strategy<Value = Vec<u8>> {
         Just(b"<a href='http://0x7f.1/'>www.example.com</a><script>x</script>\n".to_vec()),
         Just(b"SGVsbG8gd29y=ZA==\n".to_vec()),
         Just(b"=E2=80=8B=\n".to_vec()),
-        Just("пример.испытание/путь www.example.co.uk bob@example.org\n".as_bytes().to_vec()),
+        Just(
+            "пример.испытание/путь www.example.co.uk bob@example.org\n"
+                .as_bytes()
+                .to_vec()
+        ),
         proptest::collection::vec(any::<u8>(), 0..40),
     ];
     proptest::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())

@@ -269,7 +269,7 @@ impl Extractor {
                 .get(header.offset_field as usize..header.offset_end as usize)
                 .map(String::from_utf8_lossy)
                 .unwrap_or_default();
-            let text = raw.splitn(2, ':').nth(1).unwrap_or(&raw);
+            let text = raw.split_once(':').map_or(raw.as_ref(), |(_, v)| v);
             if let Some((ip, host)) = received::sender(text) {
                 self.out.ips.push(IpEntity {
                     ip,
@@ -287,10 +287,17 @@ impl Extractor {
                 .and_then(|(_, d)| canonical_host(d.trim_end_matches('>')));
             self.out.message_id = Some(id);
         }
-        self.out.mailer = [HeaderName::Other("X-Mailer".into()), HeaderName::Other("User-Agent".into())]
-            .into_iter()
-            .find_map(|h| mime.header(h).and_then(|v| v.as_text()).map(|t| t.trim().to_string()))
-            .filter(|m| !m.is_empty());
+        self.out.mailer = [
+            HeaderName::Other("X-Mailer".into()),
+            HeaderName::Other("User-Agent".into()),
+        ]
+        .into_iter()
+        .find_map(|h| {
+            mime.header(h)
+                .and_then(|v| v.as_text())
+                .map(|t| t.trim().to_string())
+        })
+        .filter(|m| !m.is_empty());
         if let Some(list) = mime.header_raw(HeaderName::ListUnsubscribe) {
             for found in url::find_in_text(list) {
                 match found {
@@ -322,7 +329,10 @@ impl Extractor {
         self.out.emails.push(EmailEntity {
             address,
             domain,
-            name: name.map(str::trim).filter(|n| !n.is_empty()).map(str::to_string),
+            name: name
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
             role,
         });
     }
@@ -514,8 +524,17 @@ mod tests {
         assert_eq!(from.address, "bob@example.com");
         assert_eq!(from.name.as_deref(), Some("Bob"));
         assert_eq!(e.emails_with(EmailRole::ReplyTo).count(), 1);
-        assert_eq!(e.emails_with(EmailRole::Body).next().unwrap().address, "x@example.org");
-        assert_eq!(e.emails_with(EmailRole::EnvelopeRcpt).next().unwrap().address, "a@example.org");
+        assert_eq!(
+            e.emails_with(EmailRole::Body).next().unwrap().address,
+            "x@example.org"
+        );
+        assert_eq!(
+            e.emails_with(EmailRole::EnvelopeRcpt)
+                .next()
+                .unwrap()
+                .address,
+            "a@example.org"
+        );
         assert_eq!(e.ips[0].ip.to_string(), "192.0.2.1");
         assert_eq!(e.ips[0].source, IpSource::Client);
         assert_eq!(e.ips[1].ip.to_string(), "203.0.113.5");

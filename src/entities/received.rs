@@ -101,10 +101,22 @@ mod tests {
     #[test]
     fn styles_of_real_mtas() {
         let cases = [
-            ("from mx.example.com (mx.example.com [192.0.2.10])\r\n\tby a.example (Postfix)", "192.0.2.10"),
-            ("from unknown (HELO x) (198.51.100.7) by b.example", "198.51.100.7"),
-            ("from h ([IPv6:2001:DB8:0:0:0:0:0:2]) by c.example", "2001:db8::2"),
-            ("from h.example ([2001:db8::1] helo=h) by d.example with esmtp (Exim 4.96)", "2001:db8::1"),
+            (
+                "from mx.example.com (mx.example.com [192.0.2.10])\r\n\tby a.example (Postfix)",
+                "192.0.2.10",
+            ),
+            (
+                "from unknown (HELO x) (198.51.100.7) by b.example",
+                "198.51.100.7",
+            ),
+            (
+                "from h ([IPv6:2001:DB8:0:0:0:0:0:2]) by c.example",
+                "2001:db8::2",
+            ),
+            (
+                "from h.example ([2001:db8::1] helo=h) by d.example with esmtp (Exim 4.96)",
+                "2001:db8::1",
+            ),
             ("from [203.0.113.5] (helo=x) by e.example", "203.0.113.5"),
             ("from 203.0.113.6 by f.example", "203.0.113.6"),
             ("FROM host (host [192.0.2.3]) BY g.example", "192.0.2.3"),
@@ -130,6 +142,9 @@ mod tests {
     fn by_clause_and_other_headers_are_ignored() {
         assert_eq!(ip("from h by e.example ([192.0.2.1])"), None);
         assert_eq!(ip("by localhost with IMAP (fetchmail-5.9.0) for x@y"), None);
-        assert_eq!(ip("from phobos [127.0.0.1] by localhost"), Some("127.0.0.1".into()));
+        assert_eq!(
+            ip("from phobos [127.0.0.1] by localhost"),
+            Some("127.0.0.1".into())
+        );
     }
 }

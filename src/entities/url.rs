@@ -42,7 +42,10 @@ static FINDER: LazyLock<LinkFinder> = LazyLock::new(|| {
 /// linkify, skipping what the first pass already took.
 pub fn find_in_text(text: &str) -> Vec<Found<'_>> {
     let schemed = find_schemed(text);
-    let mut found: Vec<Found<'_>> = schemed.iter().map(|&(s, e)| Found::Url(&text[s..e])).collect();
+    let mut found: Vec<Found<'_>> = schemed
+        .iter()
+        .map(|&(s, e)| Found::Url(&text[s..e]))
+        .collect();
     for link in FINDER.links(text) {
         let overlaps = schemed
             .iter()
@@ -75,7 +78,8 @@ fn find_schemed(text: &str) -> Vec<(usize, usize)> {
             continue;
         }
         let rest = &text[sep + 3..];
-        let mut end = sep + 3
+        let mut end = sep
+            + 3
             + rest
                 .char_indices()
                 .find(|&(_, c)| ends_url(c))
@@ -110,7 +114,10 @@ fn unbalanced(s: &str, open: char, close: char) -> bool {
 fn ends_url(c: char) -> bool {
     c.is_whitespace()
         || c.is_control()
-        || matches!(c, '<' | '>' | '"' | '\'' | '`' | '{' | '}' | '|' | '\\' | '^')
+        || matches!(
+            c,
+            '<' | '>' | '"' | '\'' | '`' | '{' | '}' | '|' | '\\' | '^'
+        )
         || (!c.is_ascii() && !c.is_alphanumeric())
 }
 
@@ -232,7 +239,10 @@ mod tests {
         let b = canon("http://xn--e1afmkfd.xn--80akhbyknj4f/путь");
         assert_eq!(a.host, "xn--e1afmkfd.xn--80akhbyknj4f");
         assert_eq!(a, b);
-        assert_eq!(canon("http://BÜCHER.example/").host, "xn--bcher-kva.example");
+        assert_eq!(
+            canon("http://BÜCHER.example/").host,
+            "xn--bcher-kva.example"
+        );
     }
 
     #[test]
@@ -261,7 +271,10 @@ mod tests {
             canon("www.example.com/path").url,
             "http://www.example.com/path"
         );
-        assert_eq!(canon("example.net/offer").domain.as_deref(), Some("example.net"));
+        assert_eq!(
+            canon("example.net/offer").domain.as_deref(),
+            Some("example.net")
+        );
         assert!(canonicalize("file.txt").is_none());
         assert!(canonicalize("example.com:8080/x").is_some());
     }
@@ -292,10 +305,14 @@ mod tests {
         assert!(found.contains(&Found::Url("www.example.org/x")));
         assert!(found.contains(&Found::Email("bob@example.com")));
         assert!(found.contains(&Found::Url("http://a.example/")));
-        let found = find_in_text("(at http://%65xample.com/a_(b)) or HXXP://x.example/\u{3000}next");
+        let found =
+            find_in_text("(at http://%65xample.com/a_(b)) or HXXP://x.example/\u{3000}next");
         assert_eq!(
             found,
-            vec![Found::Url("http://%65xample.com/a_(b)"), Found::Url("HXXP://x.example/")]
+            vec![
+                Found::Url("http://%65xample.com/a_(b)"),
+                Found::Url("HXXP://x.example/")
+            ]
         );
     }
 }

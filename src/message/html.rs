@@ -91,13 +91,45 @@ struct Walker {
 /// Elements whose content is never shown: the tokenizer reads them as raw text up to their own
 /// end tag, so skipping them cannot hide the rest of a document.
 const SKIPPED: &[&[u8]] = &[
-    b"script", b"style", b"noscript", b"iframe", b"xmp", b"noembed", b"noframes", b"title",
+    b"script",
+    b"style",
+    b"noscript",
+    b"iframe",
+    b"xmp",
+    b"noembed",
+    b"noframes",
+    b"title",
 ];
 
 const BLOCK: &[&[u8]] = &[
-    b"br", b"p", b"div", b"tr", b"li", b"ul", b"ol", b"table", b"h1", b"h2", b"h3", b"h4", b"h5",
-    b"h6", b"blockquote", b"pre", b"hr", b"section", b"article", b"header", b"footer", b"center",
-    b"dd", b"dt", b"dl", b"form", b"tbody", b"thead",
+    b"br",
+    b"p",
+    b"div",
+    b"tr",
+    b"li",
+    b"ul",
+    b"ol",
+    b"table",
+    b"h1",
+    b"h2",
+    b"h3",
+    b"h4",
+    b"h5",
+    b"h6",
+    b"blockquote",
+    b"pre",
+    b"hr",
+    b"section",
+    b"article",
+    b"header",
+    b"footer",
+    b"center",
+    b"dd",
+    b"dt",
+    b"dl",
+    b"form",
+    b"tbody",
+    b"thead",
 ];
 
 impl Walker {

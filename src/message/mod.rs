@@ -180,7 +180,10 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
     let mime = match catch_unwind(AssertUnwindSafe(|| PARSER.parse(raw))) {
         Ok(mime) => mime,
         Err(_) => {
-            tracing::warn!(bytes = raw.len(), "mime parser panicked; message scanned as text");
+            tracing::warn!(
+                bytes = raw.len(),
+                "mime parser panicked; message scanned as text"
+            );
             anomalies.add(Anomaly::ParserPanic);
             None
         }
@@ -262,10 +265,11 @@ fn is_valid_header_name(name: &str) -> bool {
 }
 
 fn has_valid_header(message: &mail_parser::Message<'_>) -> bool {
-    message
-        .parts
-        .first()
-        .is_some_and(|root| root.headers.iter().any(|h| is_valid_header_name(h.name.as_str())))
+    message.parts.first().is_some_and(|root| {
+        root.headers
+            .iter()
+            .any(|h| is_valid_header_name(h.name.as_str()))
+    })
 }
 
 struct Walker<'l> {
@@ -291,7 +295,11 @@ impl Walker<'_> {
         }
         // Lines that are no header at all keep their text: it may be all a spammer wrote.
         if let Some(root) = message.parts.first() {
-            for h in root.headers.iter().filter(|h| !is_valid_header_name(h.name.as_str())) {
+            for h in root
+                .headers
+                .iter()
+                .filter(|h| !is_valid_header_name(h.name.as_str()))
+            {
                 self.anomalies.add(Anomaly::InvalidHeader);
                 let line = raw.get(h.offset_field as usize..h.offset_end as usize);
                 self.push_text(&String::from_utf8_lossy(line.unwrap_or_default()), true);
@@ -508,13 +516,12 @@ impl Walker<'_> {
             && !part
                 .content_transfer_encoding()
                 .is_some_and(|e| e.eq_ignore_ascii_case("binary"));
-        let canonical: Cow<'_, [u8]> = if (is_text || line_based)
-            && memchr::memchr(b'\r', content).is_some()
-        {
-            Cow::Owned(without_cr_before_lf(content))
-        } else {
-            Cow::Borrowed(content)
-        };
+        let canonical: Cow<'_, [u8]> =
+            if (is_text || line_based) && memchr::memchr(b'\r', content).is_some() {
+                Cow::Owned(without_cr_before_lf(content))
+            } else {
+                Cow::Borrowed(content)
+            };
         self.attachments.push(AttachmentPart {
             name: part.attachment_name().map(str::to_string),
             content_type,
@@ -566,9 +573,16 @@ fn without_cr_before_lf(content: &[u8]) -> Vec<u8> {
 /// UTF-8 and ASCII need no decoder, so mail-parser's decoder map does not list them.
 fn is_utf8_or_ascii(charset: &str) -> bool {
     let c = charset.trim().trim_matches('"');
-    ["utf-8", "utf8", "us-ascii", "ascii", "ansi_x3.4-1968", "iso646-us"]
-        .iter()
-        .any(|k| c.eq_ignore_ascii_case(k))
+    [
+        "utf-8",
+        "utf8",
+        "us-ascii",
+        "ascii",
+        "ansi_x3.4-1968",
+        "iso646-us",
+    ]
+    .iter()
+    .any(|k| c.eq_ignore_ascii_case(k))
 }
 
 fn hex_digest(content: &[u8]) -> String {
@@ -701,14 +715,19 @@ mod tests {
     #[test]
     fn short_obsolete_zone_does_not_eat_the_body() {
         // mail-parser with bare LF would read the first body lines as headers here.
-        let m = parse_str("Subject: x\nDate: Sun, 25 Aug 2002 16:50:54 UT\n\nfirst line\nsaid:\n> quoted\n");
+        let m = parse_str(
+            "Subject: x\nDate: Sun, 25 Aug 2002 16:50:54 UT\n\nfirst line\nsaid:\n> quoted\n",
+        );
         assert_eq!(m.body.normalized, "first line said: > quoted");
     }
 
     #[test]
     fn prepare_borrows_crlf_input() {
         let raw = b"Subject: x\r\n\r\nbody\r\n";
-        assert!(matches!(prepare(raw, &Limits::default()).bytes, Cow::Borrowed(_)));
+        assert!(matches!(
+            prepare(raw, &Limits::default()).bytes,
+            Cow::Borrowed(_)
+        ));
         let lf = prepare(b"Subject: x\n\nbody\n", &Limits::default());
         assert_eq!(lf.bytes(), b"Subject: x\r\n\r\nbody\r\n");
     }

@@ -212,7 +212,10 @@ mod tests {
 
     #[test]
     fn invisible_characters_are_removed() {
-        assert_eq!(normalize("fr\u{200B}ee of\u{00AD}fer \u{202E}now"), "free offer now");
+        assert_eq!(
+            normalize("fr\u{200B}ee of\u{00AD}fer \u{202E}now"),
+            "free offer now"
+        );
     }
 
     #[test]

@@ -40,7 +40,9 @@ pub fn sketch(normalized: &str) -> Vec<u64> {
     let mut mins = [u64::MAX; FUZZY_HASHES];
     for w in words.windows(FUZZY_WINDOW) {
         let h = fmix64(
-            w[0].wrapping_mul(GOLDEN) ^ w[1].rotate_left(21) ^ w[2].rotate_left(42).wrapping_add(GOLDEN),
+            w[0].wrapping_mul(GOLDEN)
+                ^ w[1].rotate_left(21)
+                ^ w[2].rotate_left(42).wrapping_add(GOLDEN),
         );
         let bin = (h >> (64 - BIN_BITS)) as usize;
         if h < mins[bin] {
@@ -56,7 +58,9 @@ pub fn sketch(normalized: &str) -> Vec<u64> {
             (1..FUZZY_HASHES)
                 .map(|d| (d, mins[(i + d) % FUZZY_HASHES]))
                 .find(|&(_, v)| v != u64::MAX)
-                .map_or(0, |(d, v)| fmix64(v ^ (d as u64).wrapping_mul(GOLDEN) ^ ((i as u64) << 56)))
+                .map_or(0, |(d, v)| {
+                    fmix64(v ^ (d as u64).wrapping_mul(GOLDEN) ^ ((i as u64) << 56))
+                })
         })
         .collect()
 }

@@ -84,9 +84,21 @@ pub fn subject_key(normalized_subject: &str) -> &str {
     let mut s = normalized_subject.trim();
     loop {
         let lower = s;
-        let stripped = ["re:", "fwd:", "fw:", "aw:", "wg:", "sv:", "vs:", "tr:", "rv:", "ответ:", "отв:"]
-            .iter()
-            .find_map(|p| lower.strip_prefix(p));
+        let stripped = [
+            "re:",
+            "fwd:",
+            "fw:",
+            "aw:",
+            "wg:",
+            "sv:",
+            "vs:",
+            "tr:",
+            "rv:",
+            "ответ:",
+            "отв:",
+        ]
+        .iter()
+        .find_map(|p| lower.strip_prefix(p));
         match stripped {
             Some(rest) => s = rest.trim_start(),
             None => return s,
@@ -141,7 +153,11 @@ impl Collector {
 }
 
 /// All shingles of one message.
-pub fn compute(message: &ParsedMessage<'_>, entities: &Entities, envelope: &Envelope) -> Vec<Shingle> {
+pub fn compute(
+    message: &ParsedMessage<'_>,
+    entities: &Entities,
+    envelope: &Envelope,
+) -> Vec<Shingle> {
     let mut c = Collector::default();
     c.push(Kind::Subject, subject_key(&message.subject.normalized));
     if let Some(from) = entities.from() {
@@ -168,7 +184,11 @@ pub fn compute(message: &ParsedMessage<'_>, entities: &Entities, envelope: &Enve
     if let Some(helo) = &envelope.helo {
         c.push(Kind::Helo, &helo_key(helo));
     }
-    for ip in entities.ips.iter().filter(|i| i.source == IpSource::Received) {
+    for ip in entities
+        .ips
+        .iter()
+        .filter(|i| i.source == IpSource::Received)
+    {
         c.push(Kind::ReceivedIp, &ip.ip.to_string());
     }
     if let Some(d) = &entities.message_id_domain {
@@ -357,7 +377,10 @@ mod tests {
         assert!(has(Kind::Recipient, "c@example.org"));
         assert!(has(Kind::PairSenderRcpt, "bob@example.com a@example.org"));
         assert!(has(Kind::UniqueSender, "bob@example.com"));
-        assert!(has(Kind::BodyExact, "Visit http://Shop.Example.co.uk/deal?id=1 now"));
+        assert!(has(
+            Kind::BodyExact,
+            "Visit http://Shop.Example.co.uk/deal?id=1 now"
+        ));
         assert!(!has(Kind::From, "someone@example.com"));
     }
 }

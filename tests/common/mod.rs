@@ -14,9 +14,12 @@ pub struct CorpusMessage {
 
 /// Where the corpus archive lives: `$SHRIKE_CORPUS`, else `../shared/corpus/` beside the repo.
 pub fn corpus_path() -> PathBuf {
-    std::env::var_os("SHRIKE_CORPUS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/spamassassin-dev.tar.gz")
-    })
+    std::env::var_os("SHRIKE_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/corpus/spamassassin-dev.tar.gz")
+        })
 }
 
 /// Reads every message of the development corpus straight from its .tar.gz. Panics with a clear
