@@ -233,6 +233,9 @@ struct Extractor {
     seen_hosts: FxHashSet<String>,
     seen_domains: FxHashSet<String>,
     seen_emails: FxHashSet<(String, EmailRole)>,
+    /// Hashes of raw URL spellings already canonicalized (the same link shows up in the plain
+    /// part, the HTML part and its text).
+    seen_raw_urls: FxHashSet<(u64, UrlSource)>,
 }
 
 impl Extractor {
@@ -383,6 +386,10 @@ impl Extractor {
     }
 
     fn url(&mut self, raw: &str, source: UrlSource, text: Option<&str>) {
+        let key = (xxhash_rust::xxh3::xxh3_64(raw.as_bytes()), source);
+        if !self.seen_raw_urls.insert(key) {
+            return;
+        }
         if let Some(canonical) = canonicalize(raw) {
             self.push_url(canonical, source, text);
         }

@@ -75,6 +75,11 @@ fn bracketed_ip(clause: &str, open: char, close: char) -> Option<IpAddr> {
 
 fn parse_ip(word: &str) -> Option<IpAddr> {
     let word = word.trim_matches(|c| matches!(c, '[' | ']' | '(' | ')' | ';' | ','));
+    // An IP literal starts with a digit, a hex digit of IPv6, ':' or "IPv6:"; most words don't.
+    let first = *word.as_bytes().first()?;
+    if !(first.is_ascii_hexdigit() || first == b':' || first == b'I' || first == b'i') {
+        return None;
+    }
     let word = word
         .get(..5)
         .filter(|p| p.eq_ignore_ascii_case("ipv6:"))
@@ -83,11 +88,20 @@ fn parse_ip(word: &str) -> Option<IpAddr> {
     word.parse().ok()
 }
 
+/// Position of an ASCII `needle` in `haystack`, ignoring ASCII case.
 fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
-    haystack
-        .as_bytes()
-        .windows(needle.len())
-        .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    let first = *n.first()?;
+    let (lower, upper) = (first.to_ascii_lowercase(), first.to_ascii_uppercase());
+    let mut from = 0;
+    while let Some(i) = memchr::memchr2(lower, upper, h.get(from..)?) {
+        let at = from + i;
+        if h.len() - at >= n.len() && h[at..at + n.len()].eq_ignore_ascii_case(n) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 #[cfg(test)]

@@ -46,11 +46,13 @@ pub fn find_in_text(text: &str) -> Vec<Found<'_>> {
         .iter()
         .map(|&(s, e)| Found::Url(&text[s..e]))
         .collect();
+    // Both lists are in text order: walk them together.
+    let mut next = 0;
     for link in FINDER.links(text) {
-        let overlaps = schemed
-            .iter()
-            .any(|&(s, e)| link.start() < e && s < link.end());
-        if overlaps {
+        while next < schemed.len() && schemed[next].1 <= link.start() {
+            next += 1;
+        }
+        if schemed.get(next).is_some_and(|&(s, _)| s < link.end()) {
             continue;
         }
         found.push(match link.kind() {
@@ -204,6 +206,18 @@ fn scheme_of(raw: &str) -> Option<String> {
 /// Canonical host: lower-case, IDN to punycode, trailing dot dropped; IP literals canonical.
 pub fn canonical_host(raw: &str) -> Option<String> {
     let raw = raw.trim().trim_end_matches('.');
+    // Plain LDH names (most of them) need no IDNA processing: only lower-casing.
+    let ldh = !raw.is_empty()
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        && raw.bytes().any(|b| b.is_ascii_alphabetic())
+        && !raw
+            .split('.')
+            .any(|label| label.is_empty() || label.len() > 63);
+    if ldh && !has_numeric_last_label(raw) {
+        return Some(raw.to_ascii_lowercase());
+    }
     let bare = raw.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Some(ip.to_string());
@@ -212,6 +226,15 @@ pub fn canonical_host(raw: &str) -> Option<String> {
         url::Host::Domain(d) => Some(d.trim_end_matches('.').to_string()),
         url::Host::Ipv4(v4) => Some(v4.to_string()),
         url::Host::Ipv6(v6) => Some(v6.to_string()),
+    }
+}
+
+/// A last label of digits (or hex) makes the WHATWG parser read the name as an IPv4 address.
+fn has_numeric_last_label(host: &str) -> bool {
+    let last = host.rsplit('.').next().unwrap_or_default();
+    match last.strip_prefix("0x").or_else(|| last.strip_prefix("0X")) {
+        Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => last.bytes().all(|b| b.is_ascii_digit()),
     }
 }
 
@@ -257,6 +280,41 @@ mod tests {
             assert_eq!(c.host, "192.168.1.1", "{raw}");
             assert!(c.ip.is_some());
             assert_eq!(c.domain, None);
+        }
+    }
+
+    #[test]
+    fn canonical_host_fast_path_agrees_with_the_parser() {
+        for raw in [
+            "Mail.Example.COM",
+            "a-b.example.org.",
+            "xn--bcher-kva.example",
+            "bücher.example",
+            "0x7f.1",
+            "1.2.3.4",
+            "[2001:DB8::1]",
+            "cafe.beef",
+            "a.0xff",
+            "a.123",
+        ] {
+            let slow = match url::Host::parse(
+                raw.trim_end_matches('.')
+                    .trim_start_matches('[')
+                    .trim_end_matches(']'),
+            ) {
+                Ok(url::Host::Domain(d)) => Some(d),
+                Ok(url::Host::Ipv4(v4)) => Some(v4.to_string()),
+                Ok(url::Host::Ipv6(v6)) => Some(v6.to_string()),
+                Err(_) => None,
+            };
+            let slow = slow.or_else(|| {
+                raw.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<IpAddr>()
+                    .ok()
+                    .map(|ip| ip.to_string())
+            });
+            assert_eq!(canonical_host(raw), slow, "{raw}");
         }
     }
 

@@ -65,6 +65,17 @@ pub fn sketch(normalized: &str) -> Vec<u64> {
         .collect()
 }
 
+/// ASCII letters and digits.
+static ASCII_WORD: [bool; 128] = {
+    let mut table = [false; 128];
+    let mut b = 0;
+    while b < 128 {
+        table[b] = (b as u8).is_ascii_alphanumeric();
+        b += 1;
+    }
+    table
+};
+
 /// Calls `f` with each maximal run of alphanumeric characters until it returns false. ASCII is
 /// split byte-wise; other characters by their Unicode class.
 fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
@@ -74,7 +85,7 @@ fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
     while i < bytes.len() {
         let b = bytes[i];
         let (is_word, width) = if b < 0x80 {
-            (b.is_ascii_alphanumeric(), 1)
+            (ASCII_WORD[usize::from(b)], 1)
         } else {
             let c = text[i..].chars().next().unwrap_or(' ');
             (c.is_alphanumeric(), c.len_utf8())

@@ -113,6 +113,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn numbers_fit_the_collector_table() {
+        assert!(Kind::ALL.iter().all(|k| k.id() < 128));
+    }
+
+    #[test]
     fn names_and_numbers_round_trip_and_are_unique() {
         let mut ids = std::collections::HashSet::new();
         let mut names = std::collections::HashSet::new();

@@ -122,23 +122,27 @@ pub fn ip_network(ip: IpAddr) -> String {
 }
 
 /// Collects shingles, each (kind, hash) once, at most `MAX_PER_KIND` per kind.
-#[derive(Default)]
 struct Collector {
     out: Vec<Shingle>,
     seen: FxHashSet<(Kind, u64)>,
-    per_kind: Vec<(Kind, usize)>,
+    /// Shingles so far per kind, indexed by kind number.
+    per_kind: [u8; 128],
+}
+
+impl Default for Collector {
+    fn default() -> Self {
+        Collector {
+            out: Vec::with_capacity(128),
+            seen: FxHashSet::with_capacity_and_hasher(256, Default::default()),
+            per_kind: [0; 128],
+        }
+    }
 }
 
 impl Collector {
     fn push_hash(&mut self, kind: Kind, hash: u64) {
-        let count = match self.per_kind.iter_mut().find(|(k, _)| *k == kind) {
-            Some((_, c)) => c,
-            None => {
-                self.per_kind.push((kind, 0));
-                &mut self.per_kind.last_mut().expect("just pushed").1
-            }
-        };
-        if *count >= MAX_PER_KIND || !self.seen.insert((kind, hash)) {
+        let count = &mut self.per_kind[usize::from(kind.id()) % 128];
+        if usize::from(*count) >= MAX_PER_KIND || !self.seen.insert((kind, hash)) {
             return;
         }
         *count += 1;
