@@ -53,10 +53,30 @@ pub fn normalize_into(input: &str, mixed: &mut Vec<String>) -> String {
         pending_space: false,
         scratch: String::new(),
     };
-    for token in input.split_ascii_whitespace() {
+    // One pass over the bytes: tokens end at ASCII whitespace; a token of printable ASCII is
+    // copied whole, anything else takes the slower paths.
+    let bytes = input.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        while i < bytes.len() && CLASS[usize::from(bytes[i])] == SPACE {
+            i += 1;
+        }
+        let start = i;
+        let mut plain = true;
+        while i < bytes.len() {
+            let class = CLASS[usize::from(bytes[i])];
+            if class == SPACE {
+                break;
+            }
+            plain &= class == PRINTABLE;
+            i += 1;
+        }
+        if start == i {
+            break;
+        }
+        let token = &input[start..i];
         n.pending_space = true;
-        if token.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-            // Printable ASCII: copied as is, lower-cased in one pass at the end.
+        if plain {
             n.separate();
             n.out.push_str(token);
         } else if token.is_ascii() {
@@ -69,6 +89,26 @@ pub fn normalize_into(input: &str, mixed: &mut Vec<String>) -> String {
     n.out.make_ascii_lowercase();
     n.out
 }
+
+const PRINTABLE: u8 = 0;
+const SPACE: u8 = 1;
+const OTHER: u8 = 2;
+
+/// Byte classes: printable ASCII, ASCII whitespace, anything else (controls, UTF-8 bytes).
+static CLASS: [u8; 256] = {
+    let mut table = [OTHER; 256];
+    let mut b = 0x20;
+    while b < 0x7f {
+        table[b] = PRINTABLE;
+        b += 1;
+    }
+    table[b' ' as usize] = SPACE;
+    table[b'\t' as usize] = SPACE;
+    table[b'\n' as usize] = SPACE;
+    table[b'\r' as usize] = SPACE;
+    table[0x0c] = SPACE;
+    table
+};
 
 struct Normalizer {
     out: String,

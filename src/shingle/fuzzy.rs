@@ -29,25 +29,28 @@ const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// The fuzzy sketch of a normalized text: `FUZZY_HASHES` values, or none for short texts.
 pub fn sketch(normalized: &str) -> Vec<u64> {
-    let mut words = Vec::new();
-    for_each_word(normalized, |word| {
-        words.push(hash_bytes(word.as_bytes()));
-        words.len() < FUZZY_MAX_WORDS
-    });
-    if words.len() < FUZZY_MIN_WORDS {
-        return Vec::new();
-    }
+    // One pass: a rolling window of the last three word hashes.
+    let mut window = [0u64; FUZZY_WINDOW];
+    let mut words = 0usize;
     let mut mins = [u64::MAX; FUZZY_HASHES];
-    for w in words.windows(FUZZY_WINDOW) {
-        let h = fmix64(
-            w[0].wrapping_mul(GOLDEN)
-                ^ w[1].rotate_left(21)
-                ^ w[2].rotate_left(42).wrapping_add(GOLDEN),
-        );
-        let bin = (h >> (64 - BIN_BITS)) as usize;
-        if h < mins[bin] {
-            mins[bin] = h;
+    for_each_word(normalized, |word| {
+        window = [window[1], window[2], hash_bytes(word.as_bytes())];
+        words += 1;
+        if words >= FUZZY_WINDOW {
+            let h = fmix64(
+                window[0].wrapping_mul(GOLDEN)
+                    ^ window[1].rotate_left(21)
+                    ^ window[2].rotate_left(42).wrapping_add(GOLDEN),
+            );
+            let bin = (h >> (64 - BIN_BITS)) as usize;
+            if h < mins[bin] {
+                mins[bin] = h;
+            }
         }
+        words < FUZZY_MAX_WORDS
+    });
+    if words < FUZZY_MIN_WORDS {
+        return Vec::new();
     }
     (0..FUZZY_HASHES)
         .map(|i| {
