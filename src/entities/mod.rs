@@ -229,10 +229,11 @@ pub fn extract(message: &ParsedMessage<'_>, envelope: &Envelope) -> Entities {
 struct Extractor {
     out: Entities,
     // Fast non-cryptographic hashing is fine: these sets only deduplicate one message's items.
-    seen_urls: FxHashSet<(String, UrlSource)>,
-    seen_hosts: FxHashSet<String>,
-    seen_domains: FxHashSet<String>,
-    seen_emails: FxHashSet<(String, EmailRole)>,
+    // Keyed by 64-bit hashes of the canonical strings: no copies of them.
+    seen_urls: FxHashSet<(u64, UrlSource)>,
+    seen_hosts: FxHashSet<u64>,
+    seen_domains: FxHashSet<u64>,
+    seen_emails: FxHashSet<(u64, EmailRole)>,
     /// Hashes of raw URL spellings already canonicalized (the same link shows up in the plain
     /// part, the HTML part and its text).
     seen_raw_urls: FxHashSet<(u64, UrlSource)>,
@@ -270,7 +271,10 @@ impl Extractor {
             let raw = mime
                 .raw_message
                 .get(header.offset_field as usize..header.offset_end as usize)
-                .map(String::from_utf8_lossy)
+                .map(|bytes| match std::str::from_utf8(bytes) {
+                    Ok(text) => std::borrow::Cow::Borrowed(text),
+                    Err(_) => String::from_utf8_lossy(bytes),
+                })
                 .unwrap_or_default();
             let text = raw.split_once(':').map_or(raw.as_ref(), |(_, v)| v);
             if let Some((ip, host)) = received::sender(text) {
@@ -326,7 +330,7 @@ impl Extractor {
         let Some((address, domain)) = canonical_email(raw) else {
             return;
         };
-        if !self.seen_emails.insert((address.clone(), role)) {
+        if !self.seen_emails.insert((key(&address), role)) {
             return;
         }
         self.out.emails.push(EmailEntity {
@@ -386,8 +390,7 @@ impl Extractor {
     }
 
     fn url(&mut self, raw: &str, source: UrlSource, text: Option<&str>) {
-        let key = (xxhash_rust::xxh3::xxh3_64(raw.as_bytes()), source);
-        if !self.seen_raw_urls.insert(key) {
+        if !self.seen_raw_urls.insert((key(raw), source)) {
             return;
         }
         if let Some(canonical) = canonicalize(raw) {
@@ -396,7 +399,7 @@ impl Extractor {
     }
 
     fn push_url(&mut self, c: CanonicalUrl, source: UrlSource, text: Option<&str>) {
-        if !self.seen_urls.insert((c.url.clone(), source)) {
+        if !self.seen_urls.insert((key(&c.url), source)) {
             return;
         }
         if self.out.urls.len() >= MAX_URLS {
@@ -405,11 +408,11 @@ impl Extractor {
             }
             return;
         }
-        if self.seen_hosts.insert(c.host.clone()) {
+        if self.seen_hosts.insert(key(&c.host)) {
             self.out.hosts.push(c.host.clone());
         }
         if let Some(d) = &c.domain {
-            if self.seen_domains.insert(d.clone()) {
+            if self.seen_domains.insert(key(d)) {
                 self.out.domains.push(d.clone());
             }
         }
@@ -439,6 +442,11 @@ impl Extractor {
     }
 }
 
+/// The dedupe key of a string (64-bit: a collision is astronomically unlikely).
+fn key(s: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(s.as_bytes())
+}
+
 /// HTML targets may be relative or scheme-relative; only absolute ones name a host.
 fn canonicalize_link(target: &str) -> Option<CanonicalUrl> {
     let t = target.trim();
@@ -456,7 +464,16 @@ pub fn canonical_email(raw: &str) -> Option<(String, String)> {
         return None;
     }
     let domain = canonical_host(domain)?;
-    Some((format!("{}@{}", local.to_lowercase(), domain), domain))
+    let mut address = String::with_capacity(local.len() + 1 + domain.len());
+    if local.is_ascii() {
+        address.push_str(local);
+        address.make_ascii_lowercase();
+    } else {
+        address.push_str(&local.to_lowercase());
+    }
+    address.push('@');
+    address.push_str(&domain);
+    Some((address, domain))
 }
 
 /// IPv4-mapped IPv6 addresses become IPv4; everything else as is (Display is canonical).

@@ -20,10 +20,7 @@ pub fn sender(text: &str) -> Option<(IpAddr, Option<String>)> {
         return None;
     }
     let clause = &text[5..];
-    let end = find_ci(clause, " by ")
-        .or_else(|| find_ci(clause, "\tby "))
-        .or_else(|| find_ci(clause, "\nby "))
-        .unwrap_or(clause.len());
+    let end = by_clause(clause).unwrap_or(clause.len());
     let clause = &clause[..end];
     let host_token = clause
         .split(|c: char| c.is_whitespace() || c == '(')
@@ -88,6 +85,19 @@ fn parse_ip(word: &str) -> Option<IpAddr> {
     word.parse().ok()
 }
 
+/// Where the ` by ` clause starts: the whitespace before a "by" word.
+fn by_clause(clause: &str) -> Option<usize> {
+    let b = clause.as_bytes();
+    memchr::memchr2_iter(b'b', b'B', b).find_map(|i| {
+        let before = i.checked_sub(1).map(|j| b[j])?;
+        let word = b.get(i..i + 3)?;
+        (before.is_ascii_whitespace()
+            && word[1].eq_ignore_ascii_case(&b'y')
+            && word[2].is_ascii_whitespace())
+        .then_some(i - 1)
+    })
+}
+
 /// Position of an ASCII `needle` in `haystack`, ignoring ASCII case.
 fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
     let (h, n) = (haystack.as_bytes(), needle.as_bytes());
@@ -134,6 +144,10 @@ mod tests {
             ("from [203.0.113.5] (helo=x) by e.example", "203.0.113.5"),
             ("from 203.0.113.6 by f.example", "203.0.113.6"),
             ("FROM host (host [192.0.2.3]) BY g.example", "192.0.2.3"),
+            (
+                "from bybox.example (bybox [192.0.2.4])\n\tby h.example",
+                "192.0.2.4",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(ip(text).as_deref(), Some(want), "{text}");
