@@ -6,6 +6,7 @@
 //! Throughput is reported per message ("elem/s").
 
 #[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
 mod common;
 
 use std::hint::black_box;

@@ -1,5 +1,8 @@
-//! Time per pipeline stage over the corpus: `cargo run --release --example stage_times -- 5`.
+//! Runs the scan core over the corpus N times and prints the time per stage. Also the target
+//! for profilers: `valgrind --tool=callgrind target/release/examples/stage_times 1`.
+//! `cargo run --release --example stage_times -- 5`
 #[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! Every message of the development corpus (../shared/corpus) goes through the whole pure
 //! pipeline, with LF and with CRLF line ends, and the results must look sane.
 
+#[allow(dead_code)]
 mod common;
 
 use std::collections::BTreeMap;

@@ -2,6 +2,7 @@
 //! report must equal `tests/data/*.json`. After an intended change, bless the new output with
 //! `SHRIKE_BLESS=1 cargo test --test golden` and review the diff.
 
+#[allow(dead_code)]
 mod common;
 
 use std::path::{Path, PathBuf};

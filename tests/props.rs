@@ -1,5 +1,6 @@
 //! Property tests: no input panics the pipeline, and its output keeps its invariants.
 
+#[allow(dead_code)]
 mod common;
 
 use proptest::prelude::*;

@@ -1,5 +1,6 @@
-//! Shared by integration tests and benches: the development corpus and line-end variants.
-#![allow(dead_code)]
+// Shared by integration tests, benches, examples and the HTML oracle test: the development
+// corpus and line-end variants. No inner attributes, so it can be `include!`d; users put
+// `#[allow(dead_code)]` on the module.
 
 use std::io::Read;
 use std::path::PathBuf;
