@@ -21,6 +21,8 @@ pub use self::url::{canonical_host, canonicalize, registrable_domain, CanonicalU
 pub const MAX_URLS: usize = 1_000;
 /// Most addresses kept per message.
 pub const MAX_EMAILS: usize = 1_000;
+/// Most Received headers read (real chains have a handful; loops and forgeries have more).
+pub const MAX_RECEIVED_HOPS: usize = 100;
 
 /// Where a URL was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -267,6 +269,9 @@ impl Extractor {
         for header in mime.headers() {
             if header.name != HeaderName::Received {
                 continue;
+            }
+            if hop >= MAX_RECEIVED_HOPS {
+                break;
             }
             let raw = mime
                 .raw_message
@@ -563,6 +568,23 @@ mod tests {
         assert_eq!(e.ips[0].source, IpSource::Client);
         assert_eq!(e.ips[1].ip.to_string(), "203.0.113.5");
         assert_eq!(e.ips[1].hop, Some(0));
+    }
+
+    #[test]
+    fn received_chain_is_bounded() {
+        let mut raw = String::new();
+        for i in 0..300 {
+            raw.push_str(&format!(
+                "Received: from h{i} ([192.0.2.{}]) by x\n",
+                i % 250
+            ));
+        }
+        raw.push_str("Subject: s\n\nbody\n");
+        let input = prepare(raw.as_bytes(), &Limits::default());
+        let m = parse(&input, &Limits::default());
+        let e = extract(&m, &Envelope::default());
+        assert_eq!(e.ips.len(), MAX_RECEIVED_HOPS);
+        assert_eq!(e.ips[99].hop, Some(99));
     }
 
     #[test]

@@ -197,28 +197,24 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
         attachments: Vec::new(),
         part_count: 0,
     };
-    let subject;
-    match &mime {
-        Some(message) if !has_valid_header(message) => {
-            // Nothing that looks like a header: mail-parser read junk as one. Scan it all as text.
-            walker.anomalies.add(Anomaly::NoHeaders);
-            subject = String::new();
-            walker.push_text(&String::from_utf8_lossy(raw), true);
-        }
+    // A parse with no valid header name read junk as a header: treat it as no headers at all.
+    let mime = mime.filter(has_valid_header);
+    let subject = match &mime {
         Some(message) => {
             walker.check_headers(message, raw);
-            subject = message.subject().unwrap_or_default().to_string();
+            let subject = message.subject().unwrap_or_default().to_string();
             if subject.contains("=?") && subject.contains("?=") {
                 walker.anomalies.add(Anomaly::BadEncodedWord);
             }
             walker.walk_message(message, 0);
+            subject
         }
         None => {
             walker.anomalies.add(Anomaly::NoHeaders);
-            subject = String::new();
             walker.push_text(&String::from_utf8_lossy(raw), true);
+            String::new()
         }
-    }
+    };
     if walker.body.trim().is_empty()
         && walker.html.trim().is_empty()
         && walker.attachments.is_empty()
