@@ -230,8 +230,8 @@ pub fn extract(message: &ParsedMessage<'_>, envelope: &Envelope) -> Entities {
 #[derive(Default)]
 struct Extractor {
     out: Entities,
-    // Fast non-cryptographic hashing is fine: these sets only deduplicate one message's items.
-    // Keyed by 64-bit hashes of the canonical strings: no copies of them.
+    // These sets only deduplicate one message's items: keyed by 64-bit hashes of the canonical
+    // strings (no copies) in FxHash sets.
     seen_urls: FxHashSet<(u64, UrlSource)>,
     seen_hosts: FxHashSet<u64>,
     seen_domains: FxHashSet<u64>,
@@ -276,10 +276,7 @@ impl Extractor {
             let raw = mime
                 .raw_message
                 .get(header.offset_field as usize..header.offset_end as usize)
-                .map(|bytes| match std::str::from_utf8(bytes) {
-                    Ok(text) => std::borrow::Cow::Borrowed(text),
-                    Err(_) => String::from_utf8_lossy(bytes),
-                })
+                .map(String::from_utf8_lossy) // borrows when valid
                 .unwrap_or_default();
             let text = raw.split_once(':').map_or(raw.as_ref(), |(_, v)| v);
             if let Some((ip, host)) = received::sender(text) {
