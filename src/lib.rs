@@ -6,3 +6,4 @@ pub mod entities;
 pub mod message;
 pub mod scan;
 pub mod shingle;
+pub mod store;

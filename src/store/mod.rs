@@ -1,0 +1,840 @@
+//! The reputation store: per-key timelines of counters in time buckets, window sums, unique
+//! counts with paired keys, sliding-window rate counters, and cooperative cleanup.
+//!
+//! Owns: keys, buckets, counters, windows, rate counters, sweeping, eviction, the injected
+//! clock. Never touches: email, Lua, sockets. A key is (namespace, type, 64-bit hash); the store
+//! knows nothing of what was hashed.
+//!
+//! Layout (ARCHITECTURE.md has the details): many small shards, each a mutex around a
+//! `hashbrown::HashTable` of 24-byte entries (`timeline.rs`) plus an arena for timelines that
+//! outgrew one inline bucket, and a table of rate counters. The shard count is a power of two
+//! sized so a shard holds a few hundred keys at the configured maximum: a sweeper batch is one
+//! shard, locked once, and there is no iteration to resume inside it.
+
+pub mod clock;
+mod rate;
+pub mod timeline;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use rate::RateResult;
+pub use timeline::Bucket;
+use timeline::{Arena, Entry};
+
+/// Counters per bucket.
+pub const COUNTERS: usize = 5;
+
+/// The counters of one bucket or window, indexed by `Counter`.
+pub type Counts = [u64; COUNTERS];
+
+/// What a counter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(usize)]
+pub enum Counter {
+    /// Messages seen.
+    Seen = 0,
+    /// Messages judged spam.
+    Spam = 1,
+    /// Messages judged ham.
+    Ham = 2,
+    /// User complaints (marked as spam).
+    Complaint = 3,
+    /// User rescues (moved out of spam).
+    Rescue = 4,
+}
+
+impl Counter {
+    pub const ALL: [Counter; COUNTERS] = [
+        Counter::Seen,
+        Counter::Spam,
+        Counter::Ham,
+        Counter::Complaint,
+        Counter::Rescue,
+    ];
+
+    pub fn name(self) -> &'static str {
+        ["seen", "spam", "ham", "complaint", "rescue"][self as usize]
+    }
+}
+
+/// A store key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StoreKey {
+    /// A configured traffic prefix (inbound, outbound, ...).
+    pub namespace: u8,
+    /// The shingle type number.
+    pub kind: u16,
+    pub hash: u64,
+}
+
+/// Add `counts` to `key` in the current bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Increment {
+    pub key: StoreKey,
+    pub counts: Counts,
+}
+
+impl Increment {
+    /// One of `counter`.
+    pub fn one(key: StoreKey, counter: Counter) -> Self {
+        let mut counts = [0; COUNTERS];
+        counts[counter as usize] = 1;
+        Increment { key, counts }
+    }
+}
+
+/// One resolution of the timelines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolution {
+    /// Width of a bucket.
+    pub bucket_secs: u64,
+    /// How long buckets of this width are kept before folding into the next resolution (or
+    /// being dropped, for the last).
+    pub keep_secs: u64,
+}
+
+/// Store options.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Finest first; each width divides the next. Default: 10-minute buckets for a day, daily
+    /// buckets for 14 days (the seed system's).
+    pub resolutions: Vec<Resolution>,
+    /// Windows that lookups sum, in seconds. Default: 10 min, 1 h, 24 h, 7 d, 14 d.
+    pub windows_secs: Vec<u64>,
+    /// Most keys kept; beyond, the least valuable keys are evicted.
+    pub max_keys: usize,
+    /// Shards (a power of two); 0 sizes them from `max_keys` (about 512 keys per shard).
+    pub shards: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            resolutions: vec![
+                Resolution {
+                    bucket_secs: 600,
+                    keep_secs: 86_400,
+                },
+                Resolution {
+                    bucket_secs: 86_400,
+                    keep_secs: 14 * 86_400,
+                },
+            ],
+            windows_secs: vec![600, 3_600, 86_400, 7 * 86_400, 14 * 86_400],
+            max_keys: 20_000_000,
+            shards: 0,
+        }
+    }
+}
+
+/// Why a store configuration is unusable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("store needs 1 to 8 resolutions, got {0}")]
+    Resolutions(usize),
+    #[error("resolution {0}: bucket width and keep must be > 0 and keep a multiple of the width")]
+    BadResolution(usize),
+    #[error("resolution {0}: its width must divide the next resolution's width")]
+    NotNested(usize),
+    #[error("shards must be a power of two, got {0}")]
+    Shards(usize),
+    #[error("max_keys must be > 0")]
+    MaxKeys,
+}
+
+/// Validated bucketing.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    resolutions: Vec<Resolution>,
+}
+
+impl Layout {
+    pub fn new(resolutions: &[Resolution]) -> Result<Layout, StoreError> {
+        if resolutions.is_empty() || resolutions.len() > 8 {
+            return Err(StoreError::Resolutions(resolutions.len()));
+        }
+        for (i, r) in resolutions.iter().enumerate() {
+            if r.bucket_secs == 0 || r.keep_secs == 0 || r.keep_secs % r.bucket_secs != 0 {
+                return Err(StoreError::BadResolution(i));
+            }
+            if let Some(next) = resolutions.get(i + 1) {
+                if next.bucket_secs % r.bucket_secs != 0 || next.bucket_secs == r.bucket_secs {
+                    return Err(StoreError::NotNested(i));
+                }
+            }
+        }
+        Ok(Layout {
+            resolutions: resolutions.to_vec(),
+        })
+    }
+
+    pub fn resolutions(&self) -> &[Resolution] {
+        &self.resolutions
+    }
+
+    /// The resolution-0 bucket of time `t`.
+    pub fn bucket_id(&self, t: u64) -> u32 {
+        u32::try_from(t / self.resolutions[0].bucket_secs).unwrap_or(u32::MAX)
+    }
+
+    /// Start time of a bucket.
+    pub fn start(&self, resolution: usize, id: u32) -> u64 {
+        u64::from(id) * self.resolutions[resolution].bucket_secs
+    }
+
+    /// Where bucket (resolution, id) belongs at time `now`: itself while its resolution keeps
+    /// it, else the enclosing bucket of the next resolution that does, else nowhere.
+    pub fn settle(&self, mut resolution: usize, mut id: u32, now: u64) -> Option<(usize, u32)> {
+        loop {
+            let r = self.resolutions.get(resolution)?;
+            let end = u64::from(id)
+                .saturating_add(1)
+                .saturating_mul(r.bucket_secs);
+            if end.saturating_add(r.keep_secs) > now {
+                return Some((resolution, id));
+            }
+            let next = self.resolutions.get(resolution + 1)?;
+            id = u32::try_from(u64::from(id) * r.bucket_secs / next.bucket_secs).ok()?;
+            resolution += 1;
+        }
+    }
+}
+
+/// Sums of one key over the configured windows, in `StoreConfig::windows_secs` order.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct WindowCounts {
+    pub windows: Vec<Counts>,
+}
+
+/// A key's full timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Timeline {
+    /// (resolution index, bucket start in seconds, counts), finest and oldest first.
+    pub buckets: Vec<(usize, u64, Counts)>,
+    pub windows: WindowCounts,
+}
+
+/// What one sweeper step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub shard: usize,
+    pub visited: usize,
+    pub removed: usize,
+}
+
+/// Store-wide numbers for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StoreStats {
+    pub keys: usize,
+    pub rate_keys: usize,
+    pub evictions: u64,
+    pub approx_bytes: usize,
+}
+
+#[derive(Default)]
+struct Shard {
+    table: HashTable<Entry>,
+    arena: Arena,
+    rates: rate::RateTable,
+}
+
+/// The store. Shared between threads (`Arc<Store>`); every method takes `&self`.
+pub struct Store {
+    layout: Layout,
+    windows_secs: Vec<u64>,
+    max_keys: usize,
+    shards: Box<[Mutex<Shard>]>,
+    shard_mask: u64,
+    clock: Arc<dyn Clock>,
+    keys: AtomicUsize,
+    evictions: AtomicU64,
+    sweep_cursor: AtomicUsize,
+}
+
+/// Table hash of a key. The key hash is already uniform; type and namespace are mixed in.
+fn table_hash(hash: u64, kind: u16, namespace: u8) -> u64 {
+    let mut k =
+        hash ^ ((u64::from(kind) << 8 | u64::from(namespace)).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^ (k >> 33)
+}
+
+fn entry_hash(e: &Entry) -> u64 {
+    table_hash(e.hash, e.kind, e.namespace)
+}
+
+fn matches(key: &StoreKey) -> impl Fn(&Entry) -> bool + '_ {
+    move |e| e.hash == key.hash && e.kind == key.kind && e.namespace == key.namespace
+}
+
+impl Store {
+    pub fn new(config: &StoreConfig, clock: Arc<dyn Clock>) -> Result<Store, StoreError> {
+        let layout = Layout::new(&config.resolutions)?;
+        if config.max_keys == 0 {
+            return Err(StoreError::MaxKeys);
+        }
+        let shards = if config.shards == 0 {
+            (config.max_keys / 512)
+                .clamp(16, 1 << 20)
+                .next_power_of_two()
+        } else if config.shards.is_power_of_two() {
+            config.shards
+        } else {
+            return Err(StoreError::Shards(config.shards));
+        };
+        Ok(Store {
+            layout,
+            windows_secs: config.windows_secs.clone(),
+            max_keys: config.max_keys,
+            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_mask: shards as u64 - 1,
+            clock,
+            keys: AtomicUsize::new(0),
+            evictions: AtomicU64::new(0),
+            sweep_cursor: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub fn windows_secs(&self) -> &[u64] {
+        &self.windows_secs
+    }
+
+    pub fn now(&self) -> u64 {
+        self.clock.now_secs()
+    }
+
+    fn shard_of(&self, hash: u64) -> usize {
+        // High bits pick the shard; the table hash mixes all bits for the slot.
+        ((hash >> 40) & self.shard_mask) as usize
+    }
+
+    /// Applies all increments of one message (or one batch) with one lock per shard touched.
+    /// Increments to the same key are added together first.
+    pub fn record_many(&self, increments: &[Increment]) {
+        let now = self.now();
+        let id = self.layout.bucket_id(now);
+        let mut order: Vec<(usize, &Increment)> = increments
+            .iter()
+            .map(|inc| (self.shard_of(inc.key.hash), inc))
+            .collect();
+        order.sort_unstable_by_key(|(shard, inc)| (*shard, inc.key));
+        let mut i = 0;
+        while i < order.len() {
+            let shard_index = order[i].0;
+            let mut shard = self.shards[shard_index].lock();
+            while i < order.len() && order[i].0 == shard_index {
+                let key = order[i].1.key;
+                let mut delta = order[i].1.counts;
+                i += 1;
+                while i < order.len() && order[i].1.key == key {
+                    for (a, d) in delta.iter_mut().zip(&order[i].1.counts) {
+                        *a = a.saturating_add(*d);
+                    }
+                    i += 1;
+                }
+                self.add(&mut shard, &key, id, &delta, now);
+            }
+        }
+    }
+
+    fn add(&self, shard: &mut Shard, key: &StoreKey, id: u32, delta: &Counts, now: u64) {
+        let hash = table_hash(key.hash, key.kind, key.namespace);
+        let Shard { table, arena, .. } = shard;
+        if let Some(entry) = table.find_mut(hash, matches(key)) {
+            entry.add(id, delta, arena);
+            return;
+        }
+        if self.keys.load(Ordering::Relaxed) >= self.max_keys {
+            self.evict_one(shard, now);
+        }
+        let Shard { table, arena, .. } = shard;
+        let entry = Entry::new(key.hash, key.kind, key.namespace, id, delta, arena);
+        table.insert_unique(hash, entry, entry_hash);
+        self.keys.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Removes the least valuable key of a shard: the one whose newest bucket is oldest, fewest
+    /// messages seen breaking ties. A shard with no keys evicts nothing (the overshoot is at most
+    /// one key per shard).
+    fn evict_one(&self, shard: &mut Shard, now: u64) {
+        let Shard { table, arena, .. } = shard;
+        let victim = table
+            .iter()
+            .map(|e| {
+                let buckets = e.buckets(arena);
+                let newest = buckets
+                    .as_slice()
+                    .iter()
+                    .map(|b| self.layout.start(b.resolution as usize, b.id))
+                    .max()
+                    .unwrap_or(0);
+                let seen: u64 = buckets.as_slice().iter().map(|b| b.counts[0]).sum();
+                (newest.min(now), seen, e.hash, e.kind, e.namespace)
+            })
+            .min();
+        if let Some((_, _, hash, kind, namespace)) = victim {
+            let key = StoreKey {
+                namespace,
+                kind,
+                hash,
+            };
+            if let Ok(found) = table.find_entry(table_hash(hash, kind, namespace), matches(&key)) {
+                let (entry, _) = found.remove();
+                entry.release(arena);
+                self.keys.fetch_sub(1, Ordering::Relaxed);
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Window sums for each key, in order. Unknown keys give zeros.
+    pub fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
+        let now = self.now();
+        keys.iter()
+            .map(|key| {
+                let shard = self.shards[self.shard_of(key.hash)].lock();
+                let hash = table_hash(key.hash, key.kind, key.namespace);
+                match shard.table.find(hash, matches(key)) {
+                    Some(e) => self.window_sums(e.buckets(&shard.arena).as_slice(), now),
+                    None => WindowCounts {
+                        windows: vec![[0; COUNTERS]; self.windows_secs.len()],
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Sums buckets that overlap each window `[now - w, now]`, after settling each bucket where
+    /// it belongs now (an unswept bucket counts as the sweeper would leave it).
+    fn window_sums(&self, buckets: &[Bucket], now: u64) -> WindowCounts {
+        let mut windows = vec![[0u64; COUNTERS]; self.windows_secs.len()];
+        for b in buckets {
+            let Some((resolution, id)) = self.layout.settle(b.resolution as usize, b.id, now)
+            else {
+                continue;
+            };
+            let end =
+                self.layout.start(resolution, id) + self.layout.resolutions[resolution].bucket_secs;
+            for (w, sums) in self.windows_secs.iter().zip(windows.iter_mut()) {
+                if end > now.saturating_sub(*w) {
+                    for (s, c) in sums.iter_mut().zip(&b.counts) {
+                        *s = s.saturating_add(*c);
+                    }
+                }
+            }
+        }
+        WindowCounts { windows }
+    }
+
+    /// A key's buckets and window sums, or `None` for an unknown key.
+    pub fn timeline(&self, key: &StoreKey) -> Option<Timeline> {
+        let now = self.now();
+        let shard = self.shards[self.shard_of(key.hash)].lock();
+        let hash = table_hash(key.hash, key.kind, key.namespace);
+        let entry = shard.table.find(hash, matches(key))?;
+        let buckets = entry.buckets(&shard.arena);
+        let mut settled: Vec<(usize, u64, Counts)> = Vec::new();
+        for b in buckets.as_slice() {
+            if let Some((resolution, id)) = self.layout.settle(b.resolution as usize, b.id, now) {
+                let start = self.layout.start(resolution, id);
+                match settled
+                    .iter_mut()
+                    .find(|(r, s, _)| *r == resolution && *s == start)
+                {
+                    Some((_, _, counts)) => {
+                        for (a, c) in counts.iter_mut().zip(&b.counts) {
+                            *a = a.saturating_add(*c);
+                        }
+                    }
+                    None => settled.push((resolution, start, b.counts)),
+                }
+            }
+        }
+        settled.sort_unstable_by_key(|(r, s, _)| (*r, *s));
+        Some(Timeline {
+            windows: self.window_sums(buckets.as_slice(), now),
+            buckets: settled,
+        })
+    }
+
+    /// Counts distinct recipients per sender (Yandex's paired shingles): increments `unique`
+    /// only when `pair` has not been seen since the start of the current `period_secs`, then
+    /// increments `pair`. Both keys live on the shard of `unique`, so the check and both
+    /// increments are atomic with respect to concurrent scans. Returns whether `unique` grew.
+    /// Pair keys are only reachable through this method.
+    pub fn increment_unique(&self, pair: StoreKey, unique: StoreKey, period_secs: u64) -> bool {
+        let now = self.now();
+        let id = self.layout.bucket_id(now);
+        let period_start = now - now % period_secs.max(1);
+        let mut shard = self.shards[self.shard_of(unique.hash)].lock();
+        let pair_hash = table_hash(pair.hash, pair.kind, pair.namespace);
+        let seen_in_period = shard
+            .table
+            .find(pair_hash, matches(&pair))
+            .is_some_and(|e| {
+                e.buckets(&shard.arena).as_slice().iter().any(|b| {
+                    let end = self.layout.start(b.resolution as usize, b.id)
+                        + self.layout.resolutions[b.resolution as usize].bucket_secs;
+                    b.counts[Counter::Seen as usize] > 0 && end > period_start
+                })
+            });
+        let one = Increment::one(pair, Counter::Seen).counts;
+        self.add(&mut shard, &pair, id, &one, now);
+        if !seen_in_period {
+            self.add(&mut shard, &unique, id, &one, now);
+        }
+        !seen_in_period
+    }
+
+    /// A sliding-window rate counter (Figma's): counts this hit and returns the count in the
+    /// window and whether it is over `limit`. See `rate.rs`.
+    pub fn hit(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult {
+        let now = self.now();
+        let mut shard = self.shards[self.shard_of(key.hash)].lock();
+        shard.rates.hit(key, limit, window_secs, now)
+    }
+
+    /// One step of cooperative cleanup: settles every key of the next shard (folding aged
+    /// buckets, dropping expired ones), removes keys and rate counters with nothing left, and
+    /// releases the shard. Call it repeatedly; it cycles over the shards.
+    pub fn sweep_step(&self) -> SweepReport {
+        let index = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        let now = self.now();
+        let mut shard = self.shards[index].lock();
+        let Shard {
+            table,
+            arena,
+            rates,
+        } = &mut *shard;
+        let visited = table.len();
+        let mut removed = 0;
+        table.retain(|entry| {
+            let live = entry.age(now, &self.layout, arena);
+            if !live {
+                removed += 1;
+            }
+            live
+        });
+        rates.sweep(now);
+        drop(shard);
+        self.keys.fetch_sub(removed, Ordering::Relaxed);
+        SweepReport {
+            shard: index,
+            visited,
+            removed,
+        }
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let mut approx_bytes = std::mem::size_of_val(&*self.shards);
+        let mut rate_keys = 0;
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            approx_bytes += shard.table.capacity() * (std::mem::size_of::<Entry>() + 1)
+                + shard.arena.bytes()
+                + shard.rates.bytes();
+            rate_keys += shard.rates.len();
+        }
+        StoreStats {
+            keys: self.keys.load(Ordering::Relaxed),
+            rate_keys,
+            evictions: self.evictions.load(Ordering::Relaxed),
+            approx_bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: u64 = 86_400;
+    const T0: u64 = 1_700_000_000 - 1_700_000_000 % DAY + 3_600; // 01:00 on some day
+
+    fn key(hash: u64) -> StoreKey {
+        StoreKey {
+            namespace: 0,
+            kind: 8,
+            hash,
+        }
+    }
+
+    fn store(max_keys: usize) -> (Store, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(T0));
+        let config = StoreConfig {
+            max_keys,
+            shards: 16,
+            ..StoreConfig::default()
+        };
+        (Store::new(&config, clock.clone()).unwrap(), clock)
+    }
+
+    fn seen(w: &WindowCounts, window: usize) -> u64 {
+        w.windows[window][Counter::Seen as usize]
+    }
+
+    #[test]
+    fn config_is_validated() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let bad = StoreConfig {
+            shards: 3,
+            ..StoreConfig::default()
+        };
+        assert_eq!(
+            Store::new(&bad, clock.clone()).err(),
+            Some(StoreError::Shards(3))
+        );
+        let bad = StoreConfig {
+            resolutions: vec![
+                Resolution {
+                    bucket_secs: 600,
+                    keep_secs: DAY,
+                },
+                Resolution {
+                    bucket_secs: 900,
+                    keep_secs: DAY,
+                },
+            ],
+            ..StoreConfig::default()
+        };
+        assert_eq!(
+            Store::new(&bad, clock).err(),
+            Some(StoreError::NotNested(0))
+        );
+    }
+
+    #[test]
+    fn windows_sum_what_happened_in_them() {
+        let (s, clock) = store(1_000);
+        s.record_many(&[
+            Increment::one(key(1), Counter::Seen),
+            Increment::one(key(1), Counter::Spam),
+        ]);
+        clock.advance(2 * 3_600);
+        s.record_many(&[
+            Increment::one(key(1), Counter::Seen),
+            Increment::one(key(1), Counter::Seen),
+        ]);
+        let w = &s.lookup_many(&[key(1), key(2)]);
+        // windows: 10 min, 1 h, 24 h, 7 d, 14 d
+        assert_eq!(seen(&w[0], 0), 2);
+        assert_eq!(seen(&w[0], 1), 2);
+        assert_eq!(seen(&w[0], 2), 3);
+        assert_eq!(w[0].windows[2][Counter::Spam as usize], 1);
+        assert_eq!(seen(&w[1], 4), 0, "unknown keys are zero");
+        clock.advance(3 * DAY);
+        let w = &s.lookup_many(&[key(1)]);
+        assert_eq!(seen(&w[0], 2), 0);
+        assert_eq!(
+            seen(&w[0], 3),
+            3,
+            "folded into daily buckets, still in 7 days"
+        );
+        clock.advance(20 * DAY);
+        assert_eq!(
+            seen(&s.lookup_many(&[key(1)])[0], 4),
+            0,
+            "gone after 14 days"
+        );
+    }
+
+    #[test]
+    fn timeline_shows_buckets_and_folds() {
+        let (s, clock) = store(1_000);
+        s.record_many(&[Increment::one(key(7), Counter::Complaint)]);
+        clock.advance(900);
+        s.record_many(&[Increment::one(key(7), Counter::Seen)]);
+        let t = s.timeline(&key(7)).unwrap();
+        assert_eq!(t.buckets.len(), 2);
+        assert_eq!(t.buckets[0].0, 0);
+        assert_eq!(t.buckets[0].1 % 600, 0);
+        clock.advance(2 * DAY);
+        let t = s.timeline(&key(7)).unwrap();
+        assert_eq!(t.buckets.len(), 1);
+        assert_eq!(t.buckets[0].0, 1, "daily resolution");
+        assert_eq!(t.buckets[0].2[Counter::Complaint as usize], 1);
+        assert!(s.timeline(&key(8)).is_none());
+    }
+
+    #[test]
+    fn duplicates_in_one_batch_aggregate() {
+        let (s, _) = store(1_000);
+        let batch = vec![Increment::one(key(3), Counter::Seen); 5000];
+        s.record_many(&batch);
+        assert_eq!(seen(&s.lookup_many(&[key(3)])[0], 0), 5000);
+        assert_eq!(s.stats().keys, 1);
+    }
+
+    #[test]
+    fn unique_counts_distinct_pairs_per_period() {
+        let (s, clock) = store(1_000);
+        let sender = StoreKey {
+            namespace: 0,
+            kind: 72,
+            hash: 99,
+        };
+        let pair = |r: u64| StoreKey {
+            namespace: 0,
+            kind: 71,
+            hash: 1_000 + r,
+        };
+        for r in [1, 2, 2, 3, 1] {
+            s.increment_unique(pair(r), sender, DAY);
+        }
+        assert_eq!(
+            seen(&s.lookup_many(&[sender])[0], 2),
+            3,
+            "three distinct recipients"
+        );
+        clock.advance(DAY);
+        assert!(
+            s.increment_unique(pair(1), sender, DAY),
+            "a new day counts again"
+        );
+        assert!(!s.increment_unique(pair(1), sender, DAY));
+    }
+
+    #[test]
+    fn max_keys_evicts_the_least_valuable() {
+        let (s, clock) = store(64);
+        for h in 0..64 {
+            s.record_many(&[Increment::one(key(h << 40), Counter::Seen)]);
+        }
+        clock.advance(3_600);
+        for h in 100..400 {
+            s.record_many(&[Increment::one(key(h << 40), Counter::Seen)]);
+        }
+        let stats = s.stats();
+        assert!(stats.keys <= 64 + s.shard_count(), "{stats:?}");
+        assert!(stats.evictions >= 300 - s.shard_count() as u64, "{stats:?}");
+        // The old keys went first.
+        let old: u64 = s
+            .lookup_many(&(0..64).map(|h| key(h << 40)).collect::<Vec<_>>())
+            .iter()
+            .map(|w| seen(w, 4))
+            .sum();
+        assert!(old < 16, "{old} old keys survived");
+    }
+
+    #[test]
+    fn sweeping_removes_expired_keys_only() {
+        let (s, clock) = store(10_000);
+        for h in 0..1_000 {
+            s.record_many(&[Increment::one(key(h * 0x1_0000_0001), Counter::Seen)]);
+        }
+        clock.advance(10 * DAY);
+        for h in 0..100 {
+            s.record_many(&[Increment::one(key(h * 0x1_0000_0001), Counter::Seen)]);
+        }
+        clock.advance(5 * DAY);
+        let before = s.lookup_many(&[key(0), key(500 * 0x1_0000_0001)]);
+        let mut removed = 0;
+        for _ in 0..s.shard_count() {
+            removed += s.sweep_step().removed;
+        }
+        assert_eq!(removed, 900);
+        assert_eq!(s.stats().keys, 100);
+        assert_eq!(s.lookup_many(&[key(0), key(500 * 0x1_0000_0001)]), before);
+    }
+
+    #[test]
+    fn concurrent_increments_are_all_counted() {
+        let (s, _) = store(100_000);
+        let s = Arc::new(s);
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for i in 0..10_000u64 {
+                        s.record_many(&[
+                            Increment::one(key(1), Counter::Seen),
+                            Increment::one(key(i * 7 + t), Counter::Ham),
+                        ]);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(seen(&s.lookup_many(&[key(1)])[0], 0), 40_000);
+    }
+
+    #[test]
+    fn rate_limits_through_the_store() {
+        let (s, clock) = store(1_000);
+        let k = StoreKey {
+            namespace: 1,
+            kind: 15,
+            hash: 5,
+        };
+        let results: Vec<_> = (0..4).map(|_| s.hit(k, 3, 3_600)).collect();
+        assert!(!results[2].over && results[3].over);
+        clock.advance(2 * 3_600);
+        assert_eq!(s.hit(k, 3, 3_600).count, 1);
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+            /// A window's sum equals the sum of the timeline buckets that overlap it, and
+            /// sweeping never changes a live window's sum.
+            #[test]
+            fn windows_are_bucket_sums_and_survive_sweeping(
+                events in proptest::collection::vec((0u64..8, 0u64..40 * 3_600, 0usize..5), 1..200),
+                probe in 0u64..20 * DAY,
+            ) {
+                let (s, clock) = store(100_000);
+                let mut events = events;
+                events.sort_by_key(|e| e.1);
+                for (k, t, c) in &events {
+                    clock.set(T0 + t);
+                    s.record_many(&[Increment::one(key(*k << 40), Counter::ALL[*c])]);
+                }
+                clock.set(T0 + 40 * 3_600 + probe);
+                let now = s.now();
+                let keys: Vec<_> = (0..8).map(|k| key(k << 40)).collect();
+                let before = s.lookup_many(&keys);
+                for (k, w) in keys.iter().zip(&before) {
+                    if let Some(t) = s.timeline(k) {
+                        for (wi, secs) in s.windows_secs().iter().enumerate() {
+                            let mut sum = [0u64; COUNTERS];
+                            for (r, start, counts) in &t.buckets {
+                                let end = start + s.layout().resolutions()[*r].bucket_secs;
+                                if end > now.saturating_sub(*secs) {
+                                    for (a, c) in sum.iter_mut().zip(counts) { *a += c; }
+                                }
+                            }
+                            prop_assert_eq!(sum, w.windows[wi]);
+                        }
+                    }
+                }
+                for _ in 0..s.shard_count() {
+                    s.sweep_step();
+                }
+                prop_assert_eq!(s.lookup_many(&keys), before);
+            }
+        }
+    }
+}

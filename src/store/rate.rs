@@ -1,0 +1,156 @@
+//! Sliding-window rate counters, as Figma's limiter: a window is split into sub-buckets of
+//! window/60; the count is the sum of the sub-buckets of the window plus one more (strict: never
+//! under-counts the last window); hits keep counting past the limit, so a ban extends while the
+//! sender keeps going. Memory per counter is bounded by its sub-bucket count (at most 61).
+
+use hashbrown::HashTable;
+use serde::Serialize;
+
+use super::StoreKey;
+
+/// The outcome of one hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RateResult {
+    /// Hits in the window, this one included.
+    pub count: u64,
+    /// `count > limit`.
+    pub over: bool,
+}
+
+#[derive(Debug)]
+struct RateEntry {
+    key: StoreKey,
+    window_secs: u64,
+    sub_secs: u64,
+    /// Index (time / sub_secs) of the newest sub-bucket.
+    head: u64,
+    slots: Box<[u32]>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RateTable {
+    table: HashTable<RateEntry>,
+}
+
+fn rate_hash(key: &StoreKey, window_secs: u64) -> u64 {
+    let mut k = key.hash
+        ^ (u64::from(key.kind) << 48 | u64::from(key.namespace) << 40)
+        ^ window_secs.rotate_left(17);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^ (k >> 33)
+}
+
+impl RateTable {
+    pub fn hit(&mut self, key: StoreKey, limit: u64, window_secs: u64, now: u64) -> RateResult {
+        let window_secs = window_secs.max(1);
+        let hash = rate_hash(&key, window_secs);
+        let entry = match self
+            .table
+            .find_mut(hash, |e| e.key == key && e.window_secs == window_secs)
+        {
+            Some(e) => e,
+            None => {
+                let sub_secs = (window_secs / 60).max(1);
+                let slots = (window_secs / sub_secs + 1) as usize;
+                self.table
+                    .insert_unique(
+                        hash,
+                        RateEntry {
+                            key,
+                            window_secs,
+                            sub_secs,
+                            head: now / sub_secs,
+                            slots: vec![0; slots].into_boxed_slice(),
+                        },
+                        |e| rate_hash(&e.key, e.window_secs),
+                    )
+                    .into_mut()
+            }
+        };
+        let current = now / entry.sub_secs;
+        let n = entry.slots.len() as u64;
+        if current > entry.head {
+            // Clear the sub-buckets that slid out, at most all of them.
+            let stale = (current - entry.head).min(n);
+            for step in 1..=stale {
+                entry.slots[((entry.head + step) % n) as usize] = 0;
+            }
+            entry.head = current;
+        }
+        // A hit from the past (clock stepped back) counts in the newest sub-bucket.
+        let slot = &mut entry.slots[(entry.head % n) as usize];
+        *slot = slot.saturating_add(1);
+        let count: u64 = entry.slots.iter().map(|&c| u64::from(c)).sum();
+        RateResult {
+            count,
+            over: count > limit,
+        }
+    }
+
+    /// Drops counters whose whole window has slid past.
+    pub fn sweep(&mut self, now: u64) {
+        self.table
+            .retain(|e| now / e.sub_secs < e.head + e.slots.len() as u64);
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.table.capacity() * (std::mem::size_of::<RateEntry>() + 1)
+            + self.table.iter().map(|e| e.slots.len() * 4).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: StoreKey = StoreKey {
+        namespace: 0,
+        kind: 15,
+        hash: 42,
+    };
+
+    #[test]
+    fn counts_within_the_window_and_keeps_counting_past_the_limit() {
+        let mut t = RateTable::default();
+        let start = 1_000_000;
+        for i in 0..10 {
+            let r = t.hit(KEY, 5, 3_600, start + i * 60);
+            assert_eq!(r.count, i + 1);
+            assert_eq!(r.over, i + 1 > 5);
+        }
+        // An hour and a sub-bucket later, only later hits remain.
+        let r = t.hit(KEY, 5, 3_600, start + 3_600 + 60 + 9 * 60);
+        assert!(r.count <= 2, "{r:?}");
+    }
+
+    #[test]
+    fn strict_window_counts_one_extra_sub_bucket() {
+        let mut t = RateTable::default();
+        t.hit(KEY, 100, 60, 1_000); // sub-bucket of 1 s, 61 slots
+        let r = t.hit(KEY, 100, 60, 1_060);
+        assert_eq!(r.count, 2, "exactly one window later still counts");
+        let r = t.hit(KEY, 100, 60, 1_062);
+        assert_eq!(r.count, 2, "the first hit has slid out, the second remains");
+    }
+
+    #[test]
+    fn windows_are_separate_counters_and_sweep_frees_them() {
+        let mut t = RateTable::default();
+        t.hit(KEY, 1, 60, 1_000);
+        t.hit(KEY, 1, 3_600, 1_000);
+        assert_eq!(t.len(), 2);
+        t.sweep(1_000 + 120);
+        assert_eq!(
+            t.len(),
+            1,
+            "the minute counter expired, the hour one did not"
+        );
+        t.sweep(1_000 + 7_300);
+        assert_eq!(t.len(), 0);
+    }
+}
