@@ -13,6 +13,7 @@
 
 pub mod clock;
 mod rate;
+pub mod sweeper;
 pub mod timeline;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use rate::RateResult;
+pub use sweeper::Sweeper;
 pub use timeline::Bucket;
 use timeline::{Arena, Entry};
 
