@@ -12,6 +12,7 @@
 //! shard, locked once, and there is no iteration to resume inside it.
 
 pub mod clock;
+pub mod persist;
 mod rate;
 pub mod sweeper;
 pub mod timeline;
@@ -24,6 +25,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use persist::{Durable, FsyncPolicy, PersistConfig, PersistError, Recovery};
 pub use rate::RateResult;
 pub use sweeper::Sweeper;
 pub use timeline::Bucket;
@@ -246,6 +248,10 @@ struct Shard {
     table: HashTable<Entry>,
     arena: Arena,
     rates: rate::RateTable,
+    /// Sequence number of the last change logged (persistence).
+    seq: u64,
+    /// Framed WAL records not yet handed to the WAL writer.
+    log: Vec<u8>,
 }
 
 /// The store. Shared between threads (`Arc<Store>`); every method takes `&self`.
@@ -259,6 +265,8 @@ pub struct Store {
     keys: AtomicUsize,
     evictions: AtomicU64,
     sweep_cursor: AtomicUsize,
+    /// Changes are appended to the shard logs (set by `persist::Durable`).
+    logging: std::sync::atomic::AtomicBool,
 }
 
 /// Table hash of a key. The key hash is already uniform; type and namespace are mixed in.
@@ -303,6 +311,7 @@ impl Store {
             keys: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
             sweep_cursor: AtomicUsize::new(0),
+            logging: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -336,6 +345,8 @@ impl Store {
         let mut i = 0;
         while i < order.len() {
             let shard_index = order[i].0;
+            let logging = self.logging.load(Ordering::Relaxed);
+            let mut logged: Vec<(StoreKey, Counts)> = Vec::new();
             let mut shard = self.shards[shard_index].lock();
             while i < order.len() && order[i].0 == shard_index {
                 let key = order[i].1.key;
@@ -348,8 +359,21 @@ impl Store {
                     i += 1;
                 }
                 self.add(&mut shard, &key, id, &delta, now);
+                if logging {
+                    logged.push((key, delta));
+                }
+            }
+            if logging {
+                Self::log(&mut shard, shard_index, now, &logged);
             }
         }
+    }
+
+    /// Appends a change to the shard's log, under the shard's lock: a shard's log order is its
+    /// apply order, which is what lets snapshots run without stopping writers.
+    fn log(shard: &mut Shard, index: usize, now: u64, changes: &[(StoreKey, Counts)]) {
+        shard.seq += 1;
+        persist::encode_record(&mut shard.log, index as u32, shard.seq, now, changes);
     }
 
     fn add(&self, shard: &mut Shard, key: &StoreKey, id: u32, delta: &Counts, now: u64) {
@@ -498,6 +522,12 @@ impl Store {
         if !seen_in_period {
             self.add(&mut shard, &unique, id, &one, now);
         }
+        if self.logging.load(Ordering::Relaxed) {
+            let shard_index = self.shard_of(unique.hash);
+            let changes = [(pair, one), (unique, one)];
+            let n = if seen_in_period { 1 } else { 2 };
+            Self::log(&mut shard, shard_index, now, &changes[..n]);
+        }
         !seen_in_period
     }
 
@@ -520,6 +550,7 @@ impl Store {
             table,
             arena,
             rates,
+            ..
         } = &mut *shard;
         let visited = table.len();
         let mut removed = 0;
@@ -538,6 +569,82 @@ impl Store {
             visited,
             removed,
         }
+    }
+
+    // ---- persistence hooks (see persist.rs) ----
+
+    pub(crate) fn enable_log(&self) {
+        self.logging.store(true, Ordering::Relaxed);
+    }
+
+    /// Hands each shard's pending log records to `f`, emptying the shard buffers.
+    pub(crate) fn drain_logs(&self, mut f: impl FnMut(&[u8])) {
+        for shard in self.shards.iter() {
+            let pending = {
+                let mut shard = shard.lock();
+                if shard.log.is_empty() {
+                    continue;
+                }
+                std::mem::take(&mut shard.log)
+            };
+            f(&pending);
+        }
+    }
+
+    /// Encodes one shard for a snapshot (under its lock); returns its key count.
+    pub(crate) fn encode_shard(&self, index: usize, out: &mut Vec<u8>) -> u64 {
+        let shard = self.shards[index].lock();
+        let keys: Vec<(StoreKey, Vec<Bucket>)> = shard
+            .table
+            .iter()
+            .map(|e| {
+                let key = StoreKey {
+                    namespace: e.namespace,
+                    kind: e.kind,
+                    hash: e.hash,
+                };
+                (key, e.buckets(&shard.arena).as_slice().to_vec())
+            })
+            .collect();
+        persist::encode_shard_block(out, index as u32, shard.seq, &keys);
+        keys.len() as u64
+    }
+
+    /// Restores one shard from a snapshot block.
+    pub(crate) fn load_shard(&self, index: usize, seq: u64, entries: Vec<(StoreKey, Vec<Bucket>)>) {
+        let mut shard = self.shards[index].lock();
+        shard.seq = seq;
+        let added = entries.len();
+        for (key, buckets) in entries {
+            let hash = table_hash(key.hash, key.kind, key.namespace);
+            let Shard { table, arena, .. } = &mut *shard;
+            if let Ok(found) = table.find_entry(hash, matches(&key)) {
+                let (old, _) = found.remove();
+                old.release(arena);
+                self.keys.fetch_sub(1, Ordering::Relaxed);
+            }
+            let entry = Entry::from_buckets(key.hash, key.kind, key.namespace, buckets, arena);
+            table.insert_unique(hash, entry, entry_hash);
+        }
+        self.keys.fetch_add(added, Ordering::Relaxed);
+    }
+
+    /// Re-applies a logged change at its original time, into the shard that logged it.
+    pub(crate) fn replay(&self, index: usize, seq: u64, time: u64, increments: &[Increment]) {
+        let id = self.layout.bucket_id(time);
+        let mut shard = self.shards[index].lock();
+        for inc in increments {
+            self.add(&mut shard, &inc.key, id, &inc.counts, time);
+        }
+        shard.seq = shard.seq.max(seq);
+    }
+
+    /// Drops every key (salvage after a damaged snapshot).
+    pub(crate) fn clear(&self) {
+        for shard in self.shards.iter() {
+            *shard.lock() = Shard::default();
+        }
+        self.keys.store(0, Ordering::Relaxed);
     }
 
     pub fn shard_count(&self) -> usize {

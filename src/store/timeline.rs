@@ -140,6 +140,34 @@ impl Entry {
         entry
     }
 
+    /// A key restored from a snapshot with these buckets.
+    pub fn from_buckets(
+        hash: u64,
+        kind: u16,
+        namespace: u8,
+        mut buckets: Vec<Bucket>,
+        arena: &mut Arena,
+    ) -> Entry {
+        buckets.sort_unstable_by_key(|b| (b.resolution, b.id));
+        let mut entry = Entry {
+            hash,
+            kind,
+            namespace,
+            tag: 0,
+            word: 0,
+            packed: 0,
+        };
+        match buckets.as_slice() {
+            [only] if pack(&only.counts).is_some() => {
+                entry.tag = only.resolution << 1;
+                entry.word = only.id;
+                entry.packed = pack(&only.counts).unwrap_or(0);
+            }
+            _ => entry.move_to_arena(buckets, arena),
+        }
+        entry
+    }
+
     fn move_to_arena(&mut self, buckets: Vec<Bucket>, arena: &mut Arena) {
         self.tag = IN_ARENA;
         self.word = arena.alloc(buckets);
