@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::message::Limits;
+use crate::store::{PersistConfig, StoreConfig};
 
 /// The whole configuration. Every field has a default, so an empty file is valid.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,6 +15,10 @@ use crate::message::Limits;
 pub struct Config {
     /// Limits on the work done per message.
     pub limits: Limits,
+    /// The reputation store: resolutions, windows, size.
+    pub store: StoreConfig,
+    /// Durability of the store: fsync policy, flush and snapshot intervals.
+    pub persist: PersistConfig,
 }
 
 /// Why a configuration could not be used.
@@ -63,6 +68,18 @@ impl Config {
                 )));
             }
         }
+        crate::store::Layout::new(&self.store.resolutions)
+            .map_err(|e| ConfigError::Invalid(format!("store: {e}")))?;
+        if self.store.max_keys == 0 {
+            return Err(ConfigError::Invalid(
+                "store.max_keys must be greater than 0".into(),
+            ));
+        }
+        if self.store.shards != 0 && !self.store.shards.is_power_of_two() {
+            return Err(ConfigError::Invalid(
+                "store.shards must be 0 or a power of two".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -86,5 +103,20 @@ mod tests {
         assert!(toml::from_str::<Config>("[limits]\nmax_partz = 10\n").is_err());
         let zero: Config = toml::from_str("[limits]\nmax_depth = 0\n").unwrap();
         assert!(zero.validate().is_err());
+    }
+
+    #[test]
+    fn store_and_persist_sections() {
+        let c: Config = toml::from_str(
+            "[store]\nmax_keys = 1000\nresolutions = [{ bucket_secs = 60, keep_secs = 3600 }]\n\
+             [persist]\nfsync = \"always\"\n",
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.persist.fsync, crate::store::FsyncPolicy::Always);
+        let bad: Config =
+            toml::from_str("[store]\nresolutions = [{ bucket_secs = 60, keep_secs = 90 }]\n")
+                .unwrap();
+        assert!(bad.validate().unwrap_err().to_string().contains("store"));
     }
 }
