@@ -52,7 +52,8 @@ fn child_writer() {
     let clock = Arc::new(ManualClock::new(T0));
     let (d, _) = Durable::open(dir.as_ref(), &config(), &persist(), clock, false).expect("open");
     for i in 0..MAX_WRITES {
-        d.store().record_many(&[Increment::one(key(i), Counter::Seen)]);
+        d.store()
+            .record_many(&[Increment::one(key(i), Counter::Seen)]);
         if i % 1_000 == 999 {
             d.sync().expect("sync");
             println!("acked {i}");
@@ -75,7 +76,13 @@ fn kill9_recovers_every_acknowledged_increment() {
     for (round, kill_after_acks) in [3u64, 17, 29, 64].into_iter().enumerate() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut child = Command::new(&exe)
-            .args(["--exact", "child_writer", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "child_writer",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("SHRIKE_KILL9_DIR", dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -100,14 +107,16 @@ fn kill9_recovers_every_acknowledged_increment() {
         }
         child.kill().expect("kill -9"); // SIGKILL on Unix
         let status = child.wait().expect("reap child");
-        assert!(!status.success(), "round {round}: the child must have been killed");
+        assert!(
+            !status.success(),
+            "round {round}: the child must have been killed"
+        );
         let acked = acked.expect("at least one acknowledgement");
 
         let clock = Arc::new(ManualClock::new(T0));
         let keys: Vec<StoreKey> = (0..KEYS).map(key).collect();
-        let (d, recovery) =
-            Durable::open(dir.path(), &config(), &persist(), clock.clone(), false)
-                .unwrap_or_else(|e| panic!("round {round}: recovery failed: {e}"));
+        let (d, recovery) = Durable::open(dir.path(), &config(), &persist(), clock.clone(), false)
+            .unwrap_or_else(|e| panic!("round {round}: recovery failed: {e}"));
         let counts: Vec<u64> = d
             .store()
             .lookup_many(&keys)
@@ -124,7 +133,10 @@ fn kill9_recovers_every_acknowledged_increment() {
             );
         }
         let total: u64 = counts.iter().sum();
-        assert!(total <= MAX_WRITES && total > acked, "round {round}: total {total}");
+        assert!(
+            total <= MAX_WRITES && total > acked,
+            "round {round}: total {total}"
+        );
         drop(d);
         // Recovery is repeatable: a second start sees the same state.
         let (d, _) = Durable::open(dir.path(), &config(), &persist(), clock, false)
