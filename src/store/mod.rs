@@ -12,6 +12,7 @@
 //! shard, locked once, and there is no iteration to resume inside it.
 
 pub mod clock;
+mod features;
 pub mod persist;
 mod rate;
 pub mod sweeper;
@@ -25,6 +26,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use features::{DistinctResult, SumResult};
 pub use persist::{Durable, FsyncPolicy, PersistConfig, PersistError, Recovery};
 pub use rate::RateResult;
 pub use sweeper::Sweeper;
@@ -238,6 +240,7 @@ pub struct SweepReport {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StoreStats {
     pub keys: usize,
+    /// Rate counters and windowed features.
     pub rate_keys: usize,
     pub evictions: u64,
     pub approx_bytes: usize,
@@ -248,6 +251,7 @@ struct Shard {
     table: HashTable<Entry>,
     arena: Arena,
     rates: rate::RateTable,
+    features: features::FeatureTable,
     /// Sequence number of the last change logged (persistence).
     seq: u64,
     /// Framed WAL records not yet handed to the WAL writer.
@@ -267,6 +271,44 @@ pub struct Store {
     sweep_cursor: AtomicUsize,
     /// Changes are appended to the shard logs (set by `persist::Durable`).
     logging: std::sync::atomic::AtomicBool,
+}
+
+/// What the rules engine and the daemon need of a reputation store. `Store` is the in-memory
+/// implementation; a backend on an existing distributed engine (Redis/Valkey Cluster) can
+/// implement this trait without touching its users.
+pub trait ReputationStore: Send + Sync {
+    /// Window sums for each key, in order (zeros for unknown keys).
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts>;
+    /// Applies one message's (or batch's) increments.
+    fn record_many(&self, increments: &[Increment]);
+    /// Counts `unique` once per distinct `pair` per period; returns whether it grew.
+    fn increment_unique(&self, pair: StoreKey, unique: StoreKey, period_secs: u64) -> bool;
+    /// A sliding-window rate counter hit.
+    fn hit(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult;
+    /// A key's buckets and window sums.
+    fn timeline(&self, key: &StoreKey) -> Option<Timeline>;
+}
+
+impl ReputationStore for Store {
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
+        Store::lookup_many(self, keys)
+    }
+
+    fn record_many(&self, increments: &[Increment]) {
+        Store::record_many(self, increments)
+    }
+
+    fn increment_unique(&self, pair: StoreKey, unique: StoreKey, period_secs: u64) -> bool {
+        Store::increment_unique(self, pair, unique, period_secs)
+    }
+
+    fn hit(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult {
+        Store::hit(self, key, limit, window_secs)
+    }
+
+    fn timeline(&self, key: &StoreKey) -> Option<Timeline> {
+        Store::timeline(self, key)
+    }
 }
 
 /// Table hash of a key. The key hash is already uniform; type and namespace are mixed in.
@@ -539,6 +581,31 @@ impl Store {
         shard.rates.hit(key, limit, window_secs, now)
     }
 
+    /// Adds `amount` to a windowed count-and-sum feature; returns the count and sum in the window.
+    pub fn feature_add(&self, key: StoreKey, amount: u64, window_secs: u64) -> SumResult {
+        let now = self.now();
+        self.shards[self.shard_of(key.hash)]
+            .lock()
+            .features
+            .add(key, amount, window_secs, now)
+    }
+
+    /// Notes `value` (a hash) in a windowed distinct-count feature storing at most `cap` values;
+    /// returns the exact number of distinct values in the window (a lower bound when capped).
+    pub fn feature_distinct(
+        &self,
+        key: StoreKey,
+        value: u64,
+        window_secs: u64,
+        cap: usize,
+    ) -> DistinctResult {
+        let now = self.now();
+        self.shards[self.shard_of(key.hash)]
+            .lock()
+            .features
+            .distinct(key, value, window_secs, cap, now)
+    }
+
     /// One step of cooperative cleanup: settles every key of the next shard (folding aged
     /// buckets, dropping expired ones), removes keys and rate counters with nothing left, and
     /// releases the shard. Call it repeatedly; it cycles over the shards.
@@ -550,6 +617,7 @@ impl Store {
             table,
             arena,
             rates,
+            features,
             ..
         } = &mut *shard;
         let visited = table.len();
@@ -562,6 +630,7 @@ impl Store {
             live
         });
         rates.sweep(now);
+        features.sweep(now);
         drop(shard);
         self.keys.fetch_sub(removed, Ordering::Relaxed);
         SweepReport {
@@ -658,8 +727,9 @@ impl Store {
             let shard = shard.lock();
             approx_bytes += shard.table.capacity() * (std::mem::size_of::<Entry>() + 1)
                 + shard.arena.bytes()
-                + shard.rates.bytes();
-            rate_keys += shard.rates.len();
+                + shard.rates.bytes()
+                + shard.features.bytes();
+            rate_keys += shard.rates.len() + shard.features.len();
         }
         StoreStats {
             keys: self.keys.load(Ordering::Relaxed),

@@ -1017,4 +1017,46 @@ mod tests {
         let (d, _) = open(dir.path(), &clock, false).unwrap();
         assert_eq!(load(&d, 200), before);
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+            /// Replaying the WAL (after any snapshot) gives the same state as the live store,
+            /// whatever the interleaving of writes, time steps and snapshots.
+            #[test]
+            fn replay_equals_live(
+                ops in proptest::collection::vec((0u8..4, 0u64..64, 0usize..5, 0u64..20_000), 1..150),
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let clock = Arc::new(ManualClock::new(T0));
+                let (d, _) = open(dir.path(), &clock, false).unwrap();
+                for (op, k, c, dt) in &ops {
+                    match op {
+                        0 | 1 => d.store().record_many(&[Increment::one(key(*k), Counter::ALL[*c])]),
+                        2 => clock.advance(*dt),
+                        _ => {
+                            if *dt % 5 == 0 {
+                                d.snapshot().unwrap();
+                            } else {
+                                d.store().increment_unique(key(100 + k), key(999), 86_400);
+                            }
+                        }
+                    }
+                }
+                d.sync().unwrap();
+                let keys: Vec<_> = (0..64).map(key).chain([key(999)]).collect();
+                let live = d.store().lookup_many(&keys);
+                let timelines: Vec<_> = keys.iter().map(|k| d.store().timeline(k)).collect();
+                drop(d);
+                let (d, _) = open(dir.path(), &clock, false).unwrap();
+                prop_assert_eq!(d.store().lookup_many(&keys), live);
+                let replayed: Vec<_> = keys.iter().map(|k| d.store().timeline(k)).collect();
+                prop_assert_eq!(replayed, timelines);
+            }
+        }
+    }
 }
