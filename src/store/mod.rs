@@ -468,21 +468,34 @@ impl Store {
         }
     }
 
-    /// Window sums for each key, in order. Unknown keys give zeros.
+    /// Window sums for each key, in order. Unknown keys give zeros. Keys are grouped by shard:
+    /// one lock per shard touched.
     pub fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
         let now = self.now();
-        keys.iter()
-            .map(|key| {
-                let shard = self.shards[self.shard_of(key.hash)].lock();
+        let mut out = vec![WindowCounts::default(); keys.len()];
+        let mut order: Vec<(usize, usize)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| (self.shard_of(key.hash), i))
+            .collect();
+        order.sort_unstable();
+        let mut i = 0;
+        while i < order.len() {
+            let shard_index = order[i].0;
+            let shard = self.shards[shard_index].lock();
+            while i < order.len() && order[i].0 == shard_index {
+                let key = &keys[order[i].1];
                 let hash = table_hash(key.hash, key.kind, key.namespace);
-                match shard.table.find(hash, matches(key)) {
+                out[order[i].1] = match shard.table.find(hash, matches(key)) {
                     Some(e) => self.window_sums(e.buckets(&shard.arena).as_slice(), now),
                     None => WindowCounts {
                         windows: vec![[0; COUNTERS]; self.windows_secs.len()],
                     },
-                }
-            })
-            .collect()
+                };
+                i += 1;
+            }
+        }
+        out
     }
 
     /// Sums buckets that overlap each window `[now - w, now]`, after settling each bucket where
