@@ -36,6 +36,9 @@ use timeline::{Arena, Entry};
 /// Counters per bucket.
 pub const COUNTERS: usize = 5;
 
+/// Keys compared when one must be evicted.
+const EVICTION_SAMPLE: usize = 32;
+
 /// The counters of one bucket or window, indexed by `Counter`.
 pub type Counts = [u64; COUNTERS];
 
@@ -247,11 +250,24 @@ pub struct StoreStats {
 }
 
 #[derive(Default)]
+struct Extras {
+    rates: rate::RateTable,
+    features: features::FeatureTable,
+}
+
+impl Shard {
+    fn extras(&mut self) -> &mut Extras {
+        self.extras.get_or_insert_with(Box::default)
+    }
+}
+
+#[derive(Default)]
 struct Shard {
     table: HashTable<Entry>,
     arena: Arena,
-    rates: rate::RateTable,
-    features: features::FeatureTable,
+    /// Rate counters and windowed features, allocated on first use: most shards never have
+    /// any, and the shard array stays small.
+    extras: Option<Box<Extras>>,
     /// Sequence number of the last change logged (persistence).
     seq: u64,
     /// Framed WAL records not yet handed to the WAL writer.
@@ -434,13 +450,15 @@ impl Store {
         self.keys.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Removes the least valuable key of a shard: the one whose newest bucket is oldest, fewest
-    /// messages seen breaking ties. A shard with no keys evicts nothing (the overshoot is at most
-    /// one key per shard).
+    /// Removes the least valuable of a sample of a shard's keys (as Redis samples for LRU): the
+    /// one whose newest bucket is oldest, fewest messages seen breaking ties. The sample is the
+    /// first `EVICTION_SAMPLE` entries in table order, i.e. by hash, so effectively random. A
+    /// shard with no keys evicts nothing (the overshoot is at most one key per shard).
     fn evict_one(&self, shard: &mut Shard, now: u64) {
         let Shard { table, arena, .. } = shard;
         let victim = table
             .iter()
+            .take(EVICTION_SAMPLE)
             .map(|e| {
                 let buckets = e.buckets(arena);
                 let newest = buckets
@@ -591,7 +609,7 @@ impl Store {
     pub fn hit(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult {
         let now = self.now();
         let mut shard = self.shards[self.shard_of(key.hash)].lock();
-        shard.rates.hit(key, limit, window_secs, now)
+        shard.extras().rates.hit(key, limit, window_secs, now)
     }
 
     /// Adds `amount` to a windowed count-and-sum feature; returns the count and sum in the window.
@@ -599,6 +617,7 @@ impl Store {
         let now = self.now();
         self.shards[self.shard_of(key.hash)]
             .lock()
+            .extras()
             .features
             .add(key, amount, window_secs, now)
     }
@@ -615,6 +634,7 @@ impl Store {
         let now = self.now();
         self.shards[self.shard_of(key.hash)]
             .lock()
+            .extras()
             .features
             .distinct(key, value, window_secs, cap, now)
     }
@@ -629,8 +649,7 @@ impl Store {
         let Shard {
             table,
             arena,
-            rates,
-            features,
+            extras,
             ..
         } = &mut *shard;
         let visited = table.len();
@@ -642,8 +661,17 @@ impl Store {
             }
             live
         });
-        rates.sweep(now);
-        features.sweep(now);
+        // Give memory back when most of a table has expired.
+        if table.capacity() > 64 && table.len() < table.capacity() / 4 {
+            table.shrink_to(table.len() * 2, entry_hash);
+        }
+        if let Some(x) = extras {
+            x.rates.sweep(now);
+            x.features.sweep(now);
+            if x.rates.len() == 0 && x.features.len() == 0 {
+                *extras = None;
+            }
+        }
         drop(shard);
         self.keys.fetch_sub(removed, Ordering::Relaxed);
         SweepReport {
@@ -738,11 +766,21 @@ impl Store {
         let mut rate_keys = 0;
         for shard in self.shards.iter() {
             let shard = shard.lock();
-            approx_bytes += shard.table.capacity() * (std::mem::size_of::<Entry>() + 1)
+            // hashbrown keeps a power-of-two number of buckets, 7/8 of them usable.
+            let capacity = shard.table.capacity();
+            let buckets = if capacity == 0 {
+                0
+            } else {
+                (capacity * 8 / 7).next_power_of_two()
+            };
+            approx_bytes += buckets * (std::mem::size_of::<Entry>() + 1)
                 + shard.arena.bytes()
-                + shard.rates.bytes()
-                + shard.features.bytes();
-            rate_keys += shard.rates.len() + shard.features.len();
+                + shard.log.capacity();
+            if let Some(x) = &shard.extras {
+                approx_bytes +=
+                    std::mem::size_of::<Extras>() + x.rates.bytes() + x.features.bytes();
+                rate_keys += x.rates.len() + x.features.len();
+            }
         }
         StoreStats {
             keys: self.keys.load(Ordering::Relaxed),
@@ -937,12 +975,14 @@ mod tests {
         }
         clock.advance(5 * DAY);
         let before = s.lookup_many(&[key(0), key(500 * 0x1_0000_0001)]);
+        let bytes_before = s.stats().approx_bytes;
         let mut removed = 0;
         for _ in 0..s.shard_count() {
             removed += s.sweep_step().removed;
         }
         assert_eq!(removed, 900);
         assert_eq!(s.stats().keys, 100);
+        assert!(s.stats().approx_bytes < bytes_before, "tables shrink after expiry");
         assert_eq!(s.lookup_many(&[key(0), key(500 * 0x1_0000_0001)]), before);
     }
 

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Store;
 
@@ -19,24 +19,35 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// Starts sweeping `store`, one full pass per `cycle` (zero: as fast as it can, yielding
-    /// between shards).
+    /// Starts sweeping `store`, one full pass per `cycle`, paced by deadline so sleep overshoot
+    /// does not stretch the pass. A zero `cycle` sweeps continuously (tests, benchmarks): it
+    /// does not `yield_now`, which on Linux can starve the sweeper behind busy threads.
     pub fn spawn(store: Arc<Store>, cycle: Duration) -> std::io::Result<Sweeper> {
         let stop = Arc::new(AtomicBool::new(false));
         let removed = Arc::new(AtomicU64::new(0));
-        let pause = cycle / u32::try_from(store.shard_count()).unwrap_or(u32::MAX);
+        let shards = u32::try_from(store.shard_count()).unwrap_or(u32::MAX);
         let handle = {
             let (stop, removed) = (stop.clone(), removed.clone());
             std::thread::Builder::new()
                 .name("shrike-sweeper".into())
                 .spawn(move || {
+                    let mut pass_start = Instant::now();
+                    let mut step: u32 = 0;
                     while !stop.load(Ordering::Relaxed) {
                         let report = store.sweep_step();
                         removed.fetch_add(report.removed as u64, Ordering::Relaxed);
-                        if pause.is_zero() {
-                            std::thread::yield_now();
-                        } else {
-                            std::thread::sleep(pause);
+                        step += 1;
+                        if step >= shards {
+                            step = 0;
+                            // A pass that ran late starts the next one now, not in a hurry.
+                            pass_start = (pass_start + cycle).max(Instant::now());
+                        }
+                        if !cycle.is_zero() {
+                            let due = pass_start + cycle * step / shards;
+                            let now = Instant::now();
+                            if due > now {
+                                std::thread::sleep((due - now).min(Duration::from_millis(100)));
+                            }
                         }
                     }
                 })?
@@ -67,6 +78,28 @@ impl Drop for Sweeper {
 mod tests {
     use super::*;
     use crate::store::{Counter, Increment, ManualClock, StoreConfig, StoreKey};
+
+    #[test]
+    fn a_paced_pass_takes_about_its_cycle() {
+        let clock = Arc::new(ManualClock::new(1_700_000_000));
+        let config = StoreConfig {
+            max_keys: 100_000,
+            shards: 256,
+            ..StoreConfig::default()
+        };
+        let store = Arc::new(Store::new(&config, clock).unwrap());
+        let start = std::time::Instant::now();
+        let sweeper = Sweeper::spawn(store.clone(), Duration::from_millis(400)).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        drop(sweeper);
+        // Half a cycle sweeps about half the shards: paced, neither all at once nor starved.
+        let steps = store.sweep_step().shard;
+        assert!(
+            steps > 32 && steps < 224,
+            "{steps} shards in {:?}",
+            start.elapsed()
+        );
+    }
 
     #[test]
     fn sweeper_cleans_in_the_background_and_stops() {
