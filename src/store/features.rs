@@ -12,6 +12,7 @@ use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+use super::rate::SlidingWindow;
 use super::StoreKey;
 
 /// Count and sum in a window.
@@ -33,9 +34,8 @@ pub struct DistinctResult {
 struct SumEntry {
     key: StoreKey,
     window_secs: u64,
-    sub_secs: u64,
-    head: u64,
-    slots: Box<[(u64, u64)]>,
+    /// (count, sum) per sub-bucket.
+    ring: SlidingWindow<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -74,38 +74,29 @@ impl FeatureTable {
             .find_mut(hash, |e| e.key == key && e.window_secs == window_secs)
         {
             Some(e) => e,
-            None => {
-                let sub_secs = (window_secs / 60).max(1);
-                let n = (window_secs / sub_secs + 1) as usize;
-                self.sums
-                    .insert_unique(
-                        hash,
-                        SumEntry {
-                            key,
-                            window_secs,
-                            sub_secs,
-                            head: now / sub_secs,
-                            slots: vec![(0, 0); n].into_boxed_slice(),
-                        },
-                        |e| feature_hash(&e.key, e.window_secs, SUM_SALT),
-                    )
-                    .into_mut()
-            }
+            None => self
+                .sums
+                .insert_unique(
+                    hash,
+                    SumEntry {
+                        key,
+                        window_secs,
+                        ring: SlidingWindow::new(window_secs, now),
+                    },
+                    |e| feature_hash(&e.key, e.window_secs, SUM_SALT),
+                )
+                .into_mut(),
         };
-        let n = entry.slots.len() as u64;
-        let current = now / entry.sub_secs;
-        if current > entry.head {
-            for step in 1..=(current - entry.head).min(n) {
-                entry.slots[((entry.head + step) % n) as usize] = (0, 0);
-            }
-            entry.head = current;
-        }
-        let slot = &mut entry.slots[(entry.head % n) as usize];
+        let slot = entry.ring.current(now);
         slot.0 = slot.0.saturating_add(1);
         slot.1 = slot.1.saturating_add(amount);
-        let (count, sum) = entry.slots.iter().fold((0u64, 0u64), |(c, s), (sc, ss)| {
-            (c.saturating_add(*sc), s.saturating_add(*ss))
-        });
+        let (count, sum) = entry
+            .ring
+            .slots()
+            .iter()
+            .fold((0u64, 0u64), |(c, s), (sc, ss)| {
+                (c.saturating_add(*sc), s.saturating_add(*ss))
+            });
         SumResult { count, sum }
     }
 
@@ -161,8 +152,7 @@ impl FeatureTable {
 
     /// Drops features whose window has passed entirely.
     pub fn sweep(&mut self, now: u64) {
-        self.sums
-            .retain(|e| now / e.sub_secs < e.head + e.slots.len() as u64);
+        self.sums.retain(|e| !e.ring.expired(now));
         self.distinct.retain(|e| {
             let horizon = now.saturating_sub(e.window_secs);
             e.last_seen.retain(|_, seen| *seen > horizon);
@@ -176,7 +166,7 @@ impl FeatureTable {
 
     pub fn bytes(&self) -> usize {
         self.sums.capacity() * (std::mem::size_of::<SumEntry>() + 1)
-            + self.sums.iter().map(|e| e.slots.len() * 16).sum::<usize>()
+            + self.sums.iter().map(|e| e.ring.bytes()).sum::<usize>()
             + self.distinct.capacity() * (std::mem::size_of::<DistinctEntry>() + 1)
             + self
                 .distinct

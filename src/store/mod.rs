@@ -982,7 +982,10 @@ mod tests {
         }
         assert_eq!(removed, 900);
         assert_eq!(s.stats().keys, 100);
-        assert!(s.stats().approx_bytes < bytes_before, "tables shrink after expiry");
+        assert!(
+            s.stats().approx_bytes < bytes_before,
+            "tables shrink after expiry"
+        );
         assert_eq!(s.lookup_many(&[key(0), key(500 * 0x1_0000_0001)]), before);
     }
 

@@ -17,14 +17,60 @@ pub struct RateResult {
     pub over: bool,
 }
 
+/// A window split into sub-buckets of window/60 (at least 1 s), plus one: the ring that rate
+/// counters and count/sum features share.
+#[derive(Debug)]
+pub(crate) struct SlidingWindow<T> {
+    sub_secs: u64,
+    /// Index (time / sub_secs) of the newest sub-bucket.
+    head: u64,
+    slots: Box<[T]>,
+}
+
+impl<T: Copy + Default> SlidingWindow<T> {
+    pub fn new(window_secs: u64, now: u64) -> Self {
+        let sub_secs = (window_secs / 60).max(1);
+        let n = (window_secs / sub_secs + 1) as usize;
+        SlidingWindow {
+            sub_secs,
+            head: now / sub_secs,
+            slots: vec![T::default(); n].into_boxed_slice(),
+        }
+    }
+
+    /// Moves to `now`, clearing the sub-buckets that slid out, and returns the current one. A
+    /// time from the past (clock stepped back) lands in the newest sub-bucket.
+    pub fn current(&mut self, now: u64) -> &mut T {
+        let n = self.slots.len() as u64;
+        let current = now / self.sub_secs;
+        if current > self.head {
+            for step in 1..=(current - self.head).min(n) {
+                self.slots[((self.head + step) % n) as usize] = T::default();
+            }
+            self.head = current;
+        }
+        &mut self.slots[(self.head % n) as usize]
+    }
+
+    pub fn slots(&self) -> &[T] {
+        &self.slots
+    }
+
+    /// Nothing in the window any more.
+    pub fn expired(&self, now: u64) -> bool {
+        now / self.sub_secs >= self.head + self.slots.len() as u64
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<T>()
+    }
+}
+
 #[derive(Debug)]
 struct RateEntry {
     key: StoreKey,
     window_secs: u64,
-    sub_secs: u64,
-    /// Index (time / sub_secs) of the newest sub-bucket.
-    head: u64,
-    slots: Box<[u32]>,
+    ring: SlidingWindow<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -50,38 +96,22 @@ impl RateTable {
             .find_mut(hash, |e| e.key == key && e.window_secs == window_secs)
         {
             Some(e) => e,
-            None => {
-                let sub_secs = (window_secs / 60).max(1);
-                let slots = (window_secs / sub_secs + 1) as usize;
-                self.table
-                    .insert_unique(
-                        hash,
-                        RateEntry {
-                            key,
-                            window_secs,
-                            sub_secs,
-                            head: now / sub_secs,
-                            slots: vec![0; slots].into_boxed_slice(),
-                        },
-                        |e| rate_hash(&e.key, e.window_secs),
-                    )
-                    .into_mut()
-            }
+            None => self
+                .table
+                .insert_unique(
+                    hash,
+                    RateEntry {
+                        key,
+                        window_secs,
+                        ring: SlidingWindow::new(window_secs, now),
+                    },
+                    |e| rate_hash(&e.key, e.window_secs),
+                )
+                .into_mut(),
         };
-        let current = now / entry.sub_secs;
-        let n = entry.slots.len() as u64;
-        if current > entry.head {
-            // Clear the sub-buckets that slid out, at most all of them.
-            let stale = (current - entry.head).min(n);
-            for step in 1..=stale {
-                entry.slots[((entry.head + step) % n) as usize] = 0;
-            }
-            entry.head = current;
-        }
-        // A hit from the past (clock stepped back) counts in the newest sub-bucket.
-        let slot = &mut entry.slots[(entry.head % n) as usize];
+        let slot = entry.ring.current(now);
         *slot = slot.saturating_add(1);
-        let count: u64 = entry.slots.iter().map(|&c| u64::from(c)).sum();
+        let count: u64 = entry.ring.slots().iter().map(|&c| u64::from(c)).sum();
         RateResult {
             count,
             over: count > limit,
@@ -90,8 +120,7 @@ impl RateTable {
 
     /// Drops counters whose whole window has slid past.
     pub fn sweep(&mut self, now: u64) {
-        self.table
-            .retain(|e| now / e.sub_secs < e.head + e.slots.len() as u64);
+        self.table.retain(|e| !e.ring.expired(now));
     }
 
     pub fn len(&self) -> usize {
@@ -100,7 +129,7 @@ impl RateTable {
 
     pub fn bytes(&self) -> usize {
         self.table.capacity() * (std::mem::size_of::<RateEntry>() + 1)
-            + self.table.iter().map(|e| e.slots.len() * 4).sum::<usize>()
+            + self.table.iter().map(|e| e.ring.bytes()).sum::<usize>()
     }
 }
 
