@@ -32,24 +32,10 @@ const SEQ: usize = 2_000_000;
 /// A new-keys store is replaced (outside the timing) before it would pass this many keys, so
 /// eviction (at `max_keys`) never runs during the measurement.
 const FRESH_LIMIT: u64 = 10_000_000;
-/// 01:00 on some day.
-const T0: u64 = 1_700_000_000 - 1_700_000_000 % 86_400 + 3_600;
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Key number `i`: a uniform hash, one of eight shingle types.
-fn key(i: u64) -> StoreKey {
-    StoreKey {
-        namespace: 0,
-        kind: 1 + (i % 8) as u16,
-        hash: splitmix64(i),
-    }
-}
+#[allow(dead_code)]
+#[path = "../tests/common/store_keys.rs"]
+mod store_keys;
+use store_keys::{key, splitmix64, T0};
 
 /// The one hot key (not in the pool).
 fn hot_key() -> StoreKey {
