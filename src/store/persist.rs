@@ -190,11 +190,16 @@ fn read_counts(r: &mut Reader<'_>) -> Option<Counts> {
     Some(counts)
 }
 
-/// Appends a framed record: payload length, CRC32C of the payload, payload.
-fn frame(out: &mut Vec<u8>, payload: &[u8]) {
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
-    out.extend_from_slice(payload);
+/// Appends a framed record: payload length, CRC32C of the payload, payload. The payload is
+/// written in place by `write`, then the header is filled in: no intermediate buffer.
+fn frame(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]);
+    write(out);
+    let payload = &out[start + 8..];
+    let (len, crc) = (payload.len() as u32, crc32c::crc32c(payload));
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Encodes one WAL record (called by the store under the shard's lock).
@@ -205,16 +210,16 @@ pub(crate) fn encode_record(
     time: u64,
     increments: &[(StoreKey, Counts)],
 ) {
-    let mut payload = Vec::with_capacity(24 + increments.len() * 16);
-    payload.extend_from_slice(&shard.to_le_bytes());
-    payload.extend_from_slice(&seq.to_le_bytes());
-    payload.extend_from_slice(&time.to_le_bytes());
-    payload.extend_from_slice(&(increments.len() as u32).to_le_bytes());
-    for (key, counts) in increments {
-        put_key(&mut payload, key);
-        put_counts(&mut payload, counts);
-    }
-    frame(out, &payload);
+    frame(out, |payload| {
+        payload.extend_from_slice(&shard.to_le_bytes());
+        payload.extend_from_slice(&seq.to_le_bytes());
+        payload.extend_from_slice(&time.to_le_bytes());
+        payload.extend_from_slice(&(increments.len() as u32).to_le_bytes());
+        for (key, counts) in increments {
+            put_key(payload, key);
+            put_counts(payload, counts);
+        }
+    });
 }
 
 struct WalRecord {
@@ -627,20 +632,20 @@ pub(crate) fn encode_shard_block(
     seq: u64,
     keys: &[(StoreKey, Vec<Bucket>)],
 ) {
-    let mut payload = Vec::with_capacity(16 + keys.len() * 24);
-    payload.extend_from_slice(&shard.to_le_bytes());
-    payload.extend_from_slice(&seq.to_le_bytes());
-    payload.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-    for (key, buckets) in keys {
-        put_key(&mut payload, key);
-        payload.extend_from_slice(&(buckets.len() as u16).to_le_bytes());
-        for b in buckets.iter() {
-            payload.push(b.resolution);
-            payload.extend_from_slice(&b.id.to_le_bytes());
-            put_counts(&mut payload, &b.counts);
+    frame(out, |payload| {
+        payload.extend_from_slice(&shard.to_le_bytes());
+        payload.extend_from_slice(&seq.to_le_bytes());
+        payload.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+        for (key, buckets) in keys {
+            put_key(payload, key);
+            payload.extend_from_slice(&(buckets.len() as u16).to_le_bytes());
+            for b in buckets.iter() {
+                payload.push(b.resolution);
+                payload.extend_from_slice(&b.id.to_le_bytes());
+                put_counts(payload, &b.counts);
+            }
         }
-    }
-    frame(out, &payload);
+    });
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, PersistError> {

@@ -301,20 +301,11 @@ impl BucketsRef<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Resolution;
+    use crate::store::StoreConfig;
 
+    /// The default layout: 10-minute buckets for a day, daily buckets for 14 days.
     fn layout() -> Layout {
-        Layout::new(&[
-            Resolution {
-                bucket_secs: 600,
-                keep_secs: 86_400,
-            },
-            Resolution {
-                bucket_secs: 86_400,
-                keep_secs: 14 * 86_400,
-            },
-        ])
-        .unwrap()
+        Layout::new(&StoreConfig::default().resolutions).unwrap()
     }
 
     #[test]
