@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::EngineConfig;
 use crate::message::Limits;
+use crate::scan::{ScanConfig, VerdictConfig};
 use crate::store::{PersistConfig, StoreConfig};
 
 /// The whole configuration. Every field has a default, so an empty file is valid.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Limits on the work done per message.
@@ -19,6 +21,12 @@ pub struct Config {
     pub store: StoreConfig,
     /// Durability of the store: fsync policy, flush and snapshot intervals.
     pub persist: PersistConfig,
+    /// Lua limits: instruction budgets, memory, caches.
+    pub engine: EngineConfig,
+    /// Action thresholds and what the store counts as spam or ham.
+    pub verdict: VerdictConfig,
+    /// Store namespace and unique-count period of the scanned traffic.
+    pub scan: ScanConfig,
 }
 
 /// Why a configuration could not be used.
@@ -73,6 +81,18 @@ impl Config {
         if self.store.max_keys == 0 {
             return Err(ConfigError::Invalid(
                 "store.max_keys must be greater than 0".into(),
+            ));
+        }
+        self.verdict.validate().map_err(ConfigError::Invalid)?;
+        let e = &self.engine;
+        if e.rule_instructions == 0 || e.message_instructions == 0 || e.memory_limit_mb == 0 {
+            return Err(ConfigError::Invalid(
+                "engine budgets and memory limit must be greater than 0".into(),
+            ));
+        }
+        if self.scan.unique_period_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "scan.unique_period_secs must be greater than 0".into(),
             ));
         }
         if self.store.shards != 0 && !self.store.shards.is_power_of_two() {

@@ -4,13 +4,16 @@ use std::io::{self, BufWriter, Read, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use shrike::config::Config;
+use shrike::engine::RuleLocation;
 use shrike::message::{prepare, Envelope};
-use shrike::scan::{analyze, Verdict};
+use shrike::scan::{ruletest, Scanner};
+use shrike::store::{ReputationStore, Store, SystemClock};
 
 #[derive(Parser)]
 #[command(name = "shrike", version, about = "Anti-spam rules engine")]
@@ -26,6 +29,22 @@ struct Cli {
 enum Command {
     /// Scan messages offline and print one JSON object per message.
     Scan(ScanArgs),
+    /// Rule-set tools.
+    #[command(subcommand)]
+    Rules(RulesCommand),
+}
+
+#[derive(Subcommand)]
+enum RulesCommand {
+    /// Load a rule directory, validate its declarations and run its tests.
+    Check {
+        /// The rule directory.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// Directory of `*.test` files (default: DIR/tests when it exists).
+        #[arg(long, value_name = "DIR")]
+        tests: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -42,6 +61,9 @@ struct ScanArgs {
     /// Envelope sender (MAIL FROM).
     #[arg(long = "from", value_name = "ADDR")]
     mail_from: Option<String>,
+    /// Rule directory (default: the rule set compiled into the binary).
+    #[arg(long, value_name = "DIR")]
+    rules: Option<PathBuf>,
     /// Envelope recipient (RCPT TO); repeatable.
     #[arg(long = "rcpt", value_name = "ADDR")]
     rcpt_to: Vec<String>,
@@ -75,6 +97,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     match cli.command {
         Command::Scan(args) => scan(&config, args),
+        Command::Rules(RulesCommand::Check { dir, tests }) => rules_check(&config, dir, tests),
     }
 }
 
@@ -85,10 +108,14 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
         mail_from: args.mail_from,
         rcpt_to: args.rcpt_to,
     };
+    let location = args.rules.map_or(RuleLocation::Embedded, RuleLocation::Dir);
+    let store: Arc<dyn ReputationStore> =
+        Arc::new(Store::new(&config.store, Arc::new(SystemClock)).context("creating the store")?);
+    let scanner = Scanner::new(config, location, store).context("loading rules")?;
+    let mut worker = scanner.worker();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut failed = false;
-    let verdict = Verdict::default();
     for file in &args.files {
         let raw = match read_input(file) {
             Ok(raw) => raw,
@@ -99,16 +126,77 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let input = prepare(&raw, &config.limits);
-        let analysis = analyze(&input, &envelope, &config.limits);
-        serde_json::to_writer(&mut out, &analysis.report(file, &verdict))
+        let scanned = worker.scan(&input, &envelope);
+        serde_json::to_writer(&mut out, &scanned.analysis.report(file, &scanned.verdict))
             .context("writing output")?;
         out.write_all(b"\n").context("writing output")?;
+        scanner.apply(&scanned.updates);
     }
     out.flush().context("writing output")?;
     Ok(if failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+fn rules_check(config: &Config, dir: PathBuf, tests: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let location = RuleLocation::Dir(dir.clone());
+    let store: Arc<dyn ReputationStore> =
+        Arc::new(Store::new(&config.store, Arc::new(SystemClock)).context("creating the store")?);
+    let scanner = match Scanner::new(config, location.clone(), store) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("shrike: {}: {e}", dir.display());
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let generation = scanner.engine().generation();
+    let symbols: usize = generation.rules.iter().map(|r| r.symbols.len()).sum();
+    println!(
+        "{}: {} rules, {} symbols, {} library modules, {} lists: ok",
+        dir.display(),
+        generation.rules.len(),
+        symbols,
+        generation.sources.modules.len(),
+        generation.sources.lists.by_name.len()
+    );
+    let tests = tests.or_else(|| Some(dir.join("tests")).filter(|t| t.is_dir()));
+    let Some(tests) = tests else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let results = match ruletest::run_dir(config, &location, &tests) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shrike: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let mut failed = 0;
+    for r in &results {
+        if r.failures.is_empty() {
+            println!("ok   {}", r.file.display());
+        } else {
+            failed += 1;
+            for f in &r.failures {
+                println!("FAIL {}: {f}", r.file.display());
+            }
+        }
+    }
+    println!(
+        "{} tests, {} passed, {} failed",
+        results.len(),
+        results.len() - failed,
+        failed
+    );
+    if results.is_empty() {
+        eprintln!("shrike: no *.test files in {}", tests.display());
+        return Ok(ExitCode::from(1));
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     })
 }
 

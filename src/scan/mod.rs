@@ -1,47 +1,46 @@
-//! One message end to end: parse → entities → shingles → (rules and store, as they land) →
-//! verdict, and the JSON report of `shrike scan`.
+//! One message end to end: parse → entities → shingles → store reads → rules → verdict →
+//! store updates, and the JSON report of `shrike scan`.
 //!
-//! Owns: the order of the pipeline stages and the report. Never touches: wire formats, sockets.
+//! Owns: the order of the pipeline stages, the verdict (score, thresholds, forced actions), what
+//! the store records for a message, and the report. Never touches: wire formats, sockets.
+
+pub mod ruletest;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::engine::{self, Engine, LoadError, MessageData, RuleLocation, RuleOutcome, RuleRunner};
 use crate::entities::{self, AttachmentEntity, Entities};
 use crate::message::{self, Anomalies, Envelope, Limits, ParsedMessage, Prepared};
-use crate::shingle::{self, Shingle};
+use crate::shingle::{self, Kind, Shingle};
+use crate::store::{Counter, Increment, ReputationStore, StoreKey, WindowCounts, COUNTERS};
 
-/// What the rules decided, in rspamd's vocabulary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Action {
-    #[serde(rename = "no action")]
-    NoAction,
-    #[serde(rename = "greylist")]
-    Greylist,
-    #[serde(rename = "add header")]
-    AddHeader,
-    #[serde(rename = "rewrite subject")]
-    RewriteSubject,
-    #[serde(rename = "soft reject")]
-    SoftReject,
-    #[serde(rename = "reject")]
-    Reject,
-}
+pub use crate::engine::Action;
 
-/// One symbol a rule emitted.
+/// One symbol in a verdict.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SymbolHit {
     pub name: String,
     pub score: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     pub options: Vec<String>,
 }
 
-/// The outcome of a scan. Until the rules engine lands no rule runs: score 0, no action.
+/// The outcome of a scan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
     pub score: f64,
     pub action: Action,
     pub symbols: BTreeMap<String, SymbolHit>,
+    /// Hits of rules in shadow or test mode: counted and reported, not applied.
+    pub shadow: BTreeMap<String, SymbolHit>,
+    /// The score at which the message is rejected (rspamd's `required_score`).
+    pub required_score: Option<f64>,
+    /// The rule-set generation that judged it (0: no rules ran).
+    pub generation: u64,
 }
 
 impl Default for Verdict {
@@ -50,7 +49,353 @@ impl Default for Verdict {
             score: 0.0,
             action: Action::NoAction,
             symbols: BTreeMap::new(),
+            shadow: BTreeMap::new(),
+            required_score: None,
+            generation: 0,
         }
+    }
+}
+
+/// Score thresholds of the actions, and what the store counts as spam or ham.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VerdictConfig {
+    pub reject: f64,
+    /// Optional: a score at which to answer with a temporary failure.
+    pub soft_reject: Option<f64>,
+    /// Optional: a score at which to mark the subject.
+    pub rewrite_subject: Option<f64>,
+    pub add_header: f64,
+    pub greylist: f64,
+    /// A verdict scoring at least this is recorded as spam in the reputation store.
+    pub count_spam_at: f64,
+    /// A verdict scoring below this is recorded as ham (in between: only seen).
+    pub count_ham_below: f64,
+}
+
+impl Default for VerdictConfig {
+    fn default() -> Self {
+        VerdictConfig {
+            reject: 15.0,
+            soft_reject: None,
+            rewrite_subject: None,
+            add_header: 6.0,
+            greylist: 4.0,
+            count_spam_at: 6.0,
+            count_ham_below: 2.0,
+        }
+    }
+}
+
+impl VerdictConfig {
+    /// The action a score earns by thresholds alone.
+    pub fn action_for(&self, score: f64) -> Action {
+        let at = |t: Option<f64>| t.is_some_and(|t| score >= t);
+        if score >= self.reject {
+            Action::Reject
+        } else if at(self.soft_reject) {
+            Action::SoftReject
+        } else if at(self.rewrite_subject) {
+            Action::RewriteSubject
+        } else if score >= self.add_header {
+            Action::AddHeader
+        } else if score >= self.greylist {
+            Action::Greylist
+        } else {
+            Action::NoAction
+        }
+    }
+
+    /// Checks the thresholds are numbers and in order.
+    pub fn validate(&self) -> Result<(), String> {
+        let all = [
+            Some(self.reject),
+            self.soft_reject,
+            self.rewrite_subject,
+            Some(self.add_header),
+            Some(self.greylist),
+            Some(self.count_spam_at),
+            Some(self.count_ham_below),
+        ];
+        if all.iter().flatten().any(|t| !t.is_finite()) {
+            return Err("verdict thresholds must be finite numbers".into());
+        }
+        if !(self.greylist <= self.add_header && self.add_header <= self.reject) {
+            return Err("verdict thresholds must satisfy greylist <= add_header <= reject".into());
+        }
+        if self.count_ham_below > self.count_spam_at {
+            return Err("verdict.count_ham_below must not exceed count_spam_at".into());
+        }
+        Ok(())
+    }
+
+    /// Score, action and symbols from the rules' hits.
+    pub fn verdict(&self, outcome: &RuleOutcome, generation: &engine::Generation) -> Verdict {
+        let mut v = Verdict {
+            required_score: Some(self.reject),
+            generation: outcome.generation,
+            ..Verdict::default()
+        };
+        let mut forced: Option<Action> = None;
+        for hit in &outcome.hits {
+            let description = generation
+                .symbols
+                .get(&hit.symbol)
+                .map(|&(r, s)| generation.rules[r].symbols[s].description.clone())
+                .filter(|d| !d.is_empty());
+            let entry = SymbolHit {
+                name: hit.symbol.clone(),
+                score: hit.score,
+                description,
+                options: hit.options.clone(),
+            };
+            if hit.shadow {
+                v.shadow.insert(hit.symbol.clone(), entry);
+                continue;
+            }
+            v.score += hit.score;
+            if let Some(a) = hit.action {
+                forced = Some(forced.map_or(a, |f| f.max(a)));
+            }
+            v.symbols.insert(hit.symbol.clone(), entry);
+        }
+        for (symbol, list) in [
+            (engine::RULE_ERROR, &outcome.errors),
+            (engine::RULE_TIMEOUT, &outcome.timeouts),
+        ] {
+            if !list.is_empty() {
+                v.symbols.insert(
+                    symbol.to_string(),
+                    SymbolHit {
+                        name: symbol.to_string(),
+                        score: 0.0,
+                        description: None,
+                        options: list.iter().map(|(r, e)| format!("{r}: {e}")).collect(),
+                    },
+                );
+            }
+        }
+        v.score = (v.score * 1e4).round() / 1e4;
+        v.action = forced.unwrap_or_else(|| self.action_for(v.score));
+        v
+    }
+}
+
+/// Where a scan's statistics go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScanConfig {
+    /// Store namespace of this traffic (e.g. 0 inbound, 1 outbound).
+    pub namespace: u8,
+    /// Period of the distinct-recipient counts (paired shingles), seconds.
+    pub unique_period_secs: u64,
+}
+
+impl Default for ScanConfig {
+    fn default() -> Self {
+        ScanConfig {
+            namespace: 0,
+            unique_period_secs: 86_400,
+        }
+    }
+}
+
+/// What the store records for a message after its verdict (off the reply path: the daemon
+/// applies it after answering).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Updates {
+    pub increments: Vec<Increment>,
+    /// `(pair, unique)` keys of the paired shingles.
+    pub pairs: Vec<(StoreKey, StoreKey)>,
+}
+
+/// Everything shared by the scan workers: configuration, rules, store.
+pub struct Scanner {
+    limits: Limits,
+    verdict: VerdictConfig,
+    scan: ScanConfig,
+    engine: Arc<Engine>,
+    store: Arc<dyn ReputationStore>,
+}
+
+impl std::fmt::Debug for Scanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scanner")
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+/// A scanned message.
+#[derive(Debug)]
+pub struct Scanned<'p> {
+    pub analysis: Analysis<'p>,
+    pub verdict: Verdict,
+    pub updates: Updates,
+}
+
+impl Scanner {
+    /// Loads the rules and wires them to the store.
+    pub fn new(
+        config: &crate::config::Config,
+        rules: RuleLocation,
+        store: Arc<dyn ReputationStore>,
+    ) -> Result<Arc<Scanner>, LoadError> {
+        let engine = Engine::new(
+            config.engine.clone(),
+            rules,
+            Arc::clone(&store),
+            config.scan.namespace,
+        )?;
+        Ok(Arc::new(Scanner {
+            limits: config.limits.clone(),
+            verdict: config.verdict.clone(),
+            scan: config.scan.clone(),
+            engine,
+            store,
+        }))
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn store(&self) -> &Arc<dyn ReputationStore> {
+        &self.store
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A worker for one scan thread (owns a Lua state; not `Send`).
+    pub fn worker(self: &Arc<Self>) -> ScanWorker {
+        ScanWorker {
+            scanner: Arc::clone(self),
+            rules: self.engine.runner(),
+        }
+    }
+
+    fn key(&self, s: &Shingle) -> StoreKey {
+        StoreKey {
+            namespace: self.scan.namespace,
+            kind: s.kind.id(),
+            hash: s.hash,
+        }
+    }
+
+    /// Records a message's updates in the store.
+    pub fn apply(&self, updates: &Updates) {
+        if !updates.increments.is_empty() {
+            self.store.record_many(&updates.increments);
+        }
+        for &(pair, unique) in &updates.pairs {
+            self.store
+                .increment_unique(pair, unique, self.scan.unique_period_secs);
+        }
+    }
+
+    /// A user's complaint (`Counter::Complaint`) or rescue (`Counter::Rescue`) against every
+    /// shingle of a message: each call counts once, also for the same message again.
+    pub fn learn(&self, analysis: &Analysis<'_>, counter: Counter) {
+        let increments: Vec<Increment> = counted(&analysis.shingles)
+            .map(|s| Increment::one(self.key(s), counter))
+            .collect();
+        self.store.record_many(&increments);
+    }
+}
+
+/// Shingles whose keys count messages (the paired ones count distinct recipients instead).
+fn counted(shingles: &[Shingle]) -> impl Iterator<Item = &Shingle> {
+    shingles
+        .iter()
+        .filter(|s| !matches!(s.kind, Kind::PairSenderRcpt | Kind::UniqueSender))
+}
+
+/// A stable per-message number choosing where test-mode rules apply.
+fn sample_of(analysis: &Analysis<'_>) -> u64 {
+    match &analysis.entities.message_id {
+        Some(id) => shingle::hash_bytes(id.as_bytes()),
+        None => {
+            let raw = analysis.message.raw;
+            shingle::hash_bytes(&raw[..raw.len().min(4096)])
+        }
+    }
+}
+
+/// Scans on one thread.
+pub struct ScanWorker {
+    scanner: Arc<Scanner>,
+    rules: RuleRunner,
+}
+
+impl ScanWorker {
+    pub fn scanner(&self) -> &Arc<Scanner> {
+        &self.scanner
+    }
+
+    pub fn rules(&mut self) -> &mut RuleRunner {
+        &mut self.rules
+    }
+
+    /// Scans one prepared message: the pure stages, the store reads, the rules and the
+    /// verdict. Nothing is recorded: pass `updates` to `Scanner::apply` (after replying).
+    pub fn scan<'p>(&mut self, input: &'p Prepared<'_>, envelope: &Envelope) -> Scanned<'p> {
+        let sc = &*self.scanner;
+        let analysis = analyze(input, envelope, &sc.limits);
+        let keys: Vec<StoreKey> = analysis.shingles.iter().map(|s| sc.key(s)).collect();
+        let stats: Vec<WindowCounts> = sc.store.lookup_many(&keys);
+        let data = MessageData {
+            message: &analysis.message,
+            entities: &analysis.entities,
+            shingles: &analysis.shingles,
+            stats: &stats,
+            anomalies: &analysis.anomalies,
+            envelope,
+            now: sc.store.now(),
+            max_html_bytes: sc.engine.config().max_html_bytes,
+        };
+        let outcome = self.rules.run(&data, sample_of(&analysis));
+        let generation = sc.engine.generation();
+        let verdict = sc.verdict.verdict(&outcome, &generation);
+        let updates = self.updates(&analysis, &verdict);
+        Scanned {
+            analysis,
+            verdict,
+            updates,
+        }
+    }
+
+    fn updates(&self, analysis: &Analysis<'_>, verdict: &Verdict) -> Updates {
+        let sc = &*self.scanner;
+        let mut counts = [0u64; COUNTERS];
+        counts[Counter::Seen as usize] = 1;
+        if verdict.score >= sc.verdict.count_spam_at {
+            counts[Counter::Spam as usize] = 1;
+        } else if verdict.score < sc.verdict.count_ham_below {
+            counts[Counter::Ham as usize] = 1;
+        }
+        let increments = counted(&analysis.shingles)
+            .map(|s| Increment {
+                key: sc.key(s),
+                counts,
+            })
+            .collect();
+        let unique = analysis
+            .shingles
+            .iter()
+            .find(|s| s.kind == Kind::UniqueSender)
+            .map(|s| sc.key(s));
+        let pairs = match unique {
+            Some(u) => analysis
+                .shingles
+                .iter()
+                .filter(|s| s.kind == Kind::PairSenderRcpt)
+                .map(|s| (sc.key(s), u))
+                .collect(),
+            None => Vec::new(),
+        };
+        Updates { increments, pairs }
     }
 }
 
@@ -89,6 +434,12 @@ pub struct Report<'r> {
     pub score: f64,
     pub action: Action,
     pub symbols: &'r BTreeMap<String, SymbolHit>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub shadow: &'r BTreeMap<String, SymbolHit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required_score: Option<f64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub generation: u64,
     pub subject: &'r str,
     pub subject_normalized: &'r str,
     pub entities: ReportEntities<'r>,
@@ -153,6 +504,9 @@ impl Analysis<'_> {
             score: verdict.score,
             action: verdict.action,
             symbols: &verdict.symbols,
+            shadow: &verdict.shadow,
+            required_score: verdict.required_score,
+            generation: verdict.generation,
             subject: &self.message.subject.display,
             subject_normalized: &self.message.subject.normalized,
             entities: ReportEntities {
@@ -177,4 +531,8 @@ impl Analysis<'_> {
             mixed_script_words: &self.message.mixed_script_words,
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -303,6 +303,10 @@ pub trait ReputationStore: Send + Sync {
     fn hit(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult;
     /// A key's buckets and window sums.
     fn timeline(&self, key: &StoreKey) -> Option<Timeline>;
+    /// The store's clock, Unix seconds (simulated in replays).
+    fn now(&self) -> u64;
+    /// The windows `lookup_many` sums, in seconds.
+    fn windows_secs(&self) -> &[u64];
 }
 
 impl ReputationStore for Store {
@@ -324,6 +328,14 @@ impl ReputationStore for Store {
 
     fn timeline(&self, key: &StoreKey) -> Option<Timeline> {
         Store::timeline(self, key)
+    }
+
+    fn now(&self) -> u64 {
+        Store::now(self)
+    }
+
+    fn windows_secs(&self) -> &[u64] {
+        Store::windows_secs(self)
     }
 }
 

@@ -1,0 +1,373 @@
+//! The rules engine: Lua states, the rule-author API (docs/rules.md), the rule registry, the
+//! sandbox and its limits, and rule-set generations with hot reload.
+//!
+//! Owns: everything Lua. Never touches: sockets; the filesystem at scan time (rule sets are
+//! read when a generation is built, `source.rs`).
+//!
+//! A *generation* is a complete, validated rule set: sources, lists and the declarations found
+//! by loading it once. `Engine` holds the current one behind an `ArcSwap`; a reload builds the
+//! next one completely and swaps only when it loaded without error. Each scan worker owns a
+//! `RuleRunner`, whose Lua state is built once per generation (`state.rs`): a scan in flight
+//! finishes on the generation it started with.
+
+pub mod lists;
+pub mod source;
+mod state;
+pub mod view;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::store::ReputationStore;
+
+pub use source::RuleLocation;
+pub use state::RuleRunner;
+pub use view::MessageData;
+
+/// The symbol recorded when a rule raised an error or exhausted memory.
+pub const RULE_ERROR: &str = "RULE_ERROR";
+/// The symbol recorded when a rule ran out of its instruction budget.
+pub const RULE_TIMEOUT: &str = "RULE_TIMEOUT";
+/// Store key type of `ratelimit()` counters (outside the shingle type table).
+pub const RATELIMIT_KIND: u16 = 1_000;
+
+/// What to do with a message, in rspamd's vocabulary (plus shrike's `discard` and
+/// `quarantine`). Ordered by severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Action {
+    #[serde(rename = "no action")]
+    NoAction,
+    #[serde(rename = "greylist")]
+    Greylist,
+    #[serde(rename = "add header")]
+    AddHeader,
+    #[serde(rename = "rewrite subject")]
+    RewriteSubject,
+    #[serde(rename = "soft reject")]
+    SoftReject,
+    /// Accept and file into quarantine (the MTA holds it).
+    #[serde(rename = "quarantine")]
+    Quarantine,
+    /// Shadow ban: tell the sender the message was accepted, then drop it.
+    #[serde(rename = "discard")]
+    Discard,
+    #[serde(rename = "reject")]
+    Reject,
+}
+
+impl Action {
+    pub const ALL: [Action; 8] = [
+        Action::NoAction,
+        Action::Greylist,
+        Action::AddHeader,
+        Action::RewriteSubject,
+        Action::SoftReject,
+        Action::Quarantine,
+        Action::Discard,
+        Action::Reject,
+    ];
+
+    /// rspamd's string (with spaces).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::NoAction => "no action",
+            Action::Greylist => "greylist",
+            Action::AddHeader => "add header",
+            Action::RewriteSubject => "rewrite subject",
+            Action::SoftReject => "soft reject",
+            Action::Quarantine => "quarantine",
+            Action::Discard => "discard",
+            Action::Reject => "reject",
+        }
+    }
+
+    /// Parses rspamd's strings; `_` may stand for the space.
+    pub fn parse(s: &str) -> Option<Action> {
+        let s = s.trim().replace('_', " ");
+        Action::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+/// Limits and knobs of the Lua side.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Lua instructions one rule may run per message (and a rule file at load).
+    pub rule_instructions: u64,
+    /// Lua instructions all rules together may run per message.
+    pub message_instructions: u64,
+    /// Memory limit of each Lua state, MiB.
+    pub memory_limit_mb: usize,
+    /// Compiled regular expressions cached per Lua state.
+    pub regex_cache: usize,
+    /// Log lines rules may write per second and state; more are counted and dropped.
+    pub log_lines_per_sec: u32,
+    /// Bytes of HTML source `msg:html()` returns at most.
+    pub max_html_bytes: usize,
+    /// Quiet period after a change in a watched rule directory before reloading, ms.
+    pub reload_debounce_ms: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            rule_instructions: 1_000_000,
+            message_instructions: 4_000_000,
+            memory_limit_mb: 64,
+            regex_cache: 512,
+            log_lines_per_sec: 20,
+            max_html_bytes: 1024 * 1024,
+            reload_debounce_ms: 200,
+        }
+    }
+}
+
+/// Why a rule set could not be loaded. Messages carry file and line where Lua gives them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    #[error("{file}: {message}")]
+    Read { file: String, message: String },
+    #[error("{0}")]
+    Lua(String),
+    #[error("{0}")]
+    List(String),
+    #[error("{0}")]
+    Declaration(String),
+}
+
+/// One symbol a rule may emit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SymbolMeta {
+    pub name: String,
+    pub score: f64,
+    pub description: String,
+    pub group: String,
+    /// Action forced when the symbol hits.
+    pub action: Option<Action>,
+}
+
+/// A rule's declaration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuleMeta {
+    /// The rule's name (its symbol, for single-symbol rules).
+    pub name: String,
+    /// The file that declared it.
+    pub file: String,
+    pub symbols: Vec<SymbolMeta>,
+    /// Declared with `scores = {…}`.
+    pub multi: bool,
+    pub shadow: bool,
+    /// Test mode: the share of messages the rule applies to.
+    pub share: Option<f64>,
+}
+
+/// Per-rule counters of a generation (summed over workers; workers flush periodically).
+#[derive(Debug, Default)]
+pub struct RuleCounters {
+    pub runs: AtomicU64,
+    pub hits: AtomicU64,
+    pub errors: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub nanos: AtomicU64,
+}
+
+/// A loaded, validated rule set.
+#[derive(Debug)]
+pub struct Generation {
+    pub id: u64,
+    pub location: RuleLocation,
+    pub sources: source::Sources,
+    pub rules: Vec<RuleMeta>,
+    /// Symbol name → (rule index, symbol index).
+    pub symbols: HashMap<String, (usize, usize)>,
+    pub counters: Vec<RuleCounters>,
+    /// Wall time the build took.
+    pub build_time: Duration,
+}
+
+/// One symbol a rule emitted in a scan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub symbol: String,
+    /// Declared score times weight.
+    pub score: f64,
+    pub options: Vec<String>,
+    pub action: Option<Action>,
+    /// Counted, not applied (shadow mode, or test mode outside its share).
+    pub shadow: bool,
+}
+
+/// What the rules said about one message.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuleOutcome {
+    pub generation: u64,
+    pub hits: Vec<Hit>,
+    /// `(rule name, reason)` of rules that raised an error.
+    pub errors: Vec<(String, String)>,
+    /// `(rule name, reason)` of rules stopped by the instruction budget, or skipped because
+    /// the message budget was spent.
+    pub timeouts: Vec<(String, String)>,
+}
+
+/// What `/health` and `/metrics` report about rule loading.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineHealth {
+    pub generation: u64,
+    pub rules: usize,
+    pub location: String,
+    pub reloads: u64,
+    pub reload_failures: u64,
+    pub last_error: Option<String>,
+    pub last_build_ms: f64,
+}
+
+/// Shared by every scan worker.
+pub struct Engine {
+    config: EngineConfig,
+    location: RuleLocation,
+    store: Arc<dyn ReputationStore>,
+    namespace: u8,
+    windows: view::WindowNames,
+    current: ArcSwap<Generation>,
+    next_id: AtomicU64,
+    reload_lock: Mutex<()>,
+    reloads: AtomicU64,
+    reload_failures: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("location", &self.location)
+            .field("generation", &self.current.load().id)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Loads the first generation. `namespace` prefixes `ratelimit()` keys.
+    pub fn new(
+        config: EngineConfig,
+        location: RuleLocation,
+        store: Arc<dyn ReputationStore>,
+        namespace: u8,
+    ) -> Result<Arc<Engine>, LoadError> {
+        let windows = view::WindowNames::new(store.windows_secs());
+        let first = state::build_generation(1, &location, &config, &windows, &store, namespace)?;
+        Ok(Arc::new(Engine {
+            config,
+            location,
+            store,
+            namespace,
+            windows,
+            current: ArcSwap::from_pointee(first),
+            next_id: AtomicU64::new(2),
+            reload_lock: Mutex::new(()),
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        }))
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn location(&self) -> &RuleLocation {
+        &self.location
+    }
+
+    /// The generation new scans use.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// Builds the next generation from the rule location and swaps it in. On error the current
+    /// generation keeps serving and the error is kept for `health()`.
+    pub fn reload(&self) -> Result<u64, LoadError> {
+        let _one_at_a_time = self.reload_lock.lock();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        match state::build_generation(
+            id,
+            &self.location,
+            &self.config,
+            &self.windows,
+            &self.store,
+            self.namespace,
+        ) {
+            Ok(generation) => {
+                let ms = generation.build_time.as_secs_f64() * 1e3;
+                let rules = generation.rules.len();
+                self.current.store(Arc::new(generation));
+                self.reloads.fetch_add(1, Ordering::Relaxed);
+                *self.last_error.lock() = None;
+                tracing::info!(generation = id, rules, ms, "rules reloaded");
+                Ok(id)
+            }
+            Err(e) => {
+                self.reload_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "rules reload failed; the previous generation keeps serving");
+                *self.last_error.lock() = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// A runner for one scan thread.
+    pub fn runner(self: &Arc<Self>) -> RuleRunner {
+        RuleRunner::new(Arc::clone(self))
+    }
+
+    pub fn health(&self) -> EngineHealth {
+        let g = self.current.load();
+        EngineHealth {
+            generation: g.id,
+            rules: g.rules.len(),
+            location: self.location.describe(),
+            reloads: self.reloads.load(Ordering::Relaxed),
+            reload_failures: self.reload_failures.load(Ordering::Relaxed),
+            last_error: self.last_error.lock().clone(),
+            last_build_ms: g.build_time.as_secs_f64() * 1e3,
+        }
+    }
+
+    pub(crate) fn windows(&self) -> &view::WindowNames {
+        &self.windows
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn ReputationStore> {
+        &self.store
+    }
+
+    pub(crate) fn namespace(&self) -> u8 {
+        self.namespace
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_parse_and_order() {
+        assert_eq!(Action::parse("add header"), Some(Action::AddHeader));
+        assert_eq!(Action::parse("soft_reject"), Some(Action::SoftReject));
+        assert_eq!(Action::parse("bogus"), None);
+        assert!(Action::Reject > Action::Discard && Action::Discard > Action::AddHeader);
+        for a in Action::ALL {
+            assert_eq!(Action::parse(a.as_str()), Some(a));
+            assert_eq!(
+                serde_json::to_string(&a).unwrap(),
+                format!("\"{}\"", a.as_str())
+            );
+        }
+    }
+}

@@ -1,0 +1,198 @@
+-- shrike's Lua prelude: builds the sandbox every rule file runs in and the `msg` view.
+-- Run once per Lua state, with the raw globals, before any rule or library file. It receives
+-- the Rust side's primitives and returns the functions the engine calls per scan.
+local rust = ...
+
+local raw_pcall, raw_xpcall, raw_load, raw_error = pcall, xpcall, load, error
+local setmetatable, getmetatable, type, select = setmetatable, getmetatable, type, select
+local stopped = rust.stopped
+
+-- Hide the string metatable and remove the one string function that leaks bytecode.
+string.dump = nil
+getmetatable("").__metatable = false
+
+local SANDBOX = {
+  assert = assert, error = error, ipairs = ipairs, next = next, pairs = pairs,
+  rawequal = rawequal, rawget = rawget, rawlen = rawlen, rawset = rawset, select = select,
+  setmetatable = setmetatable, getmetatable = getmetatable, tonumber = tonumber,
+  tostring = tostring, type = type, _VERSION = _VERSION,
+  string = string, table = table, math = math, utf8 = utf8,
+  os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime },
+}
+
+local function new_env()
+  return setmetatable({}, { __index = SANDBOX })
+end
+
+-- A rule cannot catch the engine stopping it: protected calls re-raise once the budget is spent.
+local function pass(ok, ...)
+  if not ok and stopped() then
+    raw_error((...), 0)
+  end
+  return ok, ...
+end
+SANDBOX.pcall = function(f, ...) return pass(raw_pcall(f, ...)) end
+SANDBOX.xpcall = function(f, handler, ...) return pass(raw_xpcall(f, handler, ...)) end
+
+SANDBOX.load = function(chunk, name, _mode, env)
+  return raw_load(chunk, name, "t", env or new_env())
+end
+
+SANDBOX.collectgarbage = function(opt)
+  if opt == "count" then return collectgarbage("count") end
+  raw_error("collectgarbage: only \"count\" is allowed in rules", 2)
+end
+
+-- Logging, through tracing, tagged with the running rule.
+local emit, format = rust.log, string.format
+local log = {}
+for level, name in ipairs({ "error", "warn", "info", "debug" }) do
+  log[name] = function(fmt, ...)
+    if select("#", ...) > 0 then fmt = format(fmt, ...) end
+    emit(level, tostring(fmt))
+  end
+end
+SANDBOX.log = log
+SANDBOX.print = function(...)
+  local parts = table.pack(...)
+  for i = 1, parts.n do parts[i] = tostring(parts[i]) end
+  emit(3, table.concat(parts, "\t"))
+end
+
+-- Regular expressions (Rust regex, cached).
+SANDBOX.re = {
+  match = rust.re_match, find = rust.re_find, captures = rust.re_captures, count = rust.re_count,
+}
+
+-- Lists, opened once per state.
+local list_open, lists = rust.list_open, {}
+SANDBOX.list = function(name)
+  local l = lists[name]
+  if l == nil then
+    l = list_open(name)
+    lists[name] = l
+  end
+  return l
+end
+
+SANDBOX.ratelimit = rust.ratelimit
+local rust_rule = rust.rule
+SANDBOX.rule = function(def)
+  local err = rust_rule(def)
+  if err then raw_error(err, 2) end
+end
+
+-- require: library modules of the rule set, then the built-in library; never the filesystem.
+local module_source, loaded, LOADING = rust.module_source, {}, {}
+SANDBOX.require = function(name)
+  local v = loaded[name]
+  if v == LOADING then raw_error("require: circular dependency on " .. name, 2) end
+  if v ~= nil then return v end
+  local text, chunkname = module_source(name)
+  if not text then raw_error("require: no module " .. tostring(name), 2) end
+  loaded[name] = LOADING
+  local f, err = raw_load(text, "@" .. chunkname, "t", new_env())
+  if not f then loaded[name] = nil; raw_error(err, 0) end
+  local ok, res = raw_pcall(f, name)
+  if not ok then loaded[name] = nil; raw_error(res, 0) end
+  if res == nil then res = true end
+  loaded[name] = res
+  return res
+end
+
+-- The message view. Field ids match `view::Field`.
+local NIL = {}
+local current, cache, fetch, stat, stats = nil, nil, nil, nil, nil
+local Msg = {}
+Msg.__index = Msg
+Msg.__metatable = false
+Msg.__newindex = function() raw_error("msg is read-only", 2) end
+
+local function check(self)
+  if self ~= current or current == nil then
+    raw_error("msg used outside its scan", 3)
+  end
+end
+
+local function get(self, id)
+  if self ~= current or current == nil then
+    raw_error("msg used outside its scan", 3)
+  end
+  local v = cache[id]
+  if v == nil then
+    v = fetch(id)
+    if v == nil then cache[id] = NIL else cache[id] = v end
+    return v
+  elseif v == NIL then
+    return nil
+  end
+  return v
+end
+
+local simple = {
+  subject = 1, subject_normalized = 2, recipients = 5, ip = 6, helo = 7, mail_from = 8,
+  rcpt = 9, text = 10, text_normalized = 11, html_text = 12, html = 13, parts = 14, urls = 15,
+  hosts = 16, domains = 17, anchors = 18, ips = 19, received_count = 20, attachments = 21,
+  anomalies = 22, mixed_script_words = 23, date = 24, message_id = 25, message_id_domain = 26,
+  mailer = 27, size = 28, now = 29,
+}
+for name, id in pairs(simple) do
+  Msg[name] = function(self) return get(self, id) end
+end
+
+local unpack = table.unpack
+function Msg:from()
+  local t = get(self, 3)
+  if t then return unpack(t, 1, 3) end
+end
+function Msg:reply_to()
+  local t = get(self, 4)
+  if t then return unpack(t, 1, 2) end
+end
+function Msg:emails(role)
+  local all = get(self, 30)
+  if role == nil then return all end
+  local key = "emails:" .. role
+  local v = cache[key]
+  if v == nil then
+    v = {}
+    for _, e in ipairs(all) do
+      if e.role == role then v[#v + 1] = e end
+    end
+    cache[key] = v
+  end
+  return v
+end
+function Msg:has_anomaly(name)
+  return get(self, 22)[name] == true
+end
+function Msg:header(name) check(self); return fetch(40, name) end
+function Msg:headers(name) check(self); return fetch(41, name) end
+function Msg:raw_header(name) check(self); return fetch(42, name) end
+function Msg:header_count(name) check(self); return fetch(43, name) end
+function Msg:stat(kind, window, how) check(self); return stat(kind, window, how) end
+function Msg:stats(kind) check(self); return stats(kind) end
+function Msg:shingles(kind) check(self); return fetch(46, kind) end
+
+local M = {}
+
+-- Runs a rule file (or any chunk) in a fresh environment over the sandbox.
+function M.load_file(text, chunkname)
+  local f, err = raw_load(text, "@" .. chunkname, "t", new_env())
+  if not f then raw_error(err, 0) end
+  return f()
+end
+
+-- Starts a scan: installs the scan's fetch function and returns the new `msg`.
+function M.begin(f, st, sts)
+  fetch, stat, stats, cache = f, st, sts, {}
+  current = setmetatable({}, Msg)
+  return current
+end
+
+-- Ends a scan: the old `msg` stops working.
+function M.finish()
+  current, cache, fetch, stat, stats = nil, nil, nil, nil, nil
+end
+
+return M

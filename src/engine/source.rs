@@ -1,0 +1,275 @@
+//! Where a rule set comes from: a directory on disk (`--rules DIR`) or the default set compiled
+//! into the binary. Reading happens here, once per generation; scans never touch the filesystem.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use include_dir::{include_dir, Dir};
+
+use super::lists::{List, ListKind, Lists};
+use super::LoadError;
+
+static EMBEDDED_RULES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/rules");
+static EMBEDDED_LIB: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/lua");
+
+/// Most rule files, library modules and list files a set may have.
+pub const MAX_FILES: usize = 10_000;
+/// Largest rule or module file read.
+pub const MAX_SOURCE_BYTES: u64 = 4 * 1024 * 1024;
+/// Largest list file read.
+pub const MAX_LIST_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Where rules are read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleLocation {
+    /// The default set compiled into the binary.
+    Embedded,
+    /// A rule directory: `DIR/*.lua`, `DIR/lua/`, `DIR/lists/`.
+    Dir(PathBuf),
+}
+
+impl RuleLocation {
+    /// Directories a watcher should follow.
+    pub fn watch_paths(&self) -> Vec<PathBuf> {
+        match self {
+            RuleLocation::Embedded => Vec::new(),
+            RuleLocation::Dir(d) => {
+                let mut v = vec![d.clone()];
+                if let Some(lib) = library_dir(d) {
+                    if !lib.starts_with(d) {
+                        v.push(lib);
+                    }
+                }
+                v
+            }
+        }
+    }
+
+    /// Display name.
+    pub fn describe(&self) -> String {
+        match self {
+            RuleLocation::Embedded => "embedded default rules".into(),
+            RuleLocation::Dir(d) => d.display().to_string(),
+        }
+    }
+}
+
+/// One Lua file.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    /// Name in messages and chunk names: `rules/10_headers.lua`, `lua/shrike/util.lua`.
+    pub name: String,
+    pub text: Arc<str>,
+}
+
+/// Everything a generation is built from.
+#[derive(Debug, Default)]
+pub struct Sources {
+    /// Library modules by module name (`shrike.util`), the set's own over the built-in ones.
+    pub modules: BTreeMap<String, SourceFile>,
+    /// Rule files in load order.
+    pub rules: Vec<SourceFile>,
+    pub lists: Lists,
+}
+
+/// The library directory of a rule directory: `DIR/lua`, else a sibling `DIR/../lua` (the
+/// repository layout, `rules/` next to `lua/`).
+fn library_dir(dir: &Path) -> Option<PathBuf> {
+    let own = dir.join("lua");
+    if own.is_dir() {
+        return Some(own);
+    }
+    let sibling = dir.parent()?.join("lua");
+    sibling.is_dir().then_some(sibling)
+}
+
+/// Reads a rule set.
+pub fn read(location: &RuleLocation) -> Result<Sources, LoadError> {
+    let mut sources = Sources::default();
+    embedded_modules(&EMBEDDED_LIB, &mut sources.modules);
+    match location {
+        RuleLocation::Embedded => {
+            let mut files: Vec<_> = EMBEDDED_RULES
+                .files()
+                .filter(|f| f.path().extension().is_some_and(|e| e == "lua"))
+                .collect();
+            files.sort_by_key(|f| f.path());
+            for f in files {
+                let text = f.contents_utf8().ok_or_else(|| LoadError::Read {
+                    file: f.path().display().to_string(),
+                    message: "not UTF-8".into(),
+                })?;
+                sources.rules.push(SourceFile {
+                    name: format!("rules/{}", f.path().display()),
+                    text: text.into(),
+                });
+            }
+            if let Some(lists) = EMBEDDED_RULES.get_dir("lists") {
+                for f in lists.files() {
+                    let name = f.path().display().to_string();
+                    let text = f.contents_utf8().ok_or_else(|| LoadError::Read {
+                        file: name.clone(),
+                        message: "not UTF-8".into(),
+                    })?;
+                    add_list(&mut sources.lists, f.path(), &name, text)?;
+                }
+            }
+        }
+        RuleLocation::Dir(dir) => {
+            if !dir.is_dir() {
+                return Err(LoadError::Read {
+                    file: dir.display().to_string(),
+                    message: "not a directory".into(),
+                });
+            }
+            if let Some(lib) = library_dir(dir) {
+                dir_modules(&lib, &lib, &mut sources.modules, 0)?;
+            }
+            for path in sorted_files(dir)? {
+                if path.extension().is_some_and(|e| e == "lua") {
+                    let text = read_text(&path, MAX_SOURCE_BYTES)?;
+                    sources.rules.push(SourceFile {
+                        name: path.display().to_string(),
+                        text: text.into(),
+                    });
+                }
+            }
+            let lists = dir.join("lists");
+            if lists.is_dir() {
+                for path in sorted_files(&lists)? {
+                    let text = read_text(&path, MAX_LIST_BYTES)?;
+                    add_list(
+                        &mut sources.lists,
+                        &path,
+                        &path.display().to_string(),
+                        &text,
+                    )?;
+                }
+            }
+        }
+    }
+    if sources.rules.len() + sources.modules.len() + sources.lists.by_name.len() > MAX_FILES {
+        return Err(LoadError::Read {
+            file: location.describe(),
+            message: format!("more than {MAX_FILES} files"),
+        });
+    }
+    Ok(sources)
+}
+
+fn add_list(lists: &mut Lists, path: &Path, name: &str, text: &str) -> Result<(), LoadError> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let Some(kind) = ListKind::from_extension(ext) else {
+        // README files and the like.
+        return Ok(());
+    };
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let list = List::parse(kind, name, text).map_err(|e| LoadError::List(e.to_string()))?;
+    if lists.by_name.insert(stem.clone(), Arc::new(list)).is_some() {
+        return Err(LoadError::List(format!(
+            "{name}: a list named {stem:?} is defined twice"
+        )));
+    }
+    Ok(())
+}
+
+fn embedded_modules(dir: &Dir<'_>, out: &mut BTreeMap<String, SourceFile>) {
+    for f in dir.files() {
+        let path = f.path();
+        if path.extension().is_some_and(|e| e == "lua") {
+            if let (Some(name), Some(text)) = (module_name(path), f.contents_utf8()) {
+                out.insert(
+                    name,
+                    SourceFile {
+                        name: format!("lua/{}", path.display()),
+                        text: text.into(),
+                    },
+                );
+            }
+        }
+    }
+    for d in dir.dirs() {
+        embedded_modules(d, out);
+    }
+}
+
+fn dir_modules(
+    root: &Path,
+    dir: &Path,
+    out: &mut BTreeMap<String, SourceFile>,
+    depth: usize,
+) -> Result<(), LoadError> {
+    if depth > 8 {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
+    for entry in entries {
+        let path = entry.map_err(|e| io_error(dir, e))?.path();
+        if path.is_dir() {
+            dir_modules(root, &path, out, depth + 1)?;
+        } else if path.extension().is_some_and(|e| e == "lua") {
+            let rel = path.strip_prefix(root).unwrap_or(&path);
+            if let Some(name) = module_name(rel) {
+                let text = read_text(&path, MAX_SOURCE_BYTES)?;
+                out.insert(
+                    name,
+                    SourceFile {
+                        name: path.display().to_string(),
+                        text: text.into(),
+                    },
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `shrike/util.lua` → `shrike.util`.
+fn module_name(rel: &Path) -> Option<String> {
+    let s = rel.with_extension("");
+    let parts: Vec<&str> = s.iter().filter_map(|c| c.to_str()).collect();
+    (!parts.is_empty()).then(|| parts.join("."))
+}
+
+fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
+        let path = entry.map_err(|e| io_error(dir, e))?.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if path.is_file() && !hidden {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn read_text(path: &Path, max: u64) -> Result<String, LoadError> {
+    let meta = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
+    if meta.len() > max {
+        return Err(LoadError::Read {
+            file: path.display().to_string(),
+            message: format!("larger than {max} bytes"),
+        });
+    }
+    let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+    String::from_utf8(bytes).map_err(|_| LoadError::Read {
+        file: path.display().to_string(),
+        message: "not UTF-8".into(),
+    })
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> LoadError {
+    LoadError::Read {
+        file: path.display().to_string(),
+        message: e.to_string(),
+    }
+}

@@ -1,0 +1,1026 @@
+//! One Lua state: the sandbox, the API primitives the prelude wraps, rule registration, the
+//! instruction budget, and running a generation's rules over one message.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use lru::LruCache;
+use mlua::{
+    AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, UserData,
+    UserDataMethods, Value, VmState,
+};
+use regex::bytes::Regex;
+
+use super::lists::List;
+use super::source::{self, RuleLocation, Sources};
+use super::view::{MessageData, WindowNames};
+use super::{
+    Action, Engine, EngineConfig, Generation, Hit, LoadError, RuleCounters, RuleMeta, RuleOutcome,
+    SymbolMeta, RATELIMIT_KIND, RULE_ERROR, RULE_TIMEOUT,
+};
+use crate::shingle::{hash_bytes, hash_pair};
+use crate::store::{ReputationStore, StoreKey};
+
+/// The instruction hook fires every this many Lua instructions.
+const HOOK_STEP: u64 = 1_000;
+/// Options kept per symbol, and bytes per option.
+const MAX_OPTIONS: usize = 32;
+const MAX_OPTION_BYTES: usize = 512;
+/// Per-rule counters are flushed to the generation after this many scans.
+const FLUSH_EVERY: u32 = 256;
+
+const PRELUDE: &str = include_str!("prelude.lua");
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Budget {
+    active: bool,
+    stopped: bool,
+    rule_used: u64,
+    rule_limit: u64,
+    msg_used: u64,
+    msg_limit: u64,
+}
+
+/// State shared by the Rust primitives of one Lua state.
+struct Ctx {
+    budget: Cell<Budget>,
+    /// Index of the running rule (for log lines), `usize::MAX` while loading.
+    current_rule: Cell<usize>,
+    rule_names: RefCell<Vec<String>>,
+    loading_file: RefCell<String>,
+    /// (second, lines written in it, lines dropped since the last written one)
+    log_window: Cell<(u64, u32, u64)>,
+    log_limit: u32,
+    regex: RefCell<LruCache<String, Regex>>,
+    registered: RefCell<Vec<(RuleMeta, Function)>>,
+}
+
+impl Ctx {
+    fn rule_name(&self) -> String {
+        let i = self.current_rule.get();
+        self.rule_names
+            .borrow()
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| format!("(loading {})", self.loading_file.borrow()))
+    }
+
+    /// Whether another log line may be written now; returns the number dropped before it.
+    fn log_permit(&self) -> Option<u64> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (sec, n, dropped) = self.log_window.get();
+        let (sec, n) = if sec == now { (sec, n) } else { (now, 0) };
+        if n < self.log_limit {
+            self.log_window.set((sec, n + 1, 0));
+            Some(dropped)
+        } else {
+            self.log_window.set((sec, n, dropped + 1));
+            None
+        }
+    }
+
+    fn regex(&self, pattern: &str) -> mlua::Result<Regex> {
+        let mut cache = self.regex.borrow_mut();
+        if let Some(r) = cache.get(pattern) {
+            return Ok(r.clone());
+        }
+        let r = regex::bytes::RegexBuilder::new(pattern)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| mlua::Error::runtime(format!("bad regular expression: {e}")))?;
+        cache.put(pattern.to_string(), r.clone());
+        Ok(r)
+    }
+}
+
+/// A list as Lua sees it.
+struct ListHandle(Arc<List>);
+
+impl UserData for ListHandle {
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_method("contains", |_, this, v: Value| {
+            Ok(match v {
+                Value::String(s) => match s.to_str() {
+                    Ok(s) => this.0.contains(&s),
+                    Err(_) => false,
+                },
+                Value::Integer(i) => this.0.contains(&i.to_string()),
+                _ => false,
+            })
+        });
+        methods.add_method("len", |_, this, ()| Ok(this.0.len()));
+    }
+}
+
+/// A built Lua state with a generation's rules registered.
+struct LoadedState {
+    generation: Arc<Generation>,
+    lua: Lua,
+    ctx: Rc<Ctx>,
+    rules: Vec<Function>,
+    begin: Function,
+    finish: Function,
+    /// Sampling seeds of test-mode rules (hash of the rule name).
+    rule_seeds: Vec<u64>,
+}
+
+/// Turns an mlua error into the message a rule author needs (file:line first when Lua gave
+/// them).
+fn describe(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::RuntimeError(s) => match s.find("\nstack traceback:") {
+            Some(i) => s[..i].to_string(),
+            None => s.clone(),
+        },
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        mlua::Error::MemoryError(_) => "out of memory (Lua state limit reached)".into(),
+        mlua::Error::CallbackError { cause, .. } => describe(cause),
+        mlua::Error::WithContext { context, cause } => format!("{context}: {}", describe(cause)),
+        other => other.to_string(),
+    }
+}
+
+fn lua_err(e: mlua::Error) -> LoadError {
+    LoadError::Lua(describe(&e))
+}
+
+fn is_symbol_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_uppercase()
+        && b.iter()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// Validates one `rule { … }` table.
+fn declaration(def: &Table, file: &str) -> Result<(RuleMeta, Function), String> {
+    const FIELDS: &[&str] = &[
+        "name",
+        "score",
+        "scores",
+        "description",
+        "group",
+        "check",
+        "action",
+        "actions",
+        "shadow",
+        "share",
+    ];
+    for pair in def.clone().pairs::<Value, Value>() {
+        let (k, _) = pair.map_err(|e| describe(&e))?;
+        let known = match &k {
+            Value::String(s) => s.to_str().is_ok_and(|s| FIELDS.contains(&&*s)),
+            _ => false,
+        };
+        if !known {
+            return Err(format!(
+                "rule: unknown field {k:?} (fields: {})",
+                FIELDS.join(", ")
+            ));
+        }
+    }
+    let name: String = match def.get::<Value>("name") {
+        Ok(Value::String(s)) => s.to_str().map_err(|e| describe(&e))?.to_string(),
+        _ => return Err("rule: `name` (a string) is required".into()),
+    };
+    if !is_symbol_name(&name) {
+        return Err(format!(
+            "rule {name:?}: names are A-Z, 0-9 and _, starting with a letter, at most 64"
+        ));
+    }
+    let check: Function = match def.get::<Value>("check") {
+        Ok(Value::Function(f)) => f,
+        _ => return Err(format!("rule {name}: `check` (a function) is required")),
+    };
+    let text = |field: &str| -> Result<String, String> {
+        match def.get::<Value>(field) {
+            Ok(Value::Nil) => Ok(String::new()),
+            Ok(Value::String(s)) => Ok(s.to_str().map_err(|e| describe(&e))?.to_string()),
+            _ => Err(format!("rule {name}: `{field}` must be a string")),
+        }
+    };
+    let description = text("description")?;
+    let group = text("group")?;
+    let action_of = |v: Value| -> Result<Option<Action>, String> {
+        match v {
+            Value::Nil => Ok(None),
+            Value::String(s) => {
+                let s = s.to_str().map_err(|e| describe(&e))?;
+                Action::parse(&s)
+                    .map(Some)
+                    .ok_or_else(|| format!("rule {name}: unknown action {:?}", &*s))
+            }
+            _ => Err(format!("rule {name}: an action must be a string")),
+        }
+    };
+    let shadow = match def.get::<Value>("shadow") {
+        Ok(Value::Nil) => false,
+        Ok(Value::Boolean(b)) => b,
+        _ => return Err(format!("rule {name}: `shadow` must be a boolean")),
+    };
+    let share = match def.get::<Value>("share") {
+        Ok(Value::Nil) => None,
+        Ok(Value::Number(n)) if n > 0.0 && n <= 1.0 => Some(n),
+        Ok(Value::Integer(1)) => Some(1.0),
+        _ => return Err(format!("rule {name}: `share` must be a number in (0, 1]")),
+    };
+    let score = def.get::<Value>("score").unwrap_or(Value::Nil);
+    let scores = def.get::<Value>("scores").unwrap_or(Value::Nil);
+    let number = |v: &Value| -> Option<f64> {
+        match v {
+            Value::Integer(i) => Some(*i as f64),
+            Value::Number(n) if n.is_finite() => Some(*n),
+            _ => None,
+        }
+    };
+    let (symbols, multi) = match (&score, &scores) {
+        (s, Value::Nil) => {
+            let score = number(s).ok_or_else(|| {
+                format!("rule {name}: `score` (a number) or `scores` is required")
+            })?;
+            if !matches!(def.get::<Value>("actions"), Ok(Value::Nil)) {
+                return Err(format!(
+                    "rule {name}: `actions` is for rules with `scores`; use `action`"
+                ));
+            }
+            let action = action_of(def.get::<Value>("action").unwrap_or(Value::Nil))?;
+            (
+                vec![SymbolMeta {
+                    name: name.clone(),
+                    score,
+                    description: description.clone(),
+                    group: group.clone(),
+                    action,
+                }],
+                false,
+            )
+        }
+        (Value::Nil, Value::Table(t)) => {
+            let actions = match def.get::<Value>("actions") {
+                Ok(Value::Nil) => None,
+                Ok(Value::Table(a)) => Some(a),
+                _ => return Err(format!("rule {name}: `actions` must be a table")),
+            };
+            if !matches!(def.get::<Value>("action"), Ok(Value::Nil)) {
+                return Err(format!(
+                    "rule {name}: use `actions = {{ SYMBOL = \"…\" }}` with `scores`"
+                ));
+            }
+            let mut symbols = Vec::new();
+            for pair in t.clone().pairs::<Value, Value>() {
+                let (k, v) = pair.map_err(|e| describe(&e))?;
+                let sym = match &k {
+                    Value::String(s) => s.to_str().map_err(|e| describe(&e))?.to_string(),
+                    _ => return Err(format!("rule {name}: `scores` keys must be symbol names")),
+                };
+                if !is_symbol_name(&sym) {
+                    return Err(format!("rule {name}: bad symbol name {sym:?}"));
+                }
+                let score = number(&v)
+                    .ok_or_else(|| format!("rule {name}: score of {sym} must be a number"))?;
+                let action = match &actions {
+                    Some(a) => action_of(a.get::<Value>(sym.as_str()).unwrap_or(Value::Nil))?,
+                    None => None,
+                };
+                symbols.push(SymbolMeta {
+                    name: sym,
+                    score,
+                    description: description.clone(),
+                    group: group.clone(),
+                    action,
+                });
+            }
+            if symbols.is_empty() {
+                return Err(format!("rule {name}: `scores` declares no symbol"));
+            }
+            if let Some(a) = &actions {
+                for pair in a.clone().pairs::<String, Value>() {
+                    let (k, _) = pair.map_err(|e| describe(&e))?;
+                    if !symbols.iter().any(|s| s.name == k) {
+                        return Err(format!("rule {name}: action for undeclared symbol {k}"));
+                    }
+                }
+            }
+            symbols.sort_by(|a, b| a.name.cmp(&b.name));
+            (symbols, true)
+        }
+        _ => {
+            return Err(format!(
+                "rule {name}: give either `score` or `scores`, not both"
+            ))
+        }
+    };
+    Ok((
+        RuleMeta {
+            name,
+            file: file.to_string(),
+            symbols,
+            multi,
+            shadow,
+            share,
+        },
+        check,
+    ))
+}
+
+/// A freshly built state: the Lua state, its context, the registered rules, and the prelude's
+/// `begin` and `finish`.
+type Built = (Lua, Rc<Ctx>, Vec<(RuleMeta, Function)>, Function, Function);
+
+struct BuildEnv<'a> {
+    config: &'a EngineConfig,
+    store: &'a Arc<dyn ReputationStore>,
+    namespace: u8,
+}
+
+/// Builds a Lua state and loads `sources` into it.
+fn build_state(
+    sources: &Sources,
+    generation: Option<&Arc<Generation>>,
+    env: &BuildEnv<'_>,
+) -> Result<Built, LoadError> {
+    let lua = Lua::new_with(
+        StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8 | StdLib::OS,
+        LuaOptions::default(),
+    )
+    .map_err(lua_err)?;
+    let limit = env
+        .config
+        .memory_limit_mb
+        .max(1)
+        .saturating_mul(1024 * 1024);
+    lua.set_memory_limit(limit).map_err(lua_err)?;
+    let ctx = Rc::new(Ctx {
+        budget: Cell::new(Budget::default()),
+        current_rule: Cell::new(usize::MAX),
+        rule_names: RefCell::new(Vec::new()),
+        loading_file: RefCell::new(String::new()),
+        log_window: Cell::new((0, 0, 0)),
+        log_limit: env.config.log_lines_per_sec,
+        regex: RefCell::new(LruCache::new(
+            NonZeroUsize::new(env.config.regex_cache.max(1)).unwrap_or(NonZeroUsize::MIN),
+        )),
+        registered: RefCell::new(Vec::new()),
+    });
+
+    let rust = lua.create_table().map_err(lua_err)?;
+    let set = |name: &str, f: mlua::Result<Function>| -> Result<(), LoadError> {
+        rust.raw_set(name, f.map_err(lua_err)?).map_err(lua_err)
+    };
+    {
+        let c = Rc::clone(&ctx);
+        set(
+            "stopped",
+            lua.create_function(move |_, ()| Ok(c.budget.get().stopped)),
+        )?;
+    }
+    {
+        let c = Rc::clone(&ctx);
+        set(
+            "log",
+            lua.create_function(move |_, (level, text): (u8, mlua::String)| {
+                if let Some(dropped) = c.log_permit() {
+                    let rule = c.rule_name();
+                    let text = text.to_string_lossy();
+                    match level {
+                        1 => tracing::error!(rule = %rule, dropped, "{text}"),
+                        2 => tracing::warn!(rule = %rule, dropped, "{text}"),
+                        3 => tracing::info!(rule = %rule, dropped, "{text}"),
+                        _ => tracing::debug!(rule = %rule, dropped, "{text}"),
+                    }
+                }
+                Ok(())
+            }),
+        )?;
+    }
+    {
+        let c = Rc::clone(&ctx);
+        set(
+            "re_match",
+            lua.create_function(move |_, (p, t): (mlua::String, mlua::String)| {
+                let re = c.regex(&p.to_str()?)?;
+                Ok(re.is_match(&t.as_bytes()))
+            }),
+        )?;
+        let c = Rc::clone(&ctx);
+        set(
+            "re_find",
+            lua.create_function(move |_, (p, t): (mlua::String, mlua::String)| {
+                let re = c.regex(&p.to_str()?)?;
+                Ok(match re.find(&t.as_bytes()) {
+                    Some(m) => (Some(m.start() + 1), Some(m.end())),
+                    None => (None, None),
+                })
+            }),
+        )?;
+        let c = Rc::clone(&ctx);
+        set(
+            "re_captures",
+            lua.create_function(move |lua, (p, t): (mlua::String, mlua::String)| {
+                let re = c.regex(&p.to_str()?)?;
+                let bytes = t.as_bytes();
+                match re.captures(&bytes) {
+                    Some(caps) => {
+                        let out = lua.create_table_with_capacity(caps.len(), 0)?;
+                        for (i, g) in caps.iter().enumerate() {
+                            match g {
+                                Some(m) => out.raw_set(i + 1, lua.create_string(m.as_bytes())?)?,
+                                None => out.raw_set(i + 1, false)?,
+                            }
+                        }
+                        Ok(Value::Table(out))
+                    }
+                    None => Ok(Value::Nil),
+                }
+            }),
+        )?;
+        let c = Rc::clone(&ctx);
+        set(
+            "re_count",
+            lua.create_function(move |_, (p, t): (mlua::String, mlua::String)| {
+                let re = c.regex(&p.to_str()?)?;
+                Ok(re.find_iter(&t.as_bytes()).count())
+            }),
+        )?;
+    }
+    {
+        let lists: Vec<(String, Arc<List>)> = sources
+            .lists
+            .by_name
+            .iter()
+            .map(|(k, v)| (k.clone(), Arc::clone(v)))
+            .collect();
+        set(
+            "list_open",
+            lua.create_function(move |lua, name: String| -> mlua::Result<AnyUserData> {
+                match lists.iter().find(|(n, _)| *n == name) {
+                    Some((_, l)) => lua.create_userdata(ListHandle(Arc::clone(l))),
+                    None => Err(mlua::Error::runtime(format!(
+                        "list({name:?}): no such list (lists/{name}.ip|domain|email|str)"
+                    ))),
+                }
+            }),
+        )?;
+    }
+    {
+        let store = Arc::clone(env.store);
+        let namespace = env.namespace;
+        set(
+            "ratelimit",
+            lua.create_function(
+                move |_, (name, value, limit, window): (mlua::String, Value, u64, u64)| {
+                    let value = match value {
+                        Value::String(s) => s.to_string_lossy(),
+                        Value::Integer(i) => i.to_string(),
+                        Value::Number(n) => n.to_string(),
+                        Value::Nil => String::new(),
+                        other => {
+                            return Err(mlua::Error::runtime(format!(
+                                "ratelimit: value must be a string, got {}",
+                                other.type_name()
+                            )))
+                        }
+                    };
+                    if window == 0 {
+                        return Err(mlua::Error::runtime("ratelimit: window must be > 0"));
+                    }
+                    let key = StoreKey {
+                        namespace,
+                        kind: RATELIMIT_KIND,
+                        hash: hash_pair(&name.to_string_lossy(), &value),
+                    };
+                    let r = store.hit(key, limit, window);
+                    Ok((r.count, r.over))
+                },
+            ),
+        )?;
+    }
+    {
+        let modules: HashMap<String, (Arc<str>, String)> = sources
+            .modules
+            .iter()
+            .map(|(k, v)| (k.clone(), (Arc::clone(&v.text), v.name.clone())))
+            .collect();
+        set(
+            "module_source",
+            lua.create_function(move |lua, name: String| match modules.get(&name) {
+                Some((text, chunk)) => Ok((
+                    Value::String(lua.create_string(text.as_bytes())?),
+                    Value::String(lua.create_string(chunk)?),
+                )),
+                None => Ok((Value::Nil, Value::Nil)),
+            }),
+        )?;
+    }
+    {
+        let c = Rc::clone(&ctx);
+        set(
+            "rule",
+            lua.create_function(move |_, def: Value| {
+                let Value::Table(def) = def else {
+                    return Ok(Some(
+                        "rule: expects a table: rule { name = …, … }".to_string(),
+                    ));
+                };
+                let file = c.loading_file.borrow().clone();
+                match declaration(&def, &file) {
+                    Ok(d) => {
+                        c.registered.borrow_mut().push(d);
+                        Ok(None)
+                    }
+                    Err(e) => Ok(Some(e)),
+                }
+            }),
+        )?;
+    }
+
+    let prelude: Table = lua
+        .load(PRELUDE)
+        .set_name("@engine/prelude.lua")
+        .call(rust)
+        .map_err(lua_err)?;
+    // What the prelude captured is all rules get; drop the dangerous rest from the globals.
+    let g = lua.globals();
+    for name in [
+        "os",
+        "load",
+        "dofile",
+        "loadfile",
+        "require",
+        "collectgarbage",
+    ] {
+        g.raw_set(name, Value::Nil).map_err(lua_err)?;
+    }
+    let load_file: Function = prelude.get("load_file").map_err(lua_err)?;
+    let begin: Function = prelude.get("begin").map_err(lua_err)?;
+    let finish: Function = prelude.get("finish").map_err(lua_err)?;
+
+    {
+        let c = Rc::clone(&ctx);
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_STEP as u32),
+            move |_, _| {
+                let mut b = c.budget.get();
+                if !b.active {
+                    return Ok(VmState::Continue);
+                }
+                b.rule_used += HOOK_STEP;
+                b.msg_used += HOOK_STEP;
+                if b.rule_used > b.rule_limit || b.msg_used > b.msg_limit {
+                    b.stopped = true;
+                    c.budget.set(b);
+                    return Err(mlua::Error::runtime("instruction budget exhausted"));
+                }
+                c.budget.set(b);
+                Ok(VmState::Continue)
+            },
+        )
+        .map_err(lua_err)?;
+    }
+
+    for file in &sources.rules {
+        *ctx.loading_file.borrow_mut() = file.name.clone();
+        ctx.budget.set(Budget {
+            active: true,
+            rule_limit: env.config.rule_instructions,
+            msg_limit: u64::MAX,
+            ..Budget::default()
+        });
+        let r = load_file.call::<()>((
+            lua.create_string(&*file.text).map_err(lua_err)?,
+            file.name.as_str(),
+        ));
+        let b = ctx.budget.get();
+        ctx.budget.set(Budget::default());
+        if let Err(e) = r {
+            return Err(if b.stopped {
+                LoadError::Lua(format!(
+                    "{}: top-level code ran out of its instruction budget",
+                    file.name
+                ))
+            } else {
+                lua_err(e)
+            });
+        }
+    }
+    ctx.loading_file.borrow_mut().clear();
+    let registered = ctx.registered.take();
+    *ctx.rule_names.borrow_mut() = registered.iter().map(|(m, _)| m.name.clone()).collect();
+    if let Some(g) = generation {
+        let same = registered.len() == g.rules.len()
+            && registered.iter().zip(&g.rules).all(|((m, _), r)| m == r);
+        if !same {
+            return Err(LoadError::Declaration(
+                "rule declarations differ from the generation's (do rule files declare rules conditionally?)"
+                    .into(),
+            ));
+        }
+    }
+    lua.gc_collect().map_err(lua_err)?;
+    Ok((lua, ctx, registered, begin, finish))
+}
+
+/// Reads and validates a rule set: the next generation.
+pub(super) fn build_generation(
+    id: u64,
+    location: &RuleLocation,
+    config: &EngineConfig,
+    _windows: &WindowNames,
+    store: &Arc<dyn ReputationStore>,
+    namespace: u8,
+) -> Result<Generation, LoadError> {
+    let start = Instant::now();
+    let sources = source::read(location)?;
+    let env = BuildEnv {
+        config,
+        store,
+        namespace,
+    };
+    let (_lua, _ctx, registered, _, _) = build_state(&sources, None, &env)?;
+    let rules: Vec<RuleMeta> = registered.into_iter().map(|(m, _)| m).collect();
+    let mut symbols = HashMap::new();
+    for (ri, r) in rules.iter().enumerate() {
+        for (si, s) in r.symbols.iter().enumerate() {
+            if s.name == RULE_ERROR || s.name == RULE_TIMEOUT {
+                return Err(LoadError::Declaration(format!(
+                    "{}: {} is reserved for the engine",
+                    r.file, s.name
+                )));
+            }
+            if let Some((other, _)) = symbols.insert(s.name.clone(), (ri, si)) {
+                return Err(LoadError::Declaration(format!(
+                    "{}: symbol {} is already declared by rule {} in {}",
+                    r.file, s.name, rules[other].name, rules[other].file
+                )));
+            }
+        }
+    }
+    let counters = rules.iter().map(|_| RuleCounters::default()).collect();
+    Ok(Generation {
+        id,
+        location: location.clone(),
+        sources,
+        rules,
+        symbols,
+        counters,
+        build_time: start.elapsed(),
+    })
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct LocalCounters {
+    runs: u64,
+    hits: u64,
+    errors: u64,
+    timeouts: u64,
+    nanos: u64,
+}
+
+/// Runs rules for one scan thread. Not `Send`: it owns a Lua state.
+pub struct RuleRunner {
+    engine: Arc<Engine>,
+    loaded: Option<LoadedState>,
+    counters: Vec<LocalCounters>,
+    scans: u32,
+}
+
+impl RuleRunner {
+    pub(super) fn new(engine: Arc<Engine>) -> Self {
+        RuleRunner {
+            engine,
+            loaded: None,
+            counters: Vec::new(),
+            scans: 0,
+        }
+    }
+
+    /// The generation this runner's state holds, if built.
+    pub fn generation(&self) -> Option<u64> {
+        self.loaded.as_ref().map(|l| l.generation.id)
+    }
+
+    /// Lua memory in use, bytes.
+    pub fn memory(&self) -> usize {
+        self.loaded.as_ref().map_or(0, |l| l.lua.used_memory())
+    }
+
+    /// Moves local per-rule counters into the generation's shared ones.
+    pub fn flush_counters(&mut self) {
+        self.scans = 0;
+        let Some(l) = &self.loaded else { return };
+        for (local, shared) in self.counters.iter_mut().zip(&l.generation.counters) {
+            use std::sync::atomic::Ordering::Relaxed;
+            shared.runs.fetch_add(local.runs, Relaxed);
+            shared.hits.fetch_add(local.hits, Relaxed);
+            shared.errors.fetch_add(local.errors, Relaxed);
+            shared.timeouts.fetch_add(local.timeouts, Relaxed);
+            shared.nanos.fetch_add(local.nanos, Relaxed);
+            *local = LocalCounters::default();
+        }
+    }
+
+    /// Makes sure the state holds the engine's current generation.
+    fn refresh(&mut self) {
+        let current = self.engine.generation();
+        if self
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.generation.id == current.id)
+        {
+            return;
+        }
+        self.flush_counters();
+        let env = BuildEnv {
+            config: self.engine.config(),
+            store: self.engine.store(),
+            namespace: self.engine.namespace(),
+        };
+        match build_state(&current.sources, Some(&current), &env) {
+            Ok((lua, ctx, registered, begin, finish)) => {
+                let rule_seeds = registered
+                    .iter()
+                    .map(|(m, _)| hash_bytes(m.name.as_bytes()))
+                    .collect();
+                self.counters = vec![LocalCounters::default(); registered.len()];
+                self.loaded = Some(LoadedState {
+                    generation: current,
+                    lua,
+                    ctx,
+                    rules: registered.into_iter().map(|(_, f)| f).collect(),
+                    begin,
+                    finish,
+                    rule_seeds,
+                });
+            }
+            Err(e) => {
+                tracing::error!(generation = current.id, error = %e, "cannot build the Lua state of a new generation; staying on the previous one");
+            }
+        }
+    }
+
+    /// Runs every rule of the current generation over one message. `sample` is a stable hash
+    /// of the message, choosing where test-mode rules apply.
+    pub fn run(&mut self, data: &MessageData<'_>, sample: u64) -> RuleOutcome {
+        self.refresh();
+        let mut out = RuleOutcome::default();
+        let Some(st) = &self.loaded else {
+            out.errors
+                .push(("(engine)".into(), "no rule set could be loaded".into()));
+            return out;
+        };
+        out.generation = st.generation.id;
+        let cfg = self.engine.config();
+        let windows = self.engine.windows();
+        let gen = &st.generation;
+        let ctx = &st.ctx;
+        let counters = &mut self.counters;
+        let mut memory_error = false;
+        ctx.budget.set(Budget {
+            msg_limit: cfg.message_instructions,
+            rule_limit: cfg.rule_instructions,
+            ..Budget::default()
+        });
+        let result = st.lua.scope(|scope| {
+            let fetch =
+                scope.create_function(|lua, (id, a): (u8, Value)| data.fetch(lua, id, a))?;
+            let stat = scope.create_function(|_, (k, w, how): (Value, Value, Value)| {
+                let r = data.stat(windows, &k, &w, &how)?;
+                Ok((r[0], r[1], r[2], r[3], r[4]))
+            })?;
+            let stats =
+                scope.create_function(|lua, k: Value| data.stats_table(lua, windows, &k))?;
+            let msg: Table = st.begin.call((fetch, stat, stats))?;
+            let mut skipped = 0usize;
+            for (i, check) in st.rules.iter().enumerate() {
+                let meta = &gen.rules[i];
+                let b = ctx.budget.get();
+                if b.msg_used >= b.msg_limit {
+                    skipped += 1;
+                    continue;
+                }
+                let applied = !meta.shadow
+                    && meta
+                        .share
+                        .is_none_or(|s| selected(sample, st.rule_seeds[i], s));
+                ctx.budget.set(Budget {
+                    active: true,
+                    stopped: false,
+                    rule_used: 0,
+                    ..b
+                });
+                ctx.current_rule.set(i);
+                let t0 = Instant::now();
+                let r = check.call::<MultiValue>(&msg);
+                let nanos = t0.elapsed().as_nanos() as u64;
+                let b = ctx.budget.get();
+                ctx.budget.set(Budget { active: false, ..b });
+                let c = &mut counters[i];
+                c.runs += 1;
+                c.nanos += nanos;
+                match r {
+                    Ok(values) => match interpret(meta, values) {
+                        Ok(hits) => {
+                            if !hits.is_empty() {
+                                c.hits += 1;
+                            }
+                            for (si, weight, options) in hits {
+                                let s = &meta.symbols[si];
+                                out.hits.push(Hit {
+                                    symbol: s.name.clone(),
+                                    score: s.score * weight,
+                                    options,
+                                    action: s.action,
+                                    shadow: !applied,
+                                });
+                            }
+                        }
+                        Err(e) => {
+                            c.errors += 1;
+                            out.errors
+                                .push((meta.name.clone(), format!("{}: {e}", meta.file)));
+                        }
+                    },
+                    Err(e) if b.stopped => {
+                        c.timeouts += 1;
+                        let why = if b.rule_used > b.rule_limit {
+                            format!("rule budget of {} instructions exhausted", b.rule_limit)
+                        } else {
+                            format!("message budget of {} instructions exhausted", b.msg_limit)
+                        };
+                        let _ = e;
+                        out.timeouts.push((meta.name.clone(), why));
+                    }
+                    Err(e) => {
+                        c.errors += 1;
+                        memory_error |= matches!(e, mlua::Error::MemoryError(_));
+                        out.errors.push((meta.name.clone(), describe(&e)));
+                    }
+                }
+            }
+            ctx.current_rule.set(usize::MAX);
+            if skipped > 0 {
+                out.timeouts.push((
+                    "(message)".into(),
+                    format!("{skipped} rules skipped: message budget exhausted"),
+                ));
+            }
+            st.finish.call::<()>(())?;
+            Ok(())
+        });
+        if let Err(e) = result {
+            out.errors.push(("(engine)".into(), describe(&e)));
+        }
+        for (rule, error) in out.errors.iter().chain(&out.timeouts) {
+            if ctx.log_permit().is_some() {
+                tracing::warn!(rule = %rule, error = %error, "rule failed");
+            }
+        }
+        if memory_error {
+            let _ = st.lua.gc_collect();
+        }
+        self.scans += 1;
+        if self.scans >= FLUSH_EVERY {
+            self.flush_counters();
+        }
+        out
+    }
+}
+
+impl Drop for RuleRunner {
+    fn drop(&mut self) {
+        self.flush_counters();
+    }
+}
+
+/// Whether a test-mode rule applies to this message.
+fn selected(sample: u64, seed: u64, share: f64) -> bool {
+    let mut h = sample ^ seed;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    ((h % 1_000_000) as f64) < share * 1_000_000.0
+}
+
+/// Reads a check's return values: `(symbol index, weight, options)` per hit.
+fn interpret(
+    meta: &RuleMeta,
+    values: MultiValue,
+) -> Result<Vec<(usize, f64, Vec<String>)>, String> {
+    let mut it = values.into_iter();
+    let first = it.next().unwrap_or(Value::Nil);
+    let symbol_index = |name: &str| -> Result<usize, String> {
+        meta.symbols
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| format!("rule {} returned undeclared symbol {name}", meta.name))
+    };
+    match first {
+        Value::Table(t) if meta.multi => {
+            let mut hits = Vec::new();
+            for pair in t.pairs::<Value, Value>() {
+                let (k, v) = pair.map_err(|e| describe(&e))?;
+                let name = match &k {
+                    Value::String(s) => s.to_string_lossy(),
+                    _ => return Err(format!("rule {}: hit tables map symbol names", meta.name)),
+                };
+                let si = symbol_index(&name)?;
+                let (weight, options) = match v {
+                    Value::Table(o) => {
+                        let w = match o.raw_get::<Value>("weight").map_err(|e| describe(&e))? {
+                            Value::Nil => 1.0,
+                            w => weight(&w, meta)?.unwrap_or(0.0),
+                        };
+                        (Some(w), options_of(std::iter::once(Value::Table(o)))?)
+                    }
+                    other => (weight(&other, meta)?, Vec::new()),
+                };
+                if let Some(w) = weight.filter(|w| *w != 0.0) {
+                    hits.push((si, w, options));
+                }
+            }
+            hits.sort_by_key(|h| h.0);
+            Ok(hits)
+        }
+        Value::String(s) => {
+            let name = s.to_string_lossy();
+            let si = symbol_index(&name)?;
+            let rest: Vec<Value> = it.collect();
+            let (w, opts) = match rest.first() {
+                Some(
+                    v @ (Value::Boolean(_) | Value::Integer(_) | Value::Number(_) | Value::Nil),
+                ) => (weight(v, meta)?, options_of(rest.into_iter().skip(1))?),
+                _ => (Some(1.0), options_of(rest.into_iter())?),
+            };
+            Ok(match w.filter(|w| *w != 0.0) {
+                Some(w) => vec![(si, w, opts)],
+                None => Vec::new(),
+            })
+        }
+        other if !meta.multi => match weight(&other, meta)? {
+            Some(w) if w != 0.0 => Ok(vec![(0, w, options_of(it)?)]),
+            _ => Ok(Vec::new()),
+        },
+        Value::Nil | Value::Boolean(false) => Ok(Vec::new()),
+        _ => Err(format!(
+            "rule {} declares several symbols: return a symbol name or a table of hits",
+            meta.name
+        )),
+    }
+}
+
+fn weight(v: &Value, meta: &RuleMeta) -> Result<Option<f64>, String> {
+    match v {
+        Value::Nil | Value::Boolean(false) => Ok(None),
+        Value::Boolean(true) => Ok(Some(1.0)),
+        Value::Integer(i) => Ok(Some(*i as f64)),
+        Value::Number(n) if n.is_finite() => Ok(Some(*n)),
+        other => Err(format!(
+            "rule {} returned {} where a hit (true/false/weight) was expected",
+            meta.name,
+            other.type_name()
+        )),
+    }
+}
+
+fn options_of(values: impl Iterator<Item = Value>) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut push = |v: &Value| {
+        if out.len() >= MAX_OPTIONS {
+            return;
+        }
+        let s = match v {
+            Value::String(s) => s.to_string_lossy(),
+            Value::Integer(i) => i.to_string(),
+            Value::Number(n) => n.to_string(),
+            Value::Boolean(b) => b.to_string(),
+            _ => return,
+        };
+        let mut s = s;
+        if s.len() > MAX_OPTION_BYTES {
+            let mut end = MAX_OPTION_BYTES;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s.truncate(end);
+        }
+        out.push(s);
+    };
+    for v in values {
+        match &v {
+            Value::Table(t) => {
+                for item in t.clone().sequence_values::<Value>() {
+                    push(&item.map_err(|e| describe(&e))?);
+                }
+            }
+            other => push(other),
+        }
+    }
+    Ok(out)
+}
