@@ -1,0 +1,572 @@
+//! The rules engine end to end: rule files in a temporary directory, real Lua, a real store.
+//! Sandbox, limits, declarations, verdicts, reputation, lists and hot reload.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shrike::config::Config;
+use shrike::engine::{Action, RuleLocation};
+use shrike::message::{prepare, Envelope};
+use shrike::scan::{Scanner, Verdict};
+use shrike::store::{Counter, ManualClock, ReputationStore, Store};
+
+const MSG: &[u8] = b"From: Bob <bob@example.com>\r\nTo: alice@example.net\r\n\
+Subject: Hello there\r\nMessage-ID: <1@example.com>\r\nDate: Thu, 19 Nov 2026 10:00:00 +0000\r\n\
+\r\nVisit https://shop.example.org/buy now.\r\n";
+
+fn write(dir: &Path, name: &str, text: &str) {
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn scanner_with(dir: &Path, config: &Config) -> Arc<Scanner> {
+    let store: Arc<dyn ReputationStore> =
+        Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());
+    Scanner::new(config, RuleLocation::Dir(dir.to_path_buf()), store).expect("rules load")
+}
+
+fn rules(text: &str) -> (tempfile::TempDir, Arc<Scanner>) {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "rules.lua", text);
+    let s = scanner_with(dir.path(), &Config::default());
+    (dir, s)
+}
+
+fn scan(s: &Arc<Scanner>, raw: &[u8]) -> Verdict {
+    let mut w = s.worker();
+    let input = prepare(raw, s.limits());
+    w.scan(&input, &Envelope::default()).verdict
+}
+
+fn load_error(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "bad.lua", text);
+    let store: Arc<dyn ReputationStore> = Arc::new(
+        Store::new(
+            &Config::default().store,
+            Arc::new(ManualClock::new(1_800_000_000)),
+        )
+        .unwrap(),
+    );
+    Scanner::new(
+        &Config::default(),
+        RuleLocation::Dir(dir.path().to_path_buf()),
+        store,
+    )
+    .expect_err("the rule set must be refused")
+    .to_string()
+}
+
+/// A rule named PROBE whose check evaluates `expr` in a protected call and hits with the
+/// error (or "ok") as its option.
+fn probe(expr: &str) -> Vec<String> {
+    let (_d, s) = rules(&format!(
+        "rule {{ name = 'PROBE', score = 0, check = function(msg)\n\
+         local ok, err = pcall(function() return {expr} end)\n\
+         return true, ok and ('ok:' .. tostring(err)) or tostring(err) end }}"
+    ));
+    let v = scan(&s, MSG);
+    v.symbols["PROBE"].options.clone()
+}
+
+#[test]
+fn sandbox_blocks_io_os_debug_and_bytecode() {
+    for expr in [
+        "io.open('/etc/passwd')",
+        "os.execute('true')",
+        "os.getenv('HOME')",
+        "os.remove('/tmp/x')",
+        "debug.getinfo(1)",
+        "string.dump(function() end)",
+        "('x').dump",
+        "dofile('/etc/passwd')",
+        "loadfile('/etc/passwd')",
+        "package.loadlib('x', 'y')",
+        "require('os')",
+        "require('../../etc/passwd')",
+        "collectgarbage('stop')",
+        "getmetatable('').__index",
+    ] {
+        let out = probe(expr);
+        let text = out.join(" ");
+        assert!(
+            !text.starts_with("ok:") || text == "ok:nil",
+            "{expr} must fail or yield nothing, got {text}"
+        );
+    }
+    // Binary chunks are refused even when handed over as a string.
+    let out = probe("load('\\27Lua\\84\\0')");
+    assert!(
+        out[0].starts_with("ok:nil"),
+        "load of bytecode gives nil, {out:?}"
+    );
+    // The clock stays available.
+    assert!(probe("os.time() > 0")[0] == "ok:true");
+    assert!(probe("os.clock() >= 0")[0] == "ok:true");
+}
+
+#[test]
+fn runaway_and_memory_bomb_are_stopped_and_other_rules_still_run() {
+    let (_d, s) = rules(
+        "rule { name = 'LOOP', score = 1, check = function() while true do end end }\n\
+         rule { name = 'SNEAKY', score = 1, check = function()\n\
+           while true do pcall(function() while true do end end) end end }\n\
+         rule { name = 'BOMB', score = 1, check = function()\n\
+           local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 4096) .. i end end }\n\
+         rule { name = 'FINE', score = 2, check = function(msg) return msg:subject() ~= '' end }\n",
+    );
+    let v = scan(&s, MSG);
+    assert_eq!(v.score, 2.0);
+    assert!(v.symbols.contains_key("FINE"));
+    let t = &v.symbols["RULE_TIMEOUT"].options;
+    assert!(t.iter().any(|o| o.starts_with("LOOP:")), "{t:?}");
+    assert!(t.iter().any(|o| o.starts_with("SNEAKY:")), "{t:?}");
+    let e = &v.symbols["RULE_ERROR"].options;
+    assert!(
+        e.iter()
+            .any(|o| o.starts_with("BOMB:") && o.contains("memory")),
+        "{e:?}"
+    );
+    // The state stays usable for the next message.
+    let v2 = scan(&s, MSG);
+    assert!(v2.symbols.contains_key("FINE"));
+    assert_eq!(v2.symbols["RULE_TIMEOUT"].options.len(), 2);
+}
+
+#[test]
+fn errors_name_the_file_and_line_and_are_counted() {
+    let (_d, s) =
+        rules("rule { name = 'A', score = 1, check = function(msg)\n  return nil + 1\nend }\n");
+    let v = scan(&s, MSG);
+    let opts = &v.symbols["RULE_ERROR"].options;
+    assert!(
+        opts[0].starts_with("A: ") && opts[0].contains("rules.lua:2:"),
+        "{opts:?}"
+    );
+    let mut w = s.worker();
+    let input = prepare(MSG, s.limits());
+    for _ in 0..3 {
+        w.scan(&input, &Envelope::default());
+    }
+    w.rules().flush_counters();
+    let g = s.engine().generation();
+    assert_eq!(
+        g.counters[0].errors.load(Ordering::Relaxed),
+        4,
+        "one scan by the dropped worker, three by this one"
+    );
+}
+
+#[test]
+fn declarations_are_validated_with_file_and_line() {
+    let e = load_error("rule { name = 'lower', score = 1, check = function() end }");
+    assert!(e.contains("bad.lua:1:") && e.contains("names are"), "{e}");
+    let e = load_error("\n\nrule { name = 'A', scroe = 1, check = function() end }");
+    assert!(
+        e.contains("bad.lua:3:") && e.contains("unknown field"),
+        "{e}"
+    );
+    let e = load_error("rule { name = 'A', score = 1 }");
+    assert!(e.contains("check"), "{e}");
+    let e = load_error(
+        "rule { name = 'A', score = 1, check = function() end }\n\
+         rule { name = 'B', scores = { A = 1 }, check = function() end }",
+    );
+    assert!(e.contains("already declared"), "{e}");
+    let e =
+        load_error("rule { name = 'A', score = 1, action = 'explode', check = function() end }");
+    assert!(e.contains("unknown action"), "{e}");
+    let e = load_error("rule { name = 'RULE_ERROR', score = 1, check = function() end }");
+    assert!(e.contains("reserved"), "{e}");
+    let e = load_error("local x = = 1");
+    assert!(
+        e.contains("bad.lua:1:"),
+        "syntax errors carry the line: {e}"
+    );
+    let e = load_error("while true do end");
+    assert!(e.contains("instruction budget"), "{e}");
+}
+
+#[test]
+fn multi_symbol_rules_emit_only_declared_symbols() {
+    let (_d, s) = rules(
+        "rule { name = 'M', scores = { M_A = 1, M_B = 4 }, check = function()\n\
+           return { M_A = true, M_B = { 'why', weight = 0.5 } } end }\n\
+         rule { name = 'N', scores = { N_A = 1 }, check = function() return 'N_A', 3, 'x', 'y' end }\n\
+         rule { name = 'BAD', scores = { BAD_A = 1 }, check = function() return 'NOPE' end }\n",
+    );
+    let v = scan(&s, MSG);
+    assert_eq!(v.symbols["M_A"].score, 1.0);
+    assert_eq!(v.symbols["M_B"].score, 2.0);
+    assert_eq!(v.symbols["M_B"].options, ["why"]);
+    assert_eq!(v.symbols["N_A"].score, 3.0);
+    assert_eq!(v.symbols["N_A"].options, ["x", "y"]);
+    assert!(!v.symbols.contains_key("NOPE"));
+    assert!(v.symbols["RULE_ERROR"].options[0].contains("undeclared symbol NOPE"));
+    assert_eq!(v.score, 6.0);
+    assert_eq!(v.action, Action::AddHeader);
+}
+
+#[test]
+fn thresholds_forced_actions_shadow_and_discard() {
+    let (_d, s) = rules(
+        "rule { name = 'BIG', score = 5, check = function() return true end }\n\
+         rule { name = 'SHADOWED', score = 100, shadow = true, check = function() return true end }\n",
+    );
+    let v = scan(&s, MSG);
+    assert_eq!(v.score, 5.0);
+    assert_eq!(v.action, Action::Greylist);
+    assert!(v.shadow.contains_key("SHADOWED"));
+    assert!(!v.symbols.contains_key("SHADOWED"));
+
+    let (_d, s) = rules(
+        "rule { name = 'BAN', score = 0, action = 'discard', check = function(msg)\n\
+           return msg:from() == 'bob@example.com' end }\n",
+    );
+    assert_eq!(scan(&s, MSG).action, Action::Discard);
+    let (_d, s) = rules(
+        "rule { name = 'GT', score = 0, action = 'reject', check = function(msg)\n\
+           return msg:text():find('XJS*C4JDBQADN1', 1, true) ~= nil end }\n",
+    );
+    assert_eq!(scan(&s, MSG).action, Action::NoAction);
+    let gtube = [
+        MSG,
+        b"XJS*C4JDBQADN1.NSBN3*2IDNEN*GTUBE-STANDARD-ANTI-UBE-TEST-EMAIL*C.34X\r\n",
+    ]
+    .concat();
+    assert_eq!(scan(&s, &gtube).action, Action::Reject);
+}
+
+#[test]
+fn test_mode_applies_to_its_share_of_messages() {
+    let (_d, s) = rules(
+        "rule { name = 'NEW', score = 1, share = 0.1, check = function() return true end }\n",
+    );
+    let mut w = s.worker();
+    let (mut applied, mut shadowed) = (0, 0);
+    for i in 0..2000 {
+        let raw = format!("Message-ID: <{i}@x.example>\r\nSubject: s\r\n\r\nbody\r\n");
+        let input = prepare(raw.as_bytes(), s.limits());
+        let v = w.scan(&input, &Envelope::default()).verdict;
+        if v.symbols.contains_key("NEW") {
+            applied += 1;
+        } else if v.shadow.contains_key("NEW") {
+            shadowed += 1;
+        }
+        // Stable: the same message is always on the same side.
+        let again = w.scan(&input, &Envelope::default()).verdict;
+        assert_eq!(
+            v.symbols.contains_key("NEW"),
+            again.symbols.contains_key("NEW")
+        );
+    }
+    assert_eq!(applied + shadowed, 2000);
+    assert!(
+        (120..=280).contains(&applied),
+        "about 10% applied, got {applied}"
+    );
+}
+
+#[test]
+fn msg_view_fields() {
+    let (_d, s) = rules(
+        r#"
+local function join(t, f)
+  local out = {}
+  for _, x in ipairs(t) do out[#out + 1] = f and x[f] or x end
+  return table.concat(out, ",")
+end
+rule { name = 'VIEW', score = 0, check = function(msg)
+  local a, d, n = msg:from()
+  return true, {
+    msg:subject(), a, d, n, msg:header("to"), tostring(msg:header_count("subject")),
+    join(msg:urls(), "domain"), join(msg:domains()), join(msg:recipients()),
+    tostring(msg:date()), msg:message_id(), tostring(#msg:shingles("url")),
+    tostring(msg:has_anomaly("missing_date")), tostring(msg:header("X-Nope")),
+    tostring(msg:size()), join(msg:emails("to"), "address"),
+  }
+end }
+rule { name = 'KEEP', score = 0, check = function(msg) KEPT = msg; return true end }
+rule { name = 'LATE', score = 0, check = function(msg)
+  if KEPT2 then return true, tostring(select(2, pcall(KEPT2.subject, KEPT2))) end
+  KEPT2 = msg
+end }
+"#,
+    );
+    let v = scan(&s, MSG);
+    assert_eq!(
+        v.symbols["VIEW"].options,
+        [
+            "Hello there",
+            "bob@example.com",
+            "example.com",
+            "Bob",
+            "alice@example.net",
+            "1",
+            "example.org",
+            "example.org",
+            "alice@example.net",
+            "1795082400",
+            "1@example.com",
+            "1",
+            "false",
+            "nil",
+            &MSG.len().to_string(),
+            "alice@example.net",
+        ]
+    );
+    // A `msg` kept past its scan is dead.
+    let mut w = s.worker();
+    let input = prepare(MSG, s.limits());
+    w.scan(&input, &Envelope::default());
+    let v = w.scan(&input, &Envelope::default()).verdict;
+    assert!(
+        v.symbols["LATE"].options[0].contains("outside its scan"),
+        "{:?}",
+        v.symbols["LATE"]
+    );
+}
+
+#[test]
+fn reputation_stats_unique_counts_and_ratelimit() {
+    let (_d, s) = rules(
+        r#"
+rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UNIQUE = 1 },
+  check = function(msg)
+    local seen = msg:stat("subject", "1h")
+    local _, _, _, complaints = msg:stat("url_domain", "7d")
+    local count, over = ratelimit("sender", (msg:from()), 3, 3600)
+    local uniq = msg:stat("unique_sender", "24h")
+    return {
+      SUBJ_SEEN = { tostring(seen) },
+      URL_COMPLAINTS = complaints > 0 and { tostring(complaints) } or nil,
+      RATE = over and { tostring(count) } or nil,
+      UNIQUE = { tostring(uniq) },
+    }
+  end }
+"#,
+    );
+    let mut w = s.worker();
+    let input = prepare(MSG, s.limits());
+    let mut last = None;
+    for i in 0..5 {
+        let env = Envelope {
+            rcpt_to: vec![format!("r{}@example.net", i % 2)],
+            ..Envelope::default()
+        };
+        let scanned = w.scan(&input, &env);
+        s.apply(&scanned.updates);
+        last = Some(scanned.verdict);
+    }
+    let v = last.unwrap();
+    assert_eq!(v.symbols["SUBJ_SEEN"].options, ["4"], "four earlier copies");
+    assert_eq!(
+        v.symbols["UNIQUE"].options,
+        ["2"],
+        "two distinct recipients"
+    );
+    assert_eq!(
+        v.symbols["RATE"].options,
+        ["5"],
+        "over the limit of 3, still counting"
+    );
+    assert!(!v.symbols.contains_key("URL_COMPLAINTS"));
+    let analysis = shrike::scan::analyze(&input, &Envelope::default(), s.limits());
+    s.learn(&analysis, Counter::Complaint);
+    s.learn(&analysis, Counter::Complaint);
+    let v = w.scan(&input, &Envelope::default()).verdict;
+    assert_eq!(v.symbols["URL_COMPLAINTS"].options, ["2"]);
+}
+
+#[test]
+fn regex_lists_require_and_logging() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "lists/bad_senders.email", "@example.com\n");
+    write(dir.path(), "lists/nets.ip", "192.0.2.0/24\n");
+    write(dir.path(), "lists/shops.domain", "example.org\n");
+    write(
+        dir.path(),
+        "lua/mylib.lua",
+        "local M = {} function M.double(x) return 2 * x end return M",
+    );
+    write(
+        dir.path(),
+        "a.lua",
+        r#"
+local mylib = require("mylib")
+local util = require("shrike.util")
+local senders, nets, shops = list("bad_senders"), list("nets"), list("shops")
+rule { name = 'LISTS', score = 1, check = function(msg)
+  log.info("checking %s", msg:subject())
+  return senders:contains((msg:from())) and nets:contains("192.0.2.77")
+     and not nets:contains("198.51.100.1") and shops:contains("www.shop.example.org"),
+     tostring(mylib.double(21)), tostring(util ~= nil)
+end }
+rule { name = 'RE', score = 1, check = function(msg)
+  local s, e = re.find("[Tt]here", msg:subject())
+  local caps = re.captures("(\\w+) (\\w+)", msg:subject())
+  return re.match("(?i)^hello", msg:subject()), tostring(s) .. "-" .. tostring(e),
+    caps[2], caps[3], tostring(re.count("e", msg:subject()))
+end }
+rule { name = 'BADRE', score = 1, check = function(msg) return re.match("(", "x") end }
+"#,
+    );
+    let s = scanner_with(dir.path(), &Config::default());
+    let v = scan(&s, MSG);
+    assert_eq!(v.symbols["LISTS"].options, ["42", "true"]);
+    assert_eq!(v.symbols["RE"].options, ["7-11", "Hello", "there", "3"]);
+    assert!(v.symbols["RULE_ERROR"].options[0].contains("bad regular expression"));
+    let e = load_error("list('missing')");
+    assert!(e.contains("no such list"), "{e}");
+}
+
+#[test]
+fn reload_swaps_generations_and_keeps_the_old_one_on_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.lua",
+        "rule { name = 'V1', score = 1, check = function() return true end }",
+    );
+    let s = scanner_with(dir.path(), &Config::default());
+    let mut w = s.worker();
+    let input = prepare(MSG, s.limits());
+    assert!(w
+        .scan(&input, &Envelope::default())
+        .verdict
+        .symbols
+        .contains_key("V1"));
+    write(
+        dir.path(),
+        "a.lua",
+        "rule { name = 'V2', score = 1, check = function() return true end }",
+    );
+    let g = s.engine().reload().expect("reload");
+    let v = w.scan(&input, &Envelope::default()).verdict;
+    assert_eq!(v.generation, g);
+    assert!(v.symbols.contains_key("V2") && !v.symbols.contains_key("V1"));
+    write(
+        dir.path(),
+        "b.lua",
+        "rule { name = 'V3', score = 1, check = ",
+    );
+    let e = s.engine().reload().expect_err("syntax error");
+    assert!(e.to_string().contains("b.lua:1:"), "{e}");
+    let h = s.engine().health();
+    assert_eq!(h.generation, g);
+    assert!(h.last_error.unwrap().contains("b.lua"));
+    assert_eq!(h.reload_failures, 1);
+    assert!(w
+        .scan(&input, &Envelope::default())
+        .verdict
+        .symbols
+        .contains_key("V2"));
+}
+
+#[test]
+fn no_scan_fails_while_reloading_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..20 {
+        write(
+            dir.path(),
+            &format!("r{i:02}.lua"),
+            &format!(
+                "rule {{ name = 'R{i}', score = 0.5, check = function(msg) return msg:subject():find('Hello', 1, true) ~= nil end }}"
+            ),
+        );
+    }
+    let s = scanner_with(dir.path(), &Config::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let scans = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (s, stop, scans) = (Arc::clone(&s), Arc::clone(&stop), Arc::clone(&scans));
+            std::thread::spawn(move || {
+                let mut w = s.worker();
+                let input = prepare(MSG, s.limits());
+                let mut bad = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let v = w.scan(&input, &Envelope::default()).verdict;
+                    scans.fetch_add(1, Ordering::Relaxed);
+                    if v.symbols.contains_key("RULE_ERROR")
+                        || v.symbols.len() != 20
+                        || v.score != 10.0
+                    {
+                        bad.push(format!("{:?}", v.symbols.keys().collect::<Vec<_>>()));
+                    }
+                }
+                bad
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    let mut reloads = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        s.engine().reload().expect("reload");
+        reloads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let bad = t.join().unwrap();
+        assert!(
+            bad.is_empty(),
+            "failed scans during reload: {:?}",
+            &bad[..bad.len().min(3)]
+        );
+    }
+    assert!(reloads >= 5, "reloads {reloads}");
+    assert!(scans.load(Ordering::Relaxed) > 100);
+}
+
+#[test]
+fn watcher_reloads_on_file_change() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.lua",
+        "rule { name = 'W1', score = 1, check = function() return true end }",
+    );
+    let s = scanner_with(dir.path(), &Config::default());
+    let _watch = shrike::engine::watch::watch(s.engine())
+        .expect("watch")
+        .expect("a directory is watched");
+    let g0 = s.engine().generation().id;
+    write(
+        dir.path(),
+        "a.lua",
+        "rule { name = 'W2', score = 1, check = function() return true end }",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.engine().generation().id == g0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_ne!(s.engine().generation().id, g0, "the change was picked up");
+    assert!(scan(&s, MSG).symbols.contains_key("W2"));
+}
+
+#[test]
+fn embedded_default_rules_load() {
+    let store: Arc<dyn ReputationStore> = Arc::new(
+        Store::new(
+            &Config::default().store,
+            Arc::new(ManualClock::new(1_800_000_000)),
+        )
+        .unwrap(),
+    );
+    let s = Scanner::new(&Config::default(), RuleLocation::Embedded, store).expect("defaults load");
+    let g = s.engine().generation();
+    assert!(
+        g.rules.len() >= 20,
+        "the default set has its rules: {}",
+        g.rules.len()
+    );
+    let gtube = [
+        MSG,
+        b"XJS*C4JDBQADN1.NSBN3*2IDNEN*GTUBE-STANDARD-ANTI-UBE-TEST-EMAIL*C.34X\r\n",
+    ]
+    .concat();
+    assert_eq!(scan(&s, &gtube).action, Action::Reject);
+}
