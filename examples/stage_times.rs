@@ -1,48 +1,140 @@
-//! Runs the scan core over the corpus N times and prints the time per stage. Also the target
-//! for profilers: `valgrind --tool=callgrind target/release/examples/stage_times 1`.
-//! `cargo run --release --example stage_times -- 5`
+//! Runs the pipeline over the corpus N times and prints the time per stage, the distribution of
+//! the Lua rules' time per message, and the costliest rules. Also the target for profilers:
+//! `valgrind --tool=callgrind target/release/examples/stage_times 1`.
+//! `cargo run --release --example stage_times -- 5 [RULES_DIR]`
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)]
 mod common;
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shrike::message::{parse, prepare, Envelope, Limits};
+use shrike::config::Config;
+use shrike::engine::{MessageData, RuleLocation};
+use shrike::message::{parse, prepare, Envelope};
+use shrike::scan::Scanner;
+use shrike::store::{ManualClock, ReputationStore, Store, StoreKey};
 
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(3);
+    let mut args = std::env::args().skip(1);
+    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let location = args
+        .next()
+        .map_or(RuleLocation::Embedded, |d| RuleLocation::Dir(d.into()));
     let corpus = common::load_corpus();
-    let limits = Limits::default();
+    let config = Config::default();
+    let store: Arc<dyn ReputationStore> =
+        Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());
+    let scanner = Scanner::new(&config, location, Arc::clone(&store)).expect("rules load");
+    let mut worker = scanner.worker();
+    let limits = &config.limits;
     let env = Envelope::default();
-    let mut t = [Duration::ZERO; 4];
+    let names = [
+        "prepare", "parse", "entities", "shingles", "lookups", "rules", "updates",
+    ];
+    let mut t = [Duration::ZERO; 7];
+    let mut rule_times = Vec::with_capacity(rounds * corpus.len());
     let mut n = 0usize;
     for _ in 0..rounds {
         for m in &corpus {
             let s0 = Instant::now();
-            let input = prepare(&m.raw, &limits);
+            let input = prepare(&m.raw, limits);
             let s1 = Instant::now();
-            let parsed = parse(&input, &limits);
+            let parsed = parse(&input, limits);
             let s2 = Instant::now();
             let entities = shrike::entities::extract(&parsed, &env);
             let s3 = Instant::now();
-            n += shrike::shingle::compute(&parsed, &entities, &env).len();
+            let shingles = shrike::shingle::compute(&parsed, &entities, &env);
             let s4 = Instant::now();
-            for (i, (a, b)) in [(s0, s1), (s1, s2), (s2, s3), (s3, s4)].iter().enumerate() {
+            let keys: Vec<StoreKey> = shingles
+                .iter()
+                .map(|s| StoreKey {
+                    namespace: 0,
+                    kind: s.kind.id(),
+                    hash: s.hash,
+                })
+                .collect();
+            let stats = store.lookup_many(&keys);
+            let s5 = Instant::now();
+            let data = MessageData {
+                message: &parsed,
+                entities: &entities,
+                shingles: &shingles,
+                stats: &stats,
+                anomalies: &parsed.anomalies,
+                envelope: &env,
+                now: store.now(),
+                max_html_bytes: config.engine.max_html_bytes,
+            };
+            let outcome = worker.rules().run(&data, n as u64);
+            n += outcome.hits.len();
+            let s6 = Instant::now();
+            // The store update as the scan records it (verdict included).
+            let scanned = worker.scan(&input, &env);
+            let s7a = Instant::now();
+            scanner.apply(&scanned.updates);
+            let s7 = Instant::now();
+            for (i, (a, b)) in [
+                (s0, s1),
+                (s1, s2),
+                (s2, s3),
+                (s3, s4),
+                (s4, s5),
+                (s5, s6),
+                (s7a, s7),
+            ]
+            .iter()
+            .enumerate()
+            {
                 t[i] += *b - *a;
             }
+            rule_times.push(s6 - s5);
         }
     }
     let msgs = (rounds * corpus.len()) as f64;
-    for (name, d) in ["prepare", "parse", "entities", "shingles"].iter().zip(t) {
+    for (name, d) in names.iter().zip(t) {
         println!("{name:10} {:7.1} µs/msg", d.as_secs_f64() * 1e6 / msgs);
     }
     let total: Duration = t.iter().sum();
     println!(
-        "total {:.1} µs/msg, {:.0} msgs/s ({n})",
+        "total {:.1} µs/msg, {:.0} msgs/s ({n} hits)",
         total.as_secs_f64() * 1e6 / msgs,
         msgs / total.as_secs_f64()
     );
+    rule_times.sort();
+    let q = |p: f64| rule_times[((rule_times.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
+    println!(
+        "rules per message: median {:.1} µs, p90 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        q(1.0)
+    );
+    worker.rules().flush_counters();
+    let g = scanner.engine().generation();
+    let mut per_rule: Vec<(u64, &str, u64)> = g
+        .rules
+        .iter()
+        .zip(&g.counters)
+        .map(|(r, c)| {
+            (
+                c.nanos.load(Ordering::Relaxed),
+                r.name.as_str(),
+                c.hits.load(Ordering::Relaxed),
+            )
+        })
+        .collect();
+    per_rule.sort_by(|a, b| b.cmp(a));
+    let runs = g
+        .counters
+        .first()
+        .map_or(1, |c| c.runs.load(Ordering::Relaxed).max(1));
+    println!("costliest rules (µs per message, hits):");
+    for (nanos, name, hits) in per_rule.iter().take(12) {
+        println!(
+            "  {name:28} {:7.2} {hits}",
+            *nanos as f64 / runs as f64 / 1e3
+        );
+    }
 }

@@ -1,0 +1,269 @@
+-- Header checks: missing and malformed fields, dates, Message-ID, mailer, Received chain,
+-- recipients.
+
+local util = require("shrike.util")
+
+local find, lower, match = string.find, string.lower, string.match
+local received_time, is_private_ip, big_provider_of =
+  util.received_time, util.is_private_ip, util.big_provider_of
+
+local DAY = 86400
+
+---------------------------------------------------------------------------------------------
+-- Missing fields
+
+rule {
+  name = "HDR_MISSING",
+  scores = {
+    MISSING_DATE = 1.5,
+    MISSING_MESSAGE_ID = 1.5,
+    MISSING_FROM = 2.0,
+  },
+  description = "A header every mail client writes is missing (Date, Message-ID, From)",
+  group = "headers",
+  check = function(msg)
+    local a = msg:anomalies()
+    if not (a.missing_date or a.missing_message_id or a.missing_from) then return end
+    local hits = {}
+    if a.missing_date then hits.MISSING_DATE = true end
+    if a.missing_message_id then hits.MISSING_MESSAGE_ID = true end
+    if a.missing_from then hits.MISSING_FROM = true end
+    return hits
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Date
+
+rule {
+  name = "INVALID_DATE",
+  score = 2.0,
+  description = "Date header that does not parse",
+  group = "headers",
+  check = function(msg)
+    return msg:has_anomaly("invalid_date")
+  end,
+}
+
+rule {
+  name = "DATE_CHECKS",
+  scores = {
+    DATE_IN_FUTURE = 2.0,     -- more than a day ahead of the scan clock
+    DATE_IN_PAST = 0.1,       -- more than a year behind the scan clock (old mail is often fine)
+    DATE_AHEAD_OF_RCVD = 3.0, -- written more than 3 hours after the topmost Received stamp
+    DATE_BAD_ZONE = 3.0,      -- a zone offset no place has ("-1900", "+0575")
+  },
+  description = "Date far from the scan clock, ahead of the time the message was received, or in an impossible zone",
+  group = "headers",
+  check = function(msg)
+    local hits
+    local raw = msg:header("Date")
+    if raw then
+      local zh, zm = match(raw, "[+-](%d%d)(%d%d)%s*%(?[^%d]*%)?%s*$")
+      if zh and (tonumber(zh) > 14 or tonumber(zm) > 59) then
+        hits = { DATE_BAD_ZONE = { (match(raw, "[+-]%d%d%d%d")) } }
+      end
+    end
+    local date = msg:date()
+    if not date then return hits end
+    local now = msg:now()
+    if date > now + DAY then
+      hits = hits or {}
+      hits.DATE_IN_FUTURE = true
+    elseif date < now - 365 * DAY then
+      hits = hits or {}
+      hits.DATE_IN_PAST = true
+    end
+    -- The topmost Received header is written by the receiving side: a sender's clock that runs
+    -- hours ahead of it is a forged or careless bulk mailer.
+    local rcvd = msg:headers("Received")[1]
+    local rtime = received_time(rcvd)
+    if rtime and date > rtime + 3 * 3600 and date < rtime + 365 * DAY then
+      hits = hits or {}
+      hits.DATE_AHEAD_OF_RCVD = { string.format("%dh", (date - rtime) // 3600) }
+    end
+    return hits
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Message-ID
+
+rule {
+  name = "MID_DOMAIN",
+  scores = {
+    MID_IP_LITERAL = 0.2, -- <...@[192.0.2.1]> or <...@192.0.2.1> (many real clients did this)
+    MID_NO_FQDN = 0.5,    -- <...@localhost>, <...@hostname>
+  },
+  description = "Message-ID whose domain part is an IP literal or not a fully qualified name",
+  group = "headers",
+  check = function(msg)
+    local mid = msg:message_id()
+    if not mid then return end
+    local domain = match(mid, "@%[?([^@>%]]*)%]?>?%s*$")
+    if not domain or domain == "" then return "MID_NO_FQDN" end
+    if find(domain, "^%d+%.%d+%.%d+%.%d+$") or find(domain, "^[Ii][Pp][Vv]6:") then
+      return "MID_IP_LITERAL"
+    end
+    if not find(domain, ".", 1, true) or find(domain, "^localhost") or find(domain, "%.$") then
+      return "MID_NO_FQDN", 1, { domain }
+    end
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Other fields
+
+rule {
+  name = "HDR_PRIORITY_HIGH",
+  score = 1.5,
+  description = "Marked as highest priority (X-Priority: 1, X-MSMail-Priority: High)",
+  group = "headers",
+  check = function(msg)
+    local p = msg:header("X-Priority")
+    if p and find(p, "^%s*1") then return true end
+    p = msg:header("X-MSMail-Priority")
+    if p and find(lower(p), "^%s*high") then return true end
+  end,
+}
+
+rule {
+  name = "MISSING_MIME_VERSION",
+  score = 2.0,
+  description = "HTML or multipart Content-Type without a MIME-Version header",
+  group = "headers",
+  check = function(msg)
+    if msg:header_count("MIME-Version") > 0 then return end
+    local ct = msg:header("Content-Type")
+    if not ct then return end
+    ct = lower(ct)
+    return find(ct, "^%s*text/html") ~= nil or find(ct, "^%s*multipart/") ~= nil
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Mailer
+
+-- Outlook Express and Outlook 9/10/11 ("Build ...") always wrote X-MimeOLE; the Macintosh
+-- editions and today's Outlook (16.0) do not, and are left alone.
+local function claims_old_outlook(mailer)
+  if not find(mailer, "^Microsoft Outlook") then return false end
+  if find(mailer, "Macintosh", 1, true) then return false end
+  return find(mailer, "^Microsoft Outlook Express [4-6]%.") ~= nil
+    or find(mailer, "^Microsoft Outlook[^%d]*Build %d") ~= nil
+end
+
+rule {
+  name = "MAILER_CHECKS",
+  scores = {
+    FORGED_OUTLOOK = 4.0,  -- claims Outlook (Express) in a form it never wrote, or without X-MimeOLE
+    MAILER_RANDOM = 2.0,   -- a random-looking token as mailer name
+  },
+  description = "X-Mailer that no real mail client writes",
+  group = "headers",
+  check = function(msg)
+    local mailer = msg:header("X-Mailer") or msg:header("User-Agent")
+    if not mailer then return end
+    if claims_old_outlook(mailer) then
+      -- Outlook Express versions are exactly "Microsoft Outlook Express M.mm.bbbb.rrrr".
+      local oe = find(mailer, "^Microsoft Outlook Express [4-6]%.")
+      if oe and not find(mailer, "^Microsoft Outlook Express %d%.%d%d%.%d%d%d%d%.%d%d%d%d?$") then
+        return "FORGED_OUTLOOK", 1, { "version format" }
+      end
+      if msg:header_count("X-MimeOLE") == 0 then
+        return "FORGED_OUTLOOK", 1, { "no X-MimeOLE" }
+      end
+      return
+    end
+    -- "kmsOS3CsY2G6UT3hb": one token of 10+ letters and digits mixing cases and digits.
+    if #mailer >= 10 and #mailer <= 40 and find(mailer, "^%w+$")
+      and find(mailer, "%u.*%u") and find(mailer, "%l.*%l") and find(mailer, "%d") then
+      -- and no run of 4 lower-case letters that would make it look like a word
+      if not find(mailer, "%l%l%l%l") then
+        return "MAILER_RANDOM", 1, { mailer }
+      end
+    end
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Received chain
+
+rule {
+  name = "RCVD_CHECKS",
+  scores = {
+    RCVD_TOO_MANY = 1.0,       -- 20 or more hops: a loop or a forged chain
+    RCVD_FORGED_PROVIDER = 1.5, -- a hop claims a big mailbox provider from a private address
+    RCVD_HELO_IP = 1.0,        -- "from 192.0.2.7 ([192.0.2.7])": a bare IP as HELO name
+  },
+  description = "Suspicious Received chain: too long, forged provider hops, bare IP as HELO",
+  group = "headers",
+  check = function(msg)
+    local n = msg:received_count()
+    if n == 0 then return end
+    local hits
+    if n >= 20 then hits = { RCVD_TOO_MANY = { tostring(n) } } end
+    -- A client that greets with its bare address (not the [address] literal) is spamware.
+    local rcvd = msg:headers("Received")
+    for i = 1, #rcvd do
+      local ip = match(rcvd[i], "^%s*from%s+(%d+%.%d+%.%d+%.%d+)%s+%(%[%1%]%)")
+      if ip then
+        hits = hits or {}
+        hits.RCVD_HELO_IP = { ip }
+        break
+      end
+    end
+    -- A big provider's own relays hand mail on from public addresses; a host that names one
+    -- of them but connected from a private address is a forged hop. Only the hops outside
+    -- the receiving side's network count: skip those from private addresses at the top.
+    local ips = msg:ips()
+    for i = 1, #ips do
+      local h = ips[i]
+      if h.source ~= "client" and h.host then
+        local provider = big_provider_of(h.host)
+        if provider and is_private_ip(h.ip) and not find(lower(h.host), "localhost", 1, true) then
+          -- the provider's internal hops sit under a public hop of the same provider
+          local prev = ips[i - 1]
+          local inside = prev and prev.host and big_provider_of(prev.host) == provider
+          if not inside then
+            hits = hits or {}
+            hits.RCVD_FORGED_PROVIDER = { h.host .. " [" .. h.ip .. "]" }
+            break
+          end
+        end
+      end
+    end
+    return hits
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Recipients
+
+rule {
+  name = "RCPT_CHECKS",
+  scores = {
+    TO_UNDISCLOSED = 2.0, -- "undisclosed-recipients:;" and the like
+    TO_MISSING = 0.1,     -- no To, Cc or Bcc (mailing lists and Bcc do this too: low)
+    RCPT_MANY = 2.5,      -- 20 or more addresses in To and Cc (weight 0.5 from 10)
+  },
+  description = "Hidden or very many recipients",
+  group = "headers",
+  check = function(msg)
+    local hits
+    local to = msg:header("To")
+    if to then
+      if find(lower(to), "undisclosed", 1, true) then
+        hits = { TO_UNDISCLOSED = true }
+      end
+    elseif msg:has_anomaly("missing_to") then
+      hits = { TO_MISSING = true }
+    end
+    local n = #msg:emails("to") + #msg:emails("cc")
+    if n >= 10 then
+      hits = hits or {}
+      hits.RCPT_MANY = { weight = n >= 20 and 1 or 0.5, tostring(n) }
+    end
+    return hits
+  end,
+}

@@ -1,0 +1,127 @@
+-- Subject checks: shouting, punctuation, money and urgency phrases, tracking tags, look-alike
+-- characters.
+
+local util = require("shrike.util")
+
+local find, gsub = string.find, string.gsub
+local find_phrases, find_word = util.find_phrases, util.find_word
+local MONEY, URGENCY = util.sets.subject_money, util.sets.subject_urgency
+
+rule {
+  name = "SUBJ_ALL_CAPS",
+  score = 2.5,
+  description = "Subject in capital letters only (at least 10 letters)",
+  group = "subject",
+  check = function(msg)
+    local s = msg:subject()
+    if #s < 10 then return end
+    local _, upper = gsub(s, "%u", "")
+    if upper < 10 then return end
+    if find(s, "%l") then return end
+    return true
+  end,
+}
+
+rule {
+  name = "SUBJ_EXCESS_PUNCT",
+  score = 1.0,
+  description = "Subject with runs of !, ? or $ (!!!, ???, $$$)",
+  group = "subject",
+  check = function(msg)
+    local s = msg:subject()
+    if find(s, "!!!", 1, true) or find(s, "???", 1, true) or find(s, "$$$", 1, true)
+      or find(s, "!%s*!%s*!") or find(s, "[!?][!?][!?]") then
+      return true
+    end
+  end,
+}
+
+rule {
+  name = "SUBJ_MONEY",
+  score = 1.5,
+  description = "Subject with money or offer phrases (weight 1 per phrase, at most 2)",
+  group = "subject",
+  check = function(msg)
+    local s = msg:subject_normalized()
+    if s == "" then return end
+    local n, found = find_phrases(s, MONEY)
+    if n > 0 then return n >= 2 and 2 or 1, found end
+  end,
+}
+
+rule {
+  name = "SUBJ_FREE",
+  score = 0.5,
+  description = "Subject offers something free",
+  group = "subject",
+  check = function(msg)
+    local s = msg:subject_normalized()
+    return s ~= "" and find_word(s, "free")
+  end,
+}
+
+rule {
+  name = "SUBJ_URGENCY",
+  score = 1.0,
+  description = "Subject with urgency phrases",
+  group = "subject",
+  check = function(msg)
+    local s = msg:subject_normalized()
+    if s == "" then return end
+    local n, found = find_phrases(s, URGENCY)
+    if n > 0 then return 1, found end
+  end,
+}
+
+rule {
+  name = "SUBJ_ADV",
+  score = 2.5,
+  description = "Subject labelled as an advertisement (ADV:)",
+  group = "subject",
+  check = function(msg)
+    local s = msg:subject()
+    return find(s, "^%s*[Aa][Dd][Vv]%s*:") ~= nil or find(s, "^%s*%[[Aa][Dd][Vv]%]") ~= nil
+  end,
+}
+
+rule {
+  name = "SUBJ_TRACKING_TAG",
+  score = 3.0,
+  description = "Subject padded with spaces before a random tag at its end (bulk-mailer tracking)",
+  group = "subject",
+  check = function(msg)
+    local s = msg:subject()
+    -- "Get out of debt quick!                    4179uKlj5-057SXua1524UHkC5-900-28"
+    if find(s, "%S%s%s%s%s+%S+$") then return true end
+  end,
+}
+
+-- Latin letters mixed with Cyrillic or Greek ones in one word: the look-alike trick
+-- ("РаyРаl"). Latin mixed with CJK is ordinary Japanese or Chinese writing, and mojibake is not
+-- a disguise: both are left alone.
+local LATIN = "[A-Za-z]"
+local CYRILLIC_GREEK = "[\\x{0370}-\\x{03FF}\\x{0400}-\\x{052F}]"
+
+rule {
+  name = "MIXED_SCRIPT_WORDS",
+  score = 2.0,
+  description = "Words mixing Latin with Cyrillic or Greek look-alikes (homoglyphs: Cyrillic а in PayPal)",
+  group = "content",
+  check = function(msg)
+    local words = msg:mixed_script_words()
+    if #words == 0 then return end
+    local n, opts = 0, nil
+    for i = 1, #words do
+      local w = words[i]
+      if re.find(LATIN, w) and re.find(CYRILLIC_GREEK, w) then
+        n = n + 1
+        if n <= 3 then
+          opts = opts or {}
+          opts[n] = w
+        end
+      end
+    end
+    if n == 0 then return end
+    return n >= 3 and 1.5 or 1, opts
+  end,
+}

@@ -1,0 +1,314 @@
+-- Body checks: HTML shape, hidden text, images, links and URLs, phrases.
+
+local util = require("shrike.util")
+
+local find, lower, gmatch, sub = string.find, string.lower, string.gmatch, string.sub
+local find_phrases, is_shortener, caps_ratio = util.find_phrases, util.is_shortener, util.caps_ratio
+local MONEY, URGENCY, BULK, FRAUD =
+  util.body_money_phrases, util.urgency_phrases, util.bulk_phrases, util.fraud_phrases
+local ADULT, PHARMA, FINANCE = util.adult_phrases, util.pharma_phrases, util.finance_phrases
+local ANY_PHRASE = util.sets.body_any.any
+
+-- Characters that display as nothing or reorder what is shown: zero-width space / joiners,
+-- LRM/RLM, bidi embeddings and overrides, word joiner and invisible operators, bidi isolates,
+-- BOM / zero-width no-break space, soft hyphen.
+local INVISIBLE =
+  "[\\x{200B}-\\x{200F}\\x{202A}-\\x{202E}\\x{2060}-\\x{2064}\\x{2066}-\\x{2069}\\x{FEFF}\\x{00AD}]"
+
+-- Phrase and shouting checks read at most this much text.
+local TEXT_LIMIT = 65536
+local CAPS_SAMPLE = 4096
+
+local function has_part(msg, ctype)
+  local parts = msg:parts()
+  for i = 1, #parts do
+    if lower(parts[i].content_type) == ctype then return true end
+  end
+  return false
+end
+
+---------------------------------------------------------------------------------------------
+-- HTML shape
+
+rule {
+  name = "HTML_ONLY",
+  scores = {
+    HTML_ONLY = 1.5,       -- HTML without a plain-text alternative
+    HTML_SHORT_TEXT = 2.0, -- ... and little visible text
+  },
+  description = "HTML-only message, and HTML-only with little visible text",
+  group = "body",
+  check = function(msg)
+    if not has_part(msg, "text/html") or has_part(msg, "text/plain") then return end
+    local visible = #msg:html_text()
+    if visible < 250 then
+      return { HTML_ONLY = true, HTML_SHORT_TEXT = { tostring(visible) } }
+    end
+    return "HTML_ONLY"
+  end,
+}
+
+-- Colours that are white, and backgrounds that are not.
+local WHITE = { ["#fff"] = true, ["#ffffff"] = true, ["white"] = true, ["fff"] = true,
+  ["ffffff"] = true, ["#fffffe"] = true, ["#fefefe"] = true }
+
+local WHITE_TEXT = "(?i)color\\s*[=:]\\s*[\"']?(#?fff(fff)?\\b|white\\b|#fffffe|#fefefe)"
+
+local function white_text_on_white(h)
+  -- text coloured white, by attribute or style
+  local white = false
+  for c in gmatch(h, "<font[^>]-%scolor%s*=%s*[\"']?(#?%w+)") do
+    if WHITE[c] then white = true break end
+  end
+  if not white then
+    for c in gmatch(h, "[^%-]color%s*:%s*(#?%w+)") do
+      if WHITE[c] then white = true break end
+    end
+  end
+  if not white then return false end
+  -- and no background other than white anywhere (a dark table behind white text is fine)
+  for c in gmatch(h, "bgcolor%s*=%s*[\"']?(#?%w+)") do
+    if not WHITE[c] then return false end
+  end
+  for c in gmatch(h, "background%-color%s*:%s*(#?%w+)") do
+    if not WHITE[c] then return false end
+  end
+  for c in gmatch(h, "background%s*:%s*(#?%w+)") do
+    if not WHITE[c] then return false end
+  end
+  if find(h, "background%s*=") then return false end -- a background image
+  return true
+end
+
+rule {
+  name = "HTML_HIDDEN_TEXT",
+  score = 2.0,
+  description = "HTML hides text (display:none, visibility:hidden, font-size:0, white on white)",
+  group = "body",
+  check = function(msg)
+    local html = msg:html()
+    if html == "" then return end
+    if re.find("(?i)display\\s*:\\s*none", html) then return 1, { "display:none" } end
+    if re.find("(?i)visibility\\s*:\\s*hidden", html) then return 1, { "visibility:hidden" } end
+    if re.find("(?i)font-size\\s*:\\s*0*\\.?0+\\s*(px|pt|em|rem|%)?\\s*[;\"'}]", html) then
+      return 1, { "font-size:0" }
+    end
+    -- lower-case the source (a copy) only when some text is coloured white at all
+    if re.find(WHITE_TEXT, html) and white_text_on_white(lower(html)) then
+      return 1, { "white on white" }
+    end
+  end,
+}
+
+rule {
+  name = "INVISIBLE_CHARS",
+  score = 2.0,
+  description = "Invisible Unicode characters (zero-width, bidi controls, soft hyphen, BOM) in the shown text",
+  group = "body",
+  check = function(msg)
+    local n = re.count(INVISIBLE, msg:text())
+    local ht = msg:html_text()
+    if ht ~= "" then n = n + re.count(INVISIBLE, ht) end
+    n = n + re.count(INVISIBLE, msg:subject())
+    if n >= 3 then
+      return n >= 10 and 1.5 or 1, { tostring(n) }
+    end
+  end,
+}
+
+rule {
+  name = "HTML_IMAGES_LITTLE_TEXT",
+  score = 1.5,
+  description = "Images (inline or attached) with little text around them",
+  group = "body",
+  check = function(msg)
+    local text = #msg:text()
+    if text >= 800 then return end
+    local images = 0
+    local html = msg:html()
+    if html ~= "" then images = re.count("(?i)<img\\b", html) end
+    local atts = msg:attachments()
+    for i = 1, #atts do
+      if find(lower(atts[i].content_type or ""), "^image/") then images = images + 1 end
+    end
+    if images == 0 then return end
+    if images >= 3 and text < 800 then return 1, { images .. " images", text .. " chars" } end
+    if text < 200 then return 1, { images .. " images", text .. " chars" } end
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Links and URLs
+
+-- Anchor text that is itself an address: "www.example.com", "https://example.com/x".
+local function text_is_address(t)
+  if find(t, "^%s*[Hh][Tt][Tt][Pp][Ss]?://") or find(t, "^%s*[Ww][Ww][Ww]%.") then return 1 end
+  if find(t, "^%s*[%w%-]+%.[%w%-%.]*%a%a+/?%s*$") then return 0.5 end
+  return nil
+end
+
+-- True when `host` is `domain` or one of its subdomains.
+local function within(host, domain)
+  if not host or not domain then return false end
+  if host == domain then return true end
+  local n = #host - #domain
+  return n > 1 and sub(host, n) == "." .. domain
+end
+
+rule {
+  name = "PHISHING",
+  score = 4.0,
+  description = "A link's text shows one domain and its target is another (not the sender's own)",
+  group = "body",
+  check = function(msg)
+    local anchors = msg:anchors()
+    if #anchors == 0 then return end
+    local _, from_domain = msg:from()
+    from_domain = from_domain and lower(from_domain)
+    local best, opt = nil, nil
+    for i = 1, #anchors do
+      local a = anchors[i]
+      -- Newsletters send every link through their own click tracker: a target in the
+      -- sender's own domain is not a disguise.
+      if a.mismatch and not within(from_domain, a.target_domain) then
+        local w = text_is_address(a.text)
+        if w and (not best or w > best) then
+          best, opt = w, a.text_domain .. " -> " .. a.target_domain
+          if w == 1 then break end
+        end
+      end
+    end
+    if best then return best, { opt } end
+  end,
+}
+
+rule {
+  name = "URL_CHECKS",
+  scores = {
+    URL_IP = 3.0,          -- a link to a numeric IP address
+    URL_SHORTENER = 1.0,   -- a link through a URL shortener
+    URL_USERINFO = 3.0,    -- http://www.bank.example@198.51.100.7/: the "host" shown is a user name
+    URL_MANY_DOMAINS = 0.5, -- links to 10 or more registrable domains
+  },
+  description = "Links to IP addresses, through URL shorteners, with a user name posing as host, or to very many domains",
+  group = "body",
+  check = function(msg)
+    local urls = msg:urls()
+    if #urls == 0 then return end
+    local hits
+    local ip_host, shortener, userinfo
+    for i = 1, #urls do
+      local u = urls[i]
+      if u.is_ip and not ip_host then ip_host = u.host end
+      if not shortener and is_shortener(u.host, u.domain) then shortener = u.host end
+      if not userinfo and find(u.url, "^%a[%w+.-]*://[^/?#]*@") then userinfo = u.url end
+    end
+    if userinfo then hits = { URL_USERINFO = { userinfo } } end
+    if ip_host then
+      hits = hits or {}
+      hits.URL_IP = { ip_host }
+    end
+    if shortener then
+      hits = hits or {}
+      hits.URL_SHORTENER = { shortener }
+    end
+    local nd = #msg:domains()
+    if nd >= 10 then
+      hits = hits or {}
+      hits.URL_MANY_DOMAINS = { weight = nd >= 20 and 2 or 1, tostring(nd) }
+    end
+    return hits
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Shouting and phone numbers
+
+rule {
+  name = "BODY_CAPS",
+  score = 1.5,
+  description = "Body text mostly in capital letters (200+ letters, over 40% capitals)",
+  group = "body",
+  check = function(msg)
+    local t = msg:text()
+    if #t < 200 then return end
+    -- a sample of the text is enough for a ratio
+    if #t > CAPS_SAMPLE then t = sub(t, 1, CAPS_SAMPLE) end
+    local ratio, letters = caps_ratio(t)
+    if letters >= 200 and ratio > 0.4 then return 1, { string.format("%d%%", ratio * 100 // 1) } end
+  end,
+}
+
+rule {
+  name = "BODY_TOLLFREE",
+  score = 1.5,
+  description = "A North American toll-free number (800, 888, 877, 866)",
+  group = "body",
+  check = function(msg)
+    local t = msg:text()
+    if #t < 20 then return end
+    local s, e = re.find("(?:^|[^0-9])1?[-. (]*8(?:00|88|77|66)[-. )]+[0-9]{3}[-. ][0-9]{4}(?:[^0-9]|$)", t)
+    if s then return true end
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Phrases
+
+rule {
+  name = "BODY_PHRASES",
+  scores = {
+    BODY_MONEY = 1.5,   -- weight 0.5 at 2 distinct phrases, 1 at 3, 2 at 6
+    BODY_URGENCY = 1.0, -- weight 0.5 at 1 phrase, 1 at 2, 1.5 at 3
+    BODY_BULK = 2.5,    -- opt-out boilerplate of unsolicited mail: weight 1 at 2, 2 at 4
+    BODY_FRAUD = 4.0,   -- advance-fee fraud: 4 distinct phrases
+    BODY_ADULT = 1.5,   -- adult-content vocabulary: 2 distinct words (weight 2 at 4)
+    BODY_PHARMA = 1.5,  -- pharmacy and diet offers: 2 distinct phrases
+    BODY_FINANCE = 1.0, -- loan, mortgage, insurance, income pitch: 4 distinct words (weight 2 at 7)
+  },
+  description = "Body text with money, urgency, bulk-mail, advance-fee-fraud, adult, pharmacy or loan phrasing",
+  group = "body",
+  check = function(msg)
+    local t = msg:text_normalized()
+    if #t < 20 then return end
+    -- the pitch is at the top: search the first 64 KiB only
+    if #t > TEXT_LIMIT then t = sub(t, 1, TEXT_LIMIT) end
+    if not re.find(ANY_PHRASE, t) then return end
+    local hits
+    local n, found = find_phrases(t, MONEY)
+    if n >= 2 then
+      hits = { BODY_MONEY = { weight = n >= 6 and 2 or n >= 3 and 1 or 0.5, found[1], found[2], found[3] } }
+    end
+    n, found = find_phrases(t, URGENCY)
+    if n >= 1 then
+      hits = hits or {}
+      hits.BODY_URGENCY = { weight = n >= 3 and 1.5 or n == 2 and 1 or 0.5, found[1], found[2] }
+    end
+    n, found = find_phrases(t, BULK)
+    if n >= 2 then
+      hits = hits or {}
+      hits.BODY_BULK = { weight = n >= 4 and 2 or 1, found[1], found[2], found[3] }
+    end
+    n, found = find_phrases(t, FRAUD)
+    if n >= 4 then
+      hits = hits or {}
+      hits.BODY_FRAUD = { weight = n >= 7 and 1.5 or 1, found[1], found[2], found[3] }
+    end
+    n, found = find_phrases(t, ADULT)
+    if n >= 2 then
+      hits = hits or {}
+      hits.BODY_ADULT = { weight = n >= 4 and 2 or 1, found[1], found[2], found[3] }
+    end
+    n, found = find_phrases(t, PHARMA)
+    if n >= 2 then
+      hits = hits or {}
+      hits.BODY_PHARMA = { weight = n >= 4 and 1.5 or 1, found[1], found[2], found[3] }
+    end
+    n, found = find_phrases(t, FINANCE)
+    if n >= 4 then
+      hits = hits or {}
+      hits.BODY_FINANCE = { weight = n >= 7 and 2 or 1, found[1], found[2], found[3] }
+    end
+    return hits
+  end,
+}

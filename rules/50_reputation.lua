@@ -1,0 +1,204 @@
+-- Reputation: what the store has seen of this message's pieces before it.
+--
+-- Counts exclude the current message. `spam` and `ham` count earlier verdicts (and learning),
+-- `complaints` users who marked such a message as spam, `rescues` users who moved one out of
+-- spam. A sender, IP or domain whose mail was mostly judged ham is "known good": bulk checks
+-- leave it alone, so a busy newsletter is not punished for being busy.
+
+local util = require("shrike.util")
+
+local is_private_ip, ramp = util.is_private_ip, util.ramp
+local lower, format = string.lower, string.format
+
+local BULK_SEEN = 30          -- messages in the last hour that make a piece "bulk"
+local SPAM_MIN_LABELLED = 10  -- verdicts needed before a spam ratio means anything
+local SPAM_RATIO = 0.8
+local COMPLAINTS_MIN = 3      -- complaints in 7 days
+local RESCUES_MIN = 3         -- rescues in 14 days
+
+-- Mostly judged ham before: a known-good sender, domain or text.
+local function known_good(seen, spam, ham)
+  return ham > 0 and ham * 2 >= seen and ham > spam
+end
+
+---------------------------------------------------------------------------------------------
+-- Bulk: the same piece in many messages within the hour
+
+rule {
+  name = "BULK",
+  scores = {
+    BULK_SUBJECT = 1.0,
+    BULK_FROM = 0.5,
+    BULK_URL_DOMAIN = 1.0,
+    BULK_BODY = 1.5,  -- near-duplicate bodies (most fuzzy shingles seen 30+ times)
+  },
+  description = "The same subject, sender, URL domain or near-identical body in 30+ messages within the hour",
+  group = "reputation",
+  check = function(msg)
+    local hits
+    local seen, spam, ham = msg:stat("subject", "1h")
+    if seen >= BULK_SEEN and #msg:subject_normalized() >= 8 and not known_good(seen, spam, ham) then
+      hits = { BULK_SUBJECT = { weight = seen >= 100 and 1.5 or 1, tostring(seen) } }
+    end
+    seen, spam, ham = msg:stat("from", "1h")
+    if seen >= BULK_SEEN and not known_good(seen, spam, ham) then
+      hits = hits or {}
+      hits.BULK_FROM = { weight = seen >= 100 and 1.5 or 1, tostring(seen) }
+    end
+    seen, spam, ham = msg:stat("url_domain", "1h")
+    if seen >= BULK_SEEN and not known_good(seen, spam, ham) then
+      hits = hits or {}
+      hits.BULK_URL_DOMAIN = { weight = seen >= 100 and 1.5 or 1, tostring(seen) }
+    end
+    -- One shared min-hash value means little (a common footer); most of the 32 shared means
+    -- a near-duplicate body.
+    -- (the per-key table is built only when the most-seen values are not mostly ham)
+    seen, spam, ham = msg:stat("body_fuzzy", "1h")
+    if seen >= BULK_SEEN and not known_good(seen, spam, ham) then
+      local keys = msg:stats("body_fuzzy")
+      local bulk, total, s_sum, h_sum, n_sum = 0, #keys, 0, 0, 0
+      for i = 1, total do
+        local w = keys[i]["1h"]
+        if w and w.seen >= BULK_SEEN then
+          bulk = bulk + 1
+          n_sum, s_sum, h_sum = n_sum + w.seen, s_sum + w.spam, h_sum + w.ham
+        end
+      end
+      if total > 0 and bulk * 2 >= total and not known_good(n_sum, s_sum, h_sum) then
+        hits = hits or {}
+        hits.BULK_BODY = { format("%d/%d", bulk, total) }
+      end
+    end
+    return hits
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Spam reports: verdicts and complaints
+
+-- Weight of a spam history: the spam ratio past 0.8 over 10+ verdicts (0.5 .. 1), and
+-- complaints (0.5 at 3, 1 at 10).
+local function spam_weight(seen, spam, ham)
+  local labelled = spam + ham
+  if labelled < SPAM_MIN_LABELLED then return nil end
+  local ratio = spam / labelled
+  if ratio < SPAM_RATIO then return nil end
+  return 0.5 + 0.5 * ramp(ratio, SPAM_RATIO, 1.0), ratio
+end
+
+local function complaint_weight(complaints, rescues)
+  if complaints < COMPLAINTS_MIN or complaints <= rescues then return nil end
+  return 0.5 + 0.5 * ramp(complaints, COMPLAINTS_MIN, 10)
+end
+
+local function check_reputation(msg, kind, hits, spam_sym, complaint_sym)
+  local seen, spam, ham, complaints, rescues = msg:stat(kind, "7d")
+  if seen == 0 and spam == 0 and complaints == 0 then return hits end
+  local w, ratio = spam_weight(seen, spam, ham)
+  if w then
+    hits = hits or {}
+    hits[spam_sym] = { weight = w, format("%d/%d spam", spam, spam + ham) }
+  end
+  w = complaint_weight(complaints, rescues)
+  if w then
+    hits = hits or {}
+    hits[complaint_sym] = { weight = w, format("%d complaints", complaints) }
+  end
+  return hits
+end
+
+rule {
+  name = "REPUTATION_SPAM",
+  scores = {
+    REP_FROM_SPAM = 3.0,
+    REP_FROM_COMPLAINTS = 4.0,
+    REP_IP_SPAM = 3.0,
+    REP_IP_COMPLAINTS = 4.0,
+    REP_URL_SPAM = 3.0,
+    REP_URL_COMPLAINTS = 4.0,
+  },
+  description = "The sender, sending IP or a URL domain was mostly spam, or drew complaints, in the last 7 days",
+  group = "reputation",
+  check = function(msg)
+    local hits
+    if msg:from() then
+      hits = check_reputation(msg, "from", hits, "REP_FROM_SPAM", "REP_FROM_COMPLAINTS")
+    end
+    -- A private or loopback address says nothing about the sender (it is our own relay).
+    local ip = msg:ip()
+    if not ip then
+      local ips = msg:ips()
+      ip = ips[1] and ips[1].ip
+    end
+    if ip and not is_private_ip(ip) then
+      hits = check_reputation(msg, "sender_ip", hits, "REP_IP_SPAM", "REP_IP_COMPLAINTS")
+    end
+    if #msg:domains() > 0 then
+      hits = check_reputation(msg, "url_domain", hits, "REP_URL_SPAM", "REP_URL_COMPLAINTS")
+    end
+    return hits
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Rescues: users moved such messages out of spam
+
+rule {
+  name = "REPUTATION_RESCUED",
+  scores = {
+    REP_FROM_RESCUED = -2.0,
+    REP_BODY_RESCUED = -1.5,
+  },
+  description = "Users moved mail from this sender, or with this text, out of spam (14 days)",
+  group = "reputation",
+  check = function(msg)
+    local hits
+    if msg:from() then
+      local _, _, _, complaints, rescues = msg:stat("from", "14d")
+      if rescues >= RESCUES_MIN and rescues > complaints then
+        hits = { REP_FROM_RESCUED = { weight = rescues >= 10 and 1.5 or 1, tostring(rescues) } }
+      end
+    end
+    local _, _, _, complaints, rescues = msg:stat("body_exact", "14d")
+    if rescues >= RESCUES_MIN and rescues > complaints then
+      hits = hits or {}
+      hits.REP_BODY_RESCUED = { tostring(rescues) }
+    end
+    return hits
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Sender volume
+
+rule {
+  name = "SENDER_MANY_RCPTS",
+  score = 1.5,
+  description = "The sender wrote to 50 or more distinct recipients in 24 hours",
+  group = "reputation",
+  check = function(msg)
+    local n, spam, ham = msg:stat("unique_sender", "24h")
+    if n < 50 then return end
+    local fseen, fspam, fham = msg:stat("from", "24h")
+    if known_good(fseen, fspam, fham) then return end
+    return n >= 200 and 2 or 1, { tostring(n) }
+  end,
+}
+
+local RATE_LIMIT = 200 -- messages per sender address per hour
+
+rule {
+  name = "SENDER_RATELIMIT",
+  score = 2.0,
+  description = "The sender address went over 200 messages in an hour",
+  group = "reputation",
+  check = function(msg)
+    local from = msg:from()
+    if not from then return end
+    local count, over = ratelimit("sender", lower(from), RATE_LIMIT, 3600)
+    if not over then return end
+    local seen, spam, ham = msg:stat("from", "1h")
+    if known_good(seen, spam, ham) then return end
+    return 1, { tostring(count) }
+  end,
+}
