@@ -99,8 +99,8 @@ rule {
 -- Latin letters mixed with Cyrillic or Greek ones in one word: the look-alike trick
 -- ("РаyРаl"). Latin mixed with CJK is ordinary Japanese or Chinese writing, and mojibake is not
 -- a disguise: both are left alone.
-local LATIN = "[A-Za-z]"
-local CYRILLIC_GREEK = "[\\x{0370}-\\x{03FF}\\x{0400}-\\x{052F}]"
+local LATIN = re.compile("[A-Za-z]")
+local CYRILLIC_GREEK = re.compile("[\\x{0370}-\\x{03FF}\\x{0400}-\\x{052F}]")
 
 rule {
   name = "MIXED_SCRIPT_WORDS",
@@ -113,7 +113,7 @@ rule {
     local n, opts = 0, nil
     for i = 1, #words do
       local w = words[i]
-      if re.find(LATIN, w) and re.find(CYRILLIC_GREEK, w) then
+      if LATIN:match(w) and CYRILLIC_GREEK:match(w) then
         n = n + 1
         if n <= 3 then
           opts = opts or {}

@@ -4,16 +4,21 @@ local util = require("shrike.util")
 
 local find, lower, gmatch, sub = string.find, string.lower, string.gmatch, string.sub
 local find_phrases, is_shortener, caps_ratio = util.find_phrases, util.is_shortener, util.caps_ratio
-local MONEY, URGENCY, BULK, FRAUD =
-  util.body_money_phrases, util.urgency_phrases, util.bulk_phrases, util.fraud_phrases
-local ADULT, PHARMA, FINANCE = util.adult_phrases, util.pharma_phrases, util.finance_phrases
-local ANY_PHRASE = util.sets.body_any.any
+local sets = util.sets
+local MONEY, URGENCY, BULK, FRAUD = sets.body_money, sets.urgency, sets.bulk, sets.fraud
+local ADULT, PHARMA, FINANCE = sets.adult, sets.pharma, sets.finance
+local ANY_PHRASE = sets.body_any.re
 
 -- Characters that display as nothing or reorder what is shown: zero-width space / joiners,
 -- LRM/RLM, bidi embeddings and overrides, word joiner and invisible operators, bidi isolates,
 -- BOM / zero-width no-break space, soft hyphen.
-local INVISIBLE =
-  "[\\x{200B}-\\x{200F}\\x{202A}-\\x{202E}\\x{2060}-\\x{2064}\\x{2066}-\\x{2069}\\x{FEFF}\\x{00AD}]"
+local INVISIBLE = re.compile(
+  "[\\x{200B}-\\x{200F}\\x{202A}-\\x{202E}\\x{2060}-\\x{2064}\\x{2066}-\\x{2069}\\x{FEFF}\\x{00AD}]")
+local DISPLAY_NONE = re.compile("(?i)display\\s*:\\s*none")
+local VISIBILITY_HIDDEN = re.compile("(?i)visibility\\s*:\\s*hidden")
+local FONT_SIZE_0 = re.compile("(?i)font-size\\s*:\\s*0*\\.?0+\\s*(px|pt|em|rem|%)?\\s*[;\"'}]")
+local IMG_TAG = re.compile("(?i)<img\\b")
+local TOLLFREE = re.compile("(?:^|[^0-9])1?[-. (]*8(?:00|88|77|66)[-. )]+[0-9]{3}[-. ][0-9]{4}(?:[^0-9]|$)")
 
 -- Phrase and shouting checks read at most this much text.
 local TEXT_LIMIT = 65536
@@ -52,7 +57,7 @@ rule {
 local WHITE = { ["#fff"] = true, ["#ffffff"] = true, ["white"] = true, ["fff"] = true,
   ["ffffff"] = true, ["#fffffe"] = true, ["#fefefe"] = true }
 
-local WHITE_TEXT = "(?i)color\\s*[=:]\\s*[\"']?(#?fff(fff)?\\b|white\\b|#fffffe|#fefefe)"
+local WHITE_TEXT = re.compile("(?i)color\\s*[=:]\\s*[\"']?(#?fff(fff)?\\b|white\\b|#fffffe|#fefefe)")
 
 local function white_text_on_white(h)
   -- text coloured white, by attribute or style
@@ -88,13 +93,13 @@ rule {
   check = function(msg)
     local html = msg:html()
     if html == "" then return end
-    if re.find("(?i)display\\s*:\\s*none", html) then return 1, { "display:none" } end
-    if re.find("(?i)visibility\\s*:\\s*hidden", html) then return 1, { "visibility:hidden" } end
-    if re.find("(?i)font-size\\s*:\\s*0*\\.?0+\\s*(px|pt|em|rem|%)?\\s*[;\"'}]", html) then
+    if DISPLAY_NONE:match(html) then return 1, { "display:none" } end
+    if VISIBILITY_HIDDEN:match(html) then return 1, { "visibility:hidden" } end
+    if FONT_SIZE_0:match(html) then
       return 1, { "font-size:0" }
     end
     -- lower-case the source (a copy) only when some text is coloured white at all
-    if re.find(WHITE_TEXT, html) and white_text_on_white(lower(html)) then
+    if WHITE_TEXT:match(html) and white_text_on_white(lower(html)) then
       return 1, { "white on white" }
     end
   end,
@@ -106,10 +111,10 @@ rule {
   description = "Invisible Unicode characters (zero-width, bidi controls, soft hyphen, BOM) in the shown text",
   group = "body",
   check = function(msg)
-    local n = re.count(INVISIBLE, msg:text())
+    local n = INVISIBLE:count(msg:text())
     local ht = msg:html_text()
-    if ht ~= "" then n = n + re.count(INVISIBLE, ht) end
-    n = n + re.count(INVISIBLE, msg:subject())
+    if ht ~= "" then n = n + INVISIBLE:count(ht) end
+    n = n + INVISIBLE:count(msg:subject())
     if n >= 3 then
       return n >= 10 and 1.5 or 1, { tostring(n) }
     end
@@ -126,7 +131,7 @@ rule {
     if text >= 800 then return end
     local images = 0
     local html = msg:html()
-    if html ~= "" then images = re.count("(?i)<img\\b", html) end
+    if html ~= "" then images = IMG_TAG:count(html) end
     local atts = msg:attachments()
     for i = 1, #atts do
       if find(lower(atts[i].content_type or ""), "^image/") then images = images + 1 end
@@ -247,8 +252,7 @@ rule {
   check = function(msg)
     local t = msg:text()
     if #t < 20 then return end
-    local s, e = re.find("(?:^|[^0-9])1?[-. (]*8(?:00|88|77|66)[-. )]+[0-9]{3}[-. ][0-9]{4}(?:[^0-9]|$)", t)
-    if s then return true end
+    if TOLLFREE:match(t) then return true end
   end,
 }
 
@@ -273,7 +277,7 @@ rule {
     if #t < 20 then return end
     -- the pitch is at the top: search the first 64 KiB only
     if #t > TEXT_LIMIT then t = sub(t, 1, TEXT_LIMIT) end
-    if not re.find(ANY_PHRASE, t) then return end
+    if not ANY_PHRASE:match(t) then return end
     local hits
     local n, found = find_phrases(t, MONEY)
     if n >= 2 then

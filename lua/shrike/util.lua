@@ -76,9 +76,10 @@ end
 --- Share of capitals among the ASCII letters of `s`, and the number of ASCII letters.
 --- `caps_ratio("FREE money")` → 0.444, 9. Counts without building strings (`re.count`).
 function M.caps_ratio(s)
-  local letters = re.count("[A-Za-z]", s)
+  local upper, lower = char_counts(s)
+  local letters = upper + lower
   if letters == 0 then return 0, 0 end
-  return re.count("[A-Z]", s) / letters, letters
+  return upper / letters, letters
 end
 
 --- Number of plain (not pattern) occurrences of `needle` in `s`.
@@ -123,20 +124,28 @@ M.regex_escape = regex_escape
 --- phrases (as substrings), so that a text with none of them costs one pass.
 function M.phrase_set(phrases)
   local alts = {}
-  for i = 1, #phrases do alts[i] = regex_escape(phrases[i]) end
-  return { phrases = phrases, any = table.concat(alts, "|") }
+  for i = 1, #phrases do
+    local p = phrases[i]
+    -- whole words: an ASCII word boundary where the phrase starts or ends with a word character
+    local pre = is_word_byte(byte(p, 1)) and "(?-u:\\b)" or ""
+    local post = is_word_byte(byte(p, -1)) and "(?-u:\\b)" or ""
+    alts[i] = pre .. regex_escape(p) .. post
+  end
+  local any = table.concat(alts, "|")
+  return { phrases = phrases, any = any, re = re.compile(any) }
 end
 
 --- The phrases of `phrases` (a `phrase_set`, or an array of plain strings) found in `s` as
---- whole words: count, and an array of the first `max_opts` found (for symbol options; nil
---- when none found).
+--- whole words: count of distinct phrases, and an array of the first `max_opts` found (for
+--- symbol options; nil when none found). A phrase set costs one regex pass over `s`.
 function M.find_phrases(s, phrases, max_opts)
-  if phrases.any then
-    if not re.find(phrases.any, s) then return 0, nil end
-    phrases = phrases.phrases
+  max_opts = max_opts or 3
+  if phrases.re then
+    local n, found = phrases.re:matches(s, max_opts)
+    if n == 0 then return 0, nil end
+    return n, found
   end
   local n, found = 0, nil
-  max_opts = max_opts or 3
   for i = 1, #phrases do
     local p = phrases[i]
     if find_word(s, p) then
@@ -269,6 +278,9 @@ M.sets = {
   urgency = M.phrase_set(M.urgency_phrases),
   bulk = M.phrase_set(M.bulk_phrases),
   fraud = M.phrase_set(M.fraud_phrases),
+  adult = M.phrase_set(M.adult_phrases),
+  pharma = M.phrase_set(M.pharma_phrases),
+  finance = M.phrase_set(M.finance_phrases),
 }
 
 -- One regex for all the body lists: a body with none of their phrases costs a single pass.

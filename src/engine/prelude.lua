@@ -62,6 +62,7 @@ end
 -- Regular expressions (Rust regex, cached).
 SANDBOX.re = {
   match = rust.re_match, find = rust.re_find, captures = rust.re_captures, count = rust.re_count,
+  compile = rust.re_compile,
 }
 
 -- Lists, opened once per state.
@@ -76,6 +77,7 @@ SANDBOX.list = function(name)
 end
 
 SANDBOX.ratelimit = rust.ratelimit
+SANDBOX.char_counts = rust.char_counts
 local rust_rule = rust.rule
 SANDBOX.rule = function(def)
   local err = rust_rule(def)

@@ -122,6 +122,74 @@ impl Drop for Unlimited<'_> {
     }
 }
 
+/// A compiled regular expression (`re.compile`): the form to use on hot paths, since the
+/// string forms (`re.match(pattern, text)`) look the pattern up in the cache on every call.
+struct RegexHandle(Regex);
+
+/// How many times the methods of a compiled regex look for matches at most (`count`,
+/// `matches`): bounded work on hostile input.
+const MAX_MATCHES: usize = 100_000;
+
+impl UserData for RegexHandle {
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_method("match", |_, this, t: mlua::String| {
+            Ok(this.0.is_match(&t.as_bytes()))
+        });
+        methods.add_method("find", |_, this, t: mlua::String| {
+            Ok(match this.0.find(&t.as_bytes()) {
+                Some(m) => (Some(m.start() + 1), Some(m.end())),
+                None => (None, None),
+            })
+        });
+        methods.add_method("count", |_, this, t: mlua::String| {
+            Ok(this.0.find_iter(&t.as_bytes()).take(MAX_MATCHES).count())
+        });
+        methods.add_method("captures", |lua, this, t: mlua::String| {
+            captures(lua, &this.0, &t)
+        });
+        // `n, list = R:matches(text[, max])`: the number of distinct matched strings and the
+        // first `max` (default 3) of them, in order of appearance.
+        methods.add_method(
+            "matches",
+            |lua, this, (t, max): (mlua::String, Option<usize>)| {
+                let max = max.unwrap_or(3);
+                let bytes = t.as_bytes();
+                let mut seen: Vec<&[u8]> = Vec::new();
+                for m in this.0.find_iter(&bytes).take(MAX_MATCHES) {
+                    if !seen.contains(&m.as_bytes()) {
+                        seen.push(m.as_bytes());
+                        if seen.len() >= 1_000 {
+                            break;
+                        }
+                    }
+                }
+                let list = lua.create_table_with_capacity(seen.len().min(max), 0)?;
+                for (i, m) in seen.iter().take(max).enumerate() {
+                    list.raw_set(i + 1, lua.create_string(m)?)?;
+                }
+                Ok((seen.len(), list))
+            },
+        );
+    }
+}
+
+fn captures(lua: &Lua, re: &Regex, t: &mlua::String) -> mlua::Result<Value> {
+    let bytes = t.as_bytes();
+    match re.captures(&bytes) {
+        Some(caps) => {
+            let out = lua.create_table_with_capacity(caps.len(), 0)?;
+            for (i, g) in caps.iter().enumerate() {
+                match g {
+                    Some(m) => out.raw_set(i + 1, lua.create_string(m.as_bytes())?)?,
+                    None => out.raw_set(i + 1, false)?,
+                }
+            }
+            Ok(Value::Table(out))
+        }
+        None => Ok(Value::Nil),
+    }
+}
+
 /// A list as Lua sees it.
 struct ListHandle(Arc<List>);
 
@@ -448,20 +516,31 @@ fn build_state(
             "re_captures",
             lua.create_function(move |lua, (p, t): (mlua::String, mlua::String)| {
                 let re = c.regex(&p.to_str()?)?;
-                let bytes = t.as_bytes();
-                match re.captures(&bytes) {
-                    Some(caps) => {
-                        let out = lua.create_table_with_capacity(caps.len(), 0)?;
-                        for (i, g) in caps.iter().enumerate() {
-                            match g {
-                                Some(m) => out.raw_set(i + 1, lua.create_string(m.as_bytes())?)?,
-                                None => out.raw_set(i + 1, false)?,
-                            }
-                        }
-                        Ok(Value::Table(out))
+                captures(lua, &re, &t)
+            }),
+        )?;
+        set(
+            "char_counts",
+            lua.create_function(|_, t: mlua::String| {
+                let (mut upper, mut lower, mut digit, mut space, mut other) = (0, 0, 0, 0, 0);
+                for &b in t.as_bytes().iter() {
+                    match b {
+                        b'A'..=b'Z' => upper += 1,
+                        b'a'..=b'z' => lower += 1,
+                        b'0'..=b'9' => digit += 1,
+                        b' ' | b'\t' | b'\r' | b'\n' => space += 1,
+                        _ => other += 1,
                     }
-                    None => Ok(Value::Nil),
                 }
+                Ok((upper, lower, digit, space, other))
+            }),
+        )?;
+        let c = Rc::clone(&ctx);
+        set(
+            "re_compile",
+            lua.create_function(move |lua, p: mlua::String| {
+                let re = c.regex(&p.to_str()?)?;
+                lua.create_userdata(RegexHandle(re))
             }),
         )?;
         let c = Rc::clone(&ctx);
@@ -469,7 +548,7 @@ fn build_state(
             "re_count",
             lua.create_function(move |_, (p, t): (mlua::String, mlua::String)| {
                 let re = c.regex(&p.to_str()?)?;
-                Ok(re.find_iter(&t.as_bytes()).count())
+                Ok(re.find_iter(&t.as_bytes()).take(MAX_MATCHES).count())
             }),
         )?;
     }
@@ -647,6 +726,8 @@ fn build_state(
         }
     }
     lua.gc_collect().map_err(lua_err)?;
+    // Most of what a scan allocates dies with the scan: the generational collector suits it.
+    lua.gc_gen(0, 0);
     Ok((lua, ctx, registered, begin, finish))
 }
 
