@@ -88,6 +88,7 @@ fn sandbox_blocks_io_os_debug_and_bytecode() {
         "require('os')",
         "require('../../etc/passwd')",
         "collectgarbage('stop')",
+        "coroutine.create(print)",
         "getmetatable('').__index",
     ] {
         let out = probe(expr);

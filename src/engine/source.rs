@@ -35,13 +35,7 @@ impl RuleLocation {
         match self {
             RuleLocation::Embedded => Vec::new(),
             RuleLocation::Dir(d) => {
-                let mut v = vec![d.clone()];
-                if let Some(lib) = library_dir(d) {
-                    if !lib.starts_with(d) {
-                        v.push(lib);
-                    }
-                }
-                v
+                vec![d.clone()]
             }
         }
     }
@@ -73,15 +67,11 @@ pub struct Sources {
     pub lists: Lists,
 }
 
-/// The library directory of a rule directory: `DIR/lua`, else a sibling `DIR/../lua` (the
-/// repository layout, `rules/` next to `lua/`).
+/// The library directory of a rule directory: `DIR/lua`. Its modules overlay the built-in
+/// library (compiled in from the repository's `lua/`). Nothing is looked up outside DIR.
 fn library_dir(dir: &Path) -> Option<PathBuf> {
     let own = dir.join("lua");
-    if own.is_dir() {
-        return Some(own);
-    }
-    let sibling = dir.parent()?.join("lua");
-    sibling.is_dir().then_some(sibling)
+    own.is_dir().then_some(own)
 }
 
 /// Reads a rule set.
