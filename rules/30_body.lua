@@ -9,6 +9,18 @@ local MONEY, URGENCY, BULK, FRAUD = sets.body_money, sets.urgency, sets.bulk, se
 local ADULT, PHARMA, FINANCE = sets.adult, sets.pharma, sets.finance
 local ANY_PHRASE = sets.body_any.re
 
+-- BODY_PHRASES: per symbol, its phrase set, how many matched phrases to show, and
+-- (distinct phrases found, weight) steps from the highest down; below the last, no hit.
+local PHRASE_GROUPS = {
+  { symbol = "BODY_MONEY", set = MONEY, options = 3, steps = { 6, 2, 3, 1, 2, 0.5 } },
+  { symbol = "BODY_URGENCY", set = URGENCY, options = 2, steps = { 3, 1.5, 2, 1, 1, 0.5 } },
+  { symbol = "BODY_BULK", set = BULK, options = 3, steps = { 4, 2, 2, 1 } },
+  { symbol = "BODY_FRAUD", set = FRAUD, options = 3, steps = { 7, 1.5, 4, 1 } },
+  { symbol = "BODY_ADULT", set = ADULT, options = 3, steps = { 4, 2, 2, 1 } },
+  { symbol = "BODY_PHARMA", set = PHARMA, options = 3, steps = { 4, 1.5, 2, 1 } },
+  { symbol = "BODY_FINANCE", set = FINANCE, options = 3, steps = { 7, 2, 4, 1 } },
+}
+
 -- Characters that display as nothing or reorder what is shown: zero-width space / joiners,
 -- LRM/RLM, bidi embeddings and overrides, word joiner and invisible operators, bidi isolates,
 -- BOM / zero-width no-break space, soft hyphen.
@@ -279,39 +291,18 @@ rule {
     if #t > TEXT_LIMIT then t = sub(t, 1, TEXT_LIMIT) end
     if not ANY_PHRASE:match(t) then return end
     local hits
-    local n, found = find_phrases(t, MONEY)
-    if n >= 2 then
-      hits = { BODY_MONEY = { weight = n >= 6 and 2 or n >= 3 and 1 or 0.5, found[1], found[2], found[3] } }
-    end
-    n, found = find_phrases(t, URGENCY)
-    if n >= 1 then
-      hits = hits or {}
-      hits.BODY_URGENCY = { weight = n >= 3 and 1.5 or n == 2 and 1 or 0.5, found[1], found[2] }
-    end
-    n, found = find_phrases(t, BULK)
-    if n >= 2 then
-      hits = hits or {}
-      hits.BODY_BULK = { weight = n >= 4 and 2 or 1, found[1], found[2], found[3] }
-    end
-    n, found = find_phrases(t, FRAUD)
-    if n >= 4 then
-      hits = hits or {}
-      hits.BODY_FRAUD = { weight = n >= 7 and 1.5 or 1, found[1], found[2], found[3] }
-    end
-    n, found = find_phrases(t, ADULT)
-    if n >= 2 then
-      hits = hits or {}
-      hits.BODY_ADULT = { weight = n >= 4 and 2 or 1, found[1], found[2], found[3] }
-    end
-    n, found = find_phrases(t, PHARMA)
-    if n >= 2 then
-      hits = hits or {}
-      hits.BODY_PHARMA = { weight = n >= 4 and 1.5 or 1, found[1], found[2], found[3] }
-    end
-    n, found = find_phrases(t, FINANCE)
-    if n >= 4 then
-      hits = hits or {}
-      hits.BODY_FINANCE = { weight = n >= 7 and 2 or 1, found[1], found[2], found[3] }
+    for i = 1, #PHRASE_GROUPS do
+      local g = PHRASE_GROUPS[i]
+      local n, found = find_phrases(t, g.set, g.options)
+      local weight
+      for j = 1, #g.steps, 2 do
+        if n >= g.steps[j] then weight = g.steps[j + 1]; break end
+      end
+      if weight then
+        found.weight = weight
+        hits = hits or {}
+        hits[g.symbol] = found
+      end
     end
     return hits
   end,

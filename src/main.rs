@@ -4,7 +4,6 @@ use std::io::{self, BufWriter, Read, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -13,7 +12,6 @@ use shrike::config::Config;
 use shrike::engine::RuleLocation;
 use shrike::message::{prepare, Envelope};
 use shrike::scan::{ruletest, Scanner};
-use shrike::store::{ReputationStore, Store, SystemClock};
 
 #[derive(Parser)]
 #[command(name = "shrike", version, about = "Anti-spam rules engine")]
@@ -109,9 +107,7 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
         rcpt_to: args.rcpt_to,
     };
     let location = args.rules.map_or(RuleLocation::Embedded, RuleLocation::Dir);
-    let store: Arc<dyn ReputationStore> =
-        Arc::new(Store::new(&config.store, Arc::new(SystemClock)).context("creating the store")?);
-    let scanner = Scanner::new(config, location, store).context("loading rules")?;
+    let scanner = Scanner::in_memory(config, location).map_err(anyhow::Error::msg)?;
     let mut worker = scanner.worker();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -142,9 +138,7 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
 
 fn rules_check(config: &Config, dir: PathBuf, tests: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let location = RuleLocation::Dir(dir.clone());
-    let store: Arc<dyn ReputationStore> =
-        Arc::new(Store::new(&config.store, Arc::new(SystemClock)).context("creating the store")?);
-    let scanner = match Scanner::new(config, location.clone(), store) {
+    let scanner = match Scanner::in_memory(config, location.clone()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("shrike: {}: {e}", dir.display());

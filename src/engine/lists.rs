@@ -123,8 +123,8 @@ impl List {
         });
         Ok(List {
             kind,
-            v4: merge(v4),
-            v6: merge(v6),
+            v4: merge(v4, |x| x.saturating_add(1)),
+            v6: merge(v6, |x| x.saturating_add(1)),
             strings,
             bloom,
         })
@@ -198,16 +198,13 @@ impl List {
     }
 }
 
-fn merge<T: Ord + Copy + num_succ::Succ>(mut ranges: Vec<(T, T)>) -> Vec<(T, T)> {
+/// Sorts inclusive ranges and joins overlapping or adjacent ones (`succ`: the next value).
+fn merge<T: Ord + Copy>(mut ranges: Vec<(T, T)>, succ: fn(T) -> T) -> Vec<(T, T)> {
     ranges.sort_unstable();
     let mut out: Vec<(T, T)> = Vec::with_capacity(ranges.len());
     for (lo, hi) in ranges {
         match out.last_mut() {
-            Some(last) if lo <= last.1.succ_saturating() => {
-                if hi > last.1 {
-                    last.1 = hi;
-                }
-            }
+            Some(last) if lo <= succ(last.1) => last.1 = last.1.max(hi),
             _ => out.push((lo, hi)),
         }
     }
@@ -217,22 +214,6 @@ fn merge<T: Ord + Copy + num_succ::Succ>(mut ranges: Vec<(T, T)>) -> Vec<(T, T)>
 fn in_ranges<T: Ord + Copy>(ranges: &[(T, T)], x: T) -> bool {
     let i = ranges.partition_point(|r| r.0 <= x);
     i > 0 && ranges[i - 1].1 >= x
-}
-
-mod num_succ {
-    pub trait Succ {
-        fn succ_saturating(self) -> Self;
-    }
-    impl Succ for u32 {
-        fn succ_saturating(self) -> Self {
-            self.saturating_add(1)
-        }
-    }
-    impl Succ for u128 {
-        fn succ_saturating(self) -> Self {
-            self.saturating_add(1)
-        }
-    }
 }
 
 /// The lists of a rule set, by name.

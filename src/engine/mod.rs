@@ -261,7 +261,7 @@ impl Engine {
         namespace: u8,
     ) -> Result<Arc<Engine>, LoadError> {
         let windows = view::WindowNames::new(store.windows_secs());
-        let first = state::build_generation(1, &location, &config, &windows, &store, namespace)?;
+        let first = state::build_generation(1, &location, &config, &store, namespace)?;
         Ok(Arc::new(Engine {
             config,
             location,
@@ -299,7 +299,6 @@ impl Engine {
             id,
             &self.location,
             &self.config,
-            &self.windows,
             &self.store,
             self.namespace,
         ) {

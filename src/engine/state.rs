@@ -17,7 +17,7 @@ use regex::bytes::Regex;
 
 use super::lists::List;
 use super::source::{self, RuleLocation, Sources};
-use super::view::{MessageData, WindowNames};
+use super::view::MessageData;
 use super::{
     Action, Engine, EngineConfig, Generation, Hit, LoadError, RuleCounters, RuleMeta, RuleOutcome,
     SymbolMeta, RATELIMIT_KIND, RULE_ERROR, RULE_TIMEOUT,
@@ -135,12 +135,7 @@ impl UserData for RegexHandle {
         methods.add_method("match", |_, this, t: mlua::String| {
             Ok(this.0.is_match(&t.as_bytes()))
         });
-        methods.add_method("find", |_, this, t: mlua::String| {
-            Ok(match this.0.find(&t.as_bytes()) {
-                Some(m) => (Some(m.start() + 1), Some(m.end())),
-                None => (None, None),
-            })
-        });
+        methods.add_method("find", |_, this, t: mlua::String| Ok(find(&this.0, &t)));
         methods.add_method("count", |_, this, t: mlua::String| {
             Ok(this.0.find_iter(&t.as_bytes()).take(MAX_MATCHES).count())
         });
@@ -170,6 +165,14 @@ impl UserData for RegexHandle {
                 Ok((seen.len(), list))
             },
         );
+    }
+}
+
+/// `start, end` of the first match, 1-based and inclusive as Lua's `string.find`; nils for none.
+fn find(re: &Regex, t: &mlua::String) -> (Option<usize>, Option<usize>) {
+    match re.find(&t.as_bytes()) {
+        Some(m) => (Some(m.start() + 1), Some(m.end())),
+        None => (None, None),
     }
 }
 
@@ -505,10 +508,7 @@ fn build_state(
             "re_find",
             lua.create_function(move |_, (p, t): (mlua::String, mlua::String)| {
                 let re = c.regex(&p.to_str()?)?;
-                Ok(match re.find(&t.as_bytes()) {
-                    Some(m) => (Some(m.start() + 1), Some(m.end())),
-                    None => (None, None),
-                })
+                Ok(find(&re, &t))
             }),
         )?;
         let c = Rc::clone(&ctx);
@@ -736,7 +736,6 @@ pub(super) fn build_generation(
     id: u64,
     location: &RuleLocation,
     config: &EngineConfig,
-    _windows: &WindowNames,
     store: &Arc<dyn ReputationStore>,
     namespace: u8,
 ) -> Result<Generation, LoadError> {
@@ -805,9 +804,9 @@ impl RuleRunner {
         }
     }
 
-    /// The generation this runner's state holds, if built.
-    pub fn generation(&self) -> Option<u64> {
-        self.loaded.as_ref().map(|l| l.generation.id)
+    /// The generation this runner's state holds (the one its last `run` used), if built.
+    pub fn generation(&self) -> Option<&Arc<Generation>> {
+        self.loaded.as_ref().map(|l| &l.generation)
     }
 
     /// Lua memory in use, bytes.
@@ -956,14 +955,13 @@ impl RuleRunner {
                                 .push((meta.name.clone(), format!("{}: {e}", meta.file)));
                         }
                     },
-                    Err(e) if b.stopped => {
+                    Err(_) if b.stopped => {
                         c.timeouts += 1;
                         let why = if b.rule_used > b.rule_limit {
                             format!("rule budget of {} instructions exhausted", b.rule_limit)
                         } else {
                             format!("message budget of {} instructions exhausted", b.msg_limit)
                         };
-                        let _ = e;
                         out.timeouts.push((meta.name.clone(), why));
                     }
                     Err(e) => {

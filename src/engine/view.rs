@@ -26,6 +26,15 @@ pub struct MessageData<'a> {
     pub max_html_bytes: usize,
 }
 
+/// How `msg:stat` combines the counts of several keys, column by column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Combine {
+    Max,
+    Sum,
+    Min,
+    Median,
+}
+
 /// How window names map to window indices (`10m`, `1h`, ...).
 #[derive(Debug, Clone, Default)]
 pub struct WindowNames {
@@ -338,16 +347,11 @@ impl MessageData<'_> {
             }
             46 => {
                 let kind = kind_arg(&a)?;
-                strings(
-                    lua,
-                    self.shingles
-                        .iter()
-                        .filter(|s| s.kind == kind)
-                        .map(|s| format!("{:016x}", s.hash))
-                        .collect::<Vec<_>>()
-                        .iter()
-                        .map(String::as_str),
-                )
+                let t = lua.create_table()?;
+                for (i, sh) in self.shingles.iter().filter(|s| s.kind == kind).enumerate() {
+                    t.raw_set(i + 1, format!("{:016x}", sh.hash))?;
+                }
+                Ok(Value::Table(t))
             }
             _ => Err(mlua::Error::runtime(format!("unknown msg field {id}"))),
         }
@@ -373,50 +377,52 @@ impl MessageData<'_> {
                 windows.names().join(", ")
             ))
         })?;
-        let how = match how {
-            Value::Nil => "max".to_string(),
-            Value::String(s) => s.to_str()?.to_string(),
-            _ => String::new(),
+        let bad_how = || {
+            mlua::Error::runtime("msg:stat: `how` must be \"max\", \"sum\", \"min\" or \"median\"")
         };
-        let mut rows: Vec<[u64; 5]> = Vec::new();
-        for (s, c) in self.shingles.iter().zip(self.stats) {
-            if s.kind == kind {
-                rows.push(c.windows.get(w).copied().unwrap_or_default());
-            }
-        }
+        let how = match how {
+            Value::Nil => Combine::Max,
+            Value::String(s) => match &*s.to_str()? {
+                "max" => Combine::Max,
+                "sum" => Combine::Sum,
+                "min" => Combine::Min,
+                "median" => Combine::Median,
+                _ => return Err(bad_how()),
+            },
+            _ => return Err(bad_how()),
+        };
+        let rows = self
+            .shingles
+            .iter()
+            .zip(self.stats)
+            .filter(|(s, _)| s.kind == kind)
+            .map(|(_, c)| c.windows.get(w).copied().unwrap_or_default());
         let mut out = [0u64; 5];
-        match how.as_str() {
-            "max" => {
-                for r in &rows {
+        match how {
+            Combine::Max | Combine::Sum => {
+                for r in rows {
                     for (o, v) in out.iter_mut().zip(r) {
-                        *o = (*o).max(*v);
+                        *o = if how == Combine::Max {
+                            (*o).max(v)
+                        } else {
+                            o.saturating_add(v)
+                        };
                     }
                 }
             }
-            "sum" => {
-                for r in &rows {
-                    for (o, v) in out.iter_mut().zip(r) {
-                        *o = o.saturating_add(*v);
-                    }
-                }
-            }
-            "min" | "median" => {
+            Combine::Min | Combine::Median => {
+                let rows: Vec<[u64; 5]> = rows.collect();
                 if !rows.is_empty() {
                     for (i, o) in out.iter_mut().enumerate() {
                         let mut col: Vec<u64> = rows.iter().map(|r| r[i]).collect();
                         col.sort_unstable();
-                        *o = if how == "min" {
+                        *o = if how == Combine::Min {
                             col[0]
                         } else {
                             col[col.len() / 2]
                         };
                     }
                 }
-            }
-            _ => {
-                return Err(mlua::Error::runtime(
-                    "msg:stat: `how` must be \"max\", \"sum\", \"min\" or \"median\"",
-                ))
             }
         }
         Ok(out)

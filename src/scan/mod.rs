@@ -15,7 +15,9 @@ use crate::engine::{self, Engine, LoadError, MessageData, RuleLocation, RuleOutc
 use crate::entities::{self, AttachmentEntity, Entities};
 use crate::message::{self, Anomalies, Envelope, Limits, ParsedMessage, Prepared};
 use crate::shingle::{self, Kind, Shingle};
-use crate::store::{Counter, Increment, ReputationStore, StoreKey, WindowCounts, COUNTERS};
+use crate::store::{
+    Counter, Increment, ReputationStore, Store, StoreKey, SystemClock, WindowCounts, COUNTERS,
+};
 
 pub use crate::engine::Action;
 
@@ -256,6 +258,17 @@ impl Scanner {
         }))
     }
 
+    /// A scanner over a fresh in-memory store on the system clock: offline scans and rule
+    /// tests. The error says what failed (the store configuration or the rules).
+    pub fn in_memory(
+        config: &crate::config::Config,
+        rules: RuleLocation,
+    ) -> Result<Arc<Scanner>, String> {
+        let store = Store::new(&config.store, Arc::new(SystemClock))
+            .map_err(|e| format!("creating the store: {e}"))?;
+        Scanner::new(config, rules, Arc::new(store)).map_err(|e| e.to_string())
+    }
+
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -273,6 +286,7 @@ impl Scanner {
         ScanWorker {
             scanner: Arc::clone(self),
             rules: self.engine.runner(),
+            keys: Vec::new(),
         }
     }
 
@@ -327,6 +341,8 @@ fn sample_of(analysis: &Analysis<'_>) -> u64 {
 pub struct ScanWorker {
     scanner: Arc<Scanner>,
     rules: RuleRunner,
+    /// Store keys of the message being scanned (reused between scans).
+    keys: Vec<StoreKey>,
 }
 
 impl ScanWorker {
@@ -343,8 +359,10 @@ impl ScanWorker {
     pub fn scan<'p>(&mut self, input: &'p Prepared<'_>, envelope: &Envelope) -> Scanned<'p> {
         let sc = &*self.scanner;
         let analysis = analyze(input, envelope, &sc.limits);
-        let keys: Vec<StoreKey> = analysis.shingles.iter().map(|s| sc.key(s)).collect();
-        let stats: Vec<WindowCounts> = sc.store.lookup_many(&keys);
+        self.keys.clear();
+        self.keys
+            .extend(analysis.shingles.iter().map(|s| sc.key(s)));
+        let stats: Vec<WindowCounts> = sc.store.lookup_many(&self.keys);
         let data = MessageData {
             message: &analysis.message,
             entities: &analysis.entities,
@@ -356,8 +374,12 @@ impl ScanWorker {
             max_html_bytes: sc.engine.config().max_html_bytes,
         };
         let outcome = self.rules.run(&data, sample_of(&analysis));
-        let generation = sc.engine.generation();
-        let verdict = sc.verdict.verdict(&outcome, &generation);
+        // Descriptions come from the generation that judged the message, even if a reload
+        // swapped in another one meanwhile.
+        let verdict = match self.rules.generation() {
+            Some(generation) => sc.verdict.verdict(&outcome, generation),
+            None => sc.verdict.verdict(&outcome, &sc.engine.generation()),
+        };
         let updates = self.updates(&analysis, &verdict);
         Scanned {
             analysis,

@@ -3,12 +3,11 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::config::Config;
 use crate::engine::{Action, RuleLocation};
 use crate::message::{prepare, Envelope};
-use crate::store::{Counter, ReputationStore, Store, SystemClock};
+use crate::store::Counter;
 
 use super::Scanner;
 
@@ -132,9 +131,7 @@ pub fn run_one(
     rules: &RuleLocation,
     test: &RuleTest,
 ) -> Result<Vec<String>, String> {
-    let store: Arc<dyn ReputationStore> =
-        Arc::new(Store::new(&config.store, Arc::new(SystemClock)).map_err(|e| e.to_string())?);
-    let scanner = Scanner::new(config, rules.clone(), store).map_err(|e| e.to_string())?;
+    let scanner = Scanner::in_memory(config, rules.clone())?;
     let mut worker = scanner.worker();
     let input = prepare(&test.message, &config.limits);
     for _ in 0..test.seen {
