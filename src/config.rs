@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::engine::EngineConfig;
 use crate::message::Limits;
 use crate::scan::{ScanConfig, VerdictConfig};
+use crate::server::http::HttpConfig;
+use crate::server::milter::MilterConfig;
+use crate::server::ServerConfig;
 use crate::store::{PersistConfig, StoreConfig};
 
 /// The whole configuration. Every field has a default, so an empty file is valid.
@@ -27,6 +30,12 @@ pub struct Config {
     pub verdict: VerdictConfig,
     /// Store namespace and unique-count period of the scanned traffic.
     pub scan: ScanConfig,
+    /// The daemon: workers, queue, state directory, shutdown.
+    pub server: ServerConfig,
+    /// The HTTP listener and its limits.
+    pub http: HttpConfig,
+    /// The milter listener, its limits and what each action does to the MTA.
+    pub milter: MilterConfig,
 }
 
 /// Why a configuration could not be used.
@@ -100,6 +109,17 @@ impl Config {
                 "store.shards must be 0 or a power of two".into(),
             ));
         }
+        if self.server.scan_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "server.scan_timeout_ms must be greater than 0".into(),
+            ));
+        }
+        if self.http.max_body_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "http.max_body_bytes must be greater than 0".into(),
+            ));
+        }
+        self.milter.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

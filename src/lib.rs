@@ -5,6 +5,8 @@ pub mod config;
 pub mod engine;
 pub mod entities;
 pub mod message;
+pub mod proto;
 pub mod scan;
+pub mod server;
 pub mod shingle;
 pub mod store;

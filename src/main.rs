@@ -25,6 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the daemon: HTTP (rspamd's protocol) and milter, on embedded defaults unless told.
+    Serve(ServeArgs),
     /// Scan messages offline and print one JSON object per message.
     Scan(ScanArgs),
     /// Rule-set tools.
@@ -43,6 +45,25 @@ enum RulesCommand {
         #[arg(long, value_name = "DIR")]
         tests: Option<PathBuf>,
     },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// HTTP listener: ADDR:PORT, unix:PATH or off (default 127.0.0.1:11333).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// Milter listener: ADDR:PORT, inet:ADDR:PORT, unix:PATH or off (default 127.0.0.1:11332).
+    #[arg(long, value_name = "ADDR")]
+    milter: Option<String>,
+    /// Rule directory, watched for changes (default: the rule set compiled into the binary).
+    #[arg(long, value_name = "DIR")]
+    rules: Option<PathBuf>,
+    /// State directory: WAL and snapshots (default ./shrike-data).
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// Scan worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
 }
 
 #[derive(clap::Args)]
@@ -71,14 +92,19 @@ struct ScanArgs {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The daemon logs its lifecycle; the offline tools only warnings. RUST_LOG overrides.
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(io::stderr)
         .init();
-    let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -94,9 +120,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         None => Config::default(),
     };
     match cli.command {
+        Command::Serve(args) => serve(config, args),
         Command::Scan(args) => scan(&config, args),
         Command::Rules(RulesCommand::Check { dir, tests }) => rules_check(&config, dir, tests),
     }
+}
+
+fn serve(mut config: Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if let Some(http) = args.http {
+        config.http.listen = http;
+    }
+    if let Some(milter) = args.milter {
+        config.milter.listen = milter;
+    }
+    if let Some(data) = args.data {
+        config.server.data_dir = data;
+    }
+    if let Some(workers) = args.workers {
+        config.server.workers = workers;
+    }
+    let location = args.rules.map_or(RuleLocation::Embedded, RuleLocation::Dir);
+    shrike::server::serve(config, location)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {

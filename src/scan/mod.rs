@@ -234,6 +234,19 @@ pub struct Scanned<'p> {
     pub analysis: Analysis<'p>,
     pub verdict: Verdict,
     pub updates: Updates,
+    /// Wall time of each stage.
+    pub times: StageTimes,
+}
+
+/// Wall time of the stages of one scan (metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTimes {
+    /// Parse, entities and shingles.
+    pub analyze: std::time::Duration,
+    /// The store reads.
+    pub lookup: std::time::Duration,
+    /// The rules and the verdict.
+    pub rules: std::time::Duration,
 }
 
 impl Scanner {
@@ -311,11 +324,13 @@ impl Scanner {
 
     /// A user's complaint (`Counter::Complaint`) or rescue (`Counter::Rescue`) against every
     /// shingle of a message: each call counts once, also for the same message again.
-    pub fn learn(&self, analysis: &Analysis<'_>, counter: Counter) {
+    /// Returns the number of keys counted.
+    pub fn learn(&self, analysis: &Analysis<'_>, counter: Counter) -> usize {
         let increments: Vec<Increment> = counted(&analysis.shingles)
             .map(|s| Increment::one(self.key(s), counter))
             .collect();
         self.store.record_many(&increments);
+        increments.len()
     }
 }
 
@@ -358,11 +373,14 @@ impl ScanWorker {
     /// verdict. Nothing is recorded: pass `updates` to `Scanner::apply` (after replying).
     pub fn scan<'p>(&mut self, input: &'p Prepared<'_>, envelope: &Envelope) -> Scanned<'p> {
         let sc = &*self.scanner;
+        let start = std::time::Instant::now();
         let analysis = analyze(input, envelope, &sc.limits);
+        let analyzed = std::time::Instant::now();
         self.keys.clear();
         self.keys
             .extend(analysis.shingles.iter().map(|s| sc.key(s)));
         let stats: Vec<WindowCounts> = sc.store.lookup_many(&self.keys);
+        let looked_up = std::time::Instant::now();
         let data = MessageData {
             message: &analysis.message,
             entities: &analysis.entities,
@@ -380,11 +398,17 @@ impl ScanWorker {
             Some(generation) => sc.verdict.verdict(&outcome, generation),
             None => sc.verdict.verdict(&outcome, &sc.engine.generation()),
         };
+        let times = StageTimes {
+            analyze: analyzed - start,
+            lookup: looked_up - analyzed,
+            rules: looked_up.elapsed(),
+        };
         let updates = self.updates(&analysis, &verdict);
         Scanned {
             analysis,
             verdict,
             updates,
+            times,
         }
     }
 

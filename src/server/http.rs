@@ -1,0 +1,697 @@
+//! The HTTP server (hyper 1.x): rspamd's protocol (`/checkv2`, `/learnspam`, `/learnham`,
+//! `/ping`, `/stat`) and shrike's own endpoints (`/metrics`, `/health`, `/reload`,
+//! `/reputation`).
+//!
+//! Owns: routing, request limits (body size, header size and count, read timeouts, connection
+//! count), admin access (loopback, or rspamd's `Password` header). Scans go to the worker pool.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{watch, Semaphore};
+
+use super::metrics::{counter_header, gauge, label};
+use super::pool::{PoolError, ScanRequest};
+use super::{spam_headers, Daemon, Listen};
+use crate::proto::rspamd::{check_reply, error_body, CheckRequest, ReplyExtras};
+use crate::shingle::{self, Kind};
+use crate::store::{Counter, StoreKey, COUNTERS};
+
+/// `[http]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// `ADDR:PORT`, `unix:PATH`, or `off`.
+    pub listen: String,
+    /// Largest message accepted (beyond: 413).
+    pub max_body_bytes: usize,
+    /// Open connections; more are closed at once.
+    pub max_connections: usize,
+    /// Largest request head (request line and headers).
+    pub max_header_bytes: usize,
+    /// Most request headers.
+    pub max_headers: usize,
+    /// Seconds a client has to send a request head (also the keep-alive idle limit).
+    pub header_read_timeout_secs: u64,
+    /// Seconds a client has to send the body.
+    pub body_read_timeout_secs: u64,
+    /// rspamd's controller password: with it, admin endpoints (`/reload`, `/learn*`) also
+    /// accept non-loopback clients that send it in a `Password` header.
+    pub password: Option<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: "127.0.0.1:11333".into(),
+            max_body_bytes: 50 * 1024 * 1024,
+            max_connections: 1024,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            header_read_timeout_secs: 30,
+            body_read_timeout_secs: 60,
+            password: None,
+        }
+    }
+}
+
+/// A bound HTTP listener.
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+pub async fn bind(listen: &Listen) -> anyhow::Result<Listener> {
+    Ok(match listen {
+        Listen::Tcp(addr) => Listener::Tcp(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("HTTP: cannot listen on {addr}"))?,
+        ),
+        Listen::Unix(path) => Listener::Unix(bind_unix(path)?),
+        Listen::Off => anyhow::bail!("HTTP listener is off"),
+    })
+}
+
+/// Binds a unix socket, replacing a stale socket file, readable and writable by all (an MTA
+/// runs as another user).
+pub fn bind_unix(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing stale socket {}", path.display()))?;
+        }
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on unix:{}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("chmod {}", path.display()))?;
+    Ok(listener)
+}
+
+/// Accepts connections until `stop` turns true; each connection holds a permit of `limit`.
+pub async fn run(
+    listener: Listener,
+    daemon: Arc<Daemon>,
+    limit: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.changed() => break,
+            a = accept(&listener) => a,
+        };
+        let (io, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "HTTP accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            tracing::warn!(
+                ?peer,
+                "HTTP connection limit reached; closing a new connection"
+            );
+            continue;
+        };
+        daemon.metrics.http_connections.fetch_add(1, Relaxed);
+        let (daemon, stop) = (daemon.clone(), stop.clone());
+        tokio::spawn(async move {
+            match io {
+                Stream::Tcp(s) => serve_connection(s, peer, daemon, stop).await,
+                Stream::Unix(s) => serve_connection(s, peer, daemon, stop).await,
+            }
+            drop(permit);
+        });
+    }
+}
+
+enum Stream {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<(Stream, Option<SocketAddr>)> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (s, peer) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok((Stream::Tcp(s), Some(peer)))
+        }
+        // A unix-socket client is local.
+        Listener::Unix(l) => Ok((Stream::Unix(l.accept().await?.0), None)),
+    }
+}
+
+async fn serve_connection<S>(
+    io: S,
+    peer: Option<SocketAddr>,
+    daemon: Arc<Daemon>,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let c = &daemon.config.http;
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(c.header_read_timeout_secs.max(1)))
+        .max_buf_size(c.max_header_bytes.max(8192))
+        .max_headers(c.max_headers.max(16));
+    let local = peer.is_none_or(|p| p.ip().is_loopback());
+    let service = {
+        let daemon = daemon.clone();
+        hyper::service::service_fn(move |req| {
+            let daemon = daemon.clone();
+            async move { Ok::<_, Infallible>(handle(req, &daemon, local).await) }
+        })
+    };
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, ?peer, "HTTP connection ended with an error");
+            }
+        }
+        _ = stop.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+type Reply = Response<Full<Bytes>>;
+
+fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn json(status: StatusCode, body: String) -> Reply {
+    reply(status, "application/json", body)
+}
+
+fn error(status: StatusCode, message: &str) -> Reply {
+    json(status, error_body(message))
+}
+
+async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
+    daemon.metrics.http_requests.fetch_add(1, Relaxed);
+    let path = req.uri().path().trim_end_matches('/').to_owned();
+    let method = req.method().clone();
+    let r = match (&method, path.as_str()) {
+        (&Method::GET, "/ping") => reply(StatusCode::OK, "text/plain", "pong\r\n"),
+        (&Method::POST, "/checkv2" | "/check" | "/symbols") => check(req, daemon).await,
+        (&Method::POST, "/learnspam") => learn(req, daemon, local, Counter::Complaint).await,
+        (&Method::POST, "/learnham") => learn(req, daemon, local, Counter::Rescue).await,
+        (&Method::GET, "/stat") => json(StatusCode::OK, stat(daemon)),
+        (&Method::GET, "/metrics") => {
+            reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(daemon))
+        }
+        (&Method::GET, "/health") => health(daemon),
+        (&Method::POST, "/reload") => reload(&req, daemon, local).await,
+        (&Method::GET, "/reputation") => reputation(req.uri().query().unwrap_or(""), daemon),
+        (
+            _,
+            "/ping" | "/checkv2" | "/check" | "/symbols" | "/learnspam" | "/learnham" | "/stat"
+            | "/metrics" | "/health" | "/reload" | "/reputation",
+        ) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
+    };
+    if r.status().is_client_error() || r.status().is_server_error() {
+        daemon.metrics.http_errors.fetch_add(1, Relaxed);
+        tracing::debug!(%method, path, status = %r.status(), "HTTP request refused");
+    }
+    r
+}
+
+/// Reads the whole body within the size and time limits.
+async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<Vec<u8>, Reply> {
+    let c = &daemon.config.http;
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > c.max_body_bytes as u64) {
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("message larger than {} bytes", c.max_body_bytes),
+        ));
+    }
+    let limited = Limited::new(req.into_body(), c.max_body_bytes);
+    let timeout = Duration::from_secs(c.body_read_timeout_secs.max(1));
+    match tokio::time::timeout(timeout, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes().to_vec()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("message larger than {} bytes", c.max_body_bytes),
+        )),
+        Ok(Err(e)) => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("reading the body: {e}"),
+        )),
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            "the body did not arrive in time",
+        )),
+    }
+}
+
+fn pool_error(e: PoolError) -> Reply {
+    let mut r = error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
+    let start = Instant::now();
+    let request = CheckRequest::from_headers(req.headers());
+    for (header, value) in &request.ignored {
+        tracing::debug!(header, value, "ignored an unusable request header");
+    }
+    let raw = match body(req, daemon).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let scan = ScanRequest {
+        raw,
+        envelope: request.envelope,
+    };
+    let answer = match daemon.pool.scan(scan, daemon.scan_timeout()).await {
+        Ok(a) => a,
+        Err(e) => {
+            match e {
+                PoolError::Busy => daemon.metrics.busy.fetch_add(1, Relaxed),
+                PoolError::Timeout => daemon.metrics.timeouts.fetch_add(1, Relaxed),
+                PoolError::Stopped => 0,
+            };
+            tracing::warn!(error = %e, "check not scanned");
+            return pool_error(e);
+        }
+    };
+    let v = &answer.verdict;
+    let add_headers = spam_headers(v, daemon.config.verdict.add_header);
+    let remove_headers = add_headers.iter().map(|(n, _)| n.clone()).collect();
+    let body = check_reply(
+        v,
+        ReplyExtras {
+            message_id: answer.message_id.as_deref(),
+            subject: Some(answer.subject.as_str()),
+            urls: &answer.urls,
+            emails: &answer.emails,
+            time_real: start.elapsed().as_secs_f64(),
+            thresholds: daemon.thresholds(),
+            add_headers,
+            remove_headers,
+        },
+    );
+    match serde_json::to_string(&body) {
+        Ok(s) => json(StatusCode::OK, s),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// Loopback clients are trusted; others need the configured password.
+fn admin_allowed(req: &Request<Incoming>, daemon: &Daemon, local: bool) -> bool {
+    if local {
+        return true;
+    }
+    match &daemon.config.http.password {
+        Some(password) => req
+            .headers()
+            .get("password")
+            .is_some_and(|v| v.as_bytes() == password.as_bytes()),
+        None => false,
+    }
+}
+
+async fn learn(
+    req: Request<Incoming>,
+    daemon: &Arc<Daemon>,
+    local: bool,
+    counter: Counter,
+) -> Reply {
+    if !admin_allowed(&req, daemon, local) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "learning needs a loopback client or the password",
+        );
+    }
+    let raw = match body(req, daemon).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    match daemon.pool.learn(raw, counter, daemon.scan_timeout()).await {
+        Ok(l) => json(
+            StatusCode::OK,
+            serde_json::json!({
+                "success": true,
+                "class": if counter == Counter::Rescue { "ham" } else { "spam" },
+                "keys": l.keys,
+                "message-id": l.message_id,
+            })
+            .to_string(),
+        ),
+        Err(e) => {
+            if e == PoolError::Busy {
+                daemon.metrics.busy.fetch_add(1, Relaxed);
+            }
+            pool_error(e)
+        }
+    }
+}
+
+async fn reload(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
+    if !admin_allowed(req, daemon, local) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "reload needs a loopback client or the password",
+        );
+    }
+    let d = daemon.clone();
+    match tokio::task::spawn_blocking(move || d.reload()).await {
+        Ok(Ok(generation)) => json(
+            StatusCode::OK,
+            serde_json::json!({"success": true, "generation": generation}).to_string(),
+        ),
+        Ok(Err(e)) => json(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            serde_json::json!({
+                "success": false,
+                "error": e,
+                "generation": daemon.scanner.engine().generation().id,
+            })
+            .to_string(),
+        ),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+fn health(daemon: &Daemon) -> Reply {
+    let ready = daemon.ready.load(Relaxed);
+    let engine = daemon.scanner.engine().health();
+    let body = serde_json::json!({
+        "ready": ready,
+        "generation": engine.generation,
+        "rules": engine.rules,
+        "rules_location": engine.location,
+        "reloads": engine.reloads,
+        "reload_failures": engine.reload_failures,
+        "last_reload_error": engine.last_error,
+        "uptime": daemon.started.elapsed().as_secs(),
+        "queue": daemon.pool.depth(),
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json(status, body.to_string())
+}
+
+fn stat(daemon: &Daemon) -> String {
+    let m = &daemon.metrics;
+    let actions: BTreeMap<&str, u64> = crate::scan::Action::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.as_str(), m.scans[i].load(Relaxed)))
+        .collect();
+    let spam: u64 = crate::scan::Action::ALL
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| **a >= crate::scan::Action::AddHeader)
+        .map(|(i, _)| m.scans[i].load(Relaxed))
+        .sum();
+    let scanned = m.total_scans();
+    let (learned_spam, learned_ham) = (m.learned_spam.load(Relaxed), m.learned_ham.load(Relaxed));
+    let store = daemon.store.stats();
+    serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime": daemon.started.elapsed().as_secs(),
+        "read_only": false,
+        "scanned": scanned,
+        "learned": learned_spam + learned_ham,
+        "learned_spam": learned_spam,
+        "learned_ham": learned_ham,
+        "actions": actions,
+        "spam_count": spam,
+        "ham_count": scanned - spam.min(scanned),
+        "connections": m.http_connections.load(Relaxed),
+        "control_connections": 0,
+        "milter_connections": m.milter_connections.load(Relaxed),
+        "total_learns": learned_spam + learned_ham,
+        "statfiles": [],
+        "fuzzy_hashes": {},
+        "store": store,
+        "rules_generation": daemon.scanner.engine().generation().id,
+    })
+    .to_string()
+}
+
+fn metrics(daemon: &Daemon) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    daemon.metrics.render(&mut out);
+    gauge(
+        &mut out,
+        "shrike_queue_depth",
+        "Messages waiting for a scan worker.",
+        daemon.pool.depth(),
+    );
+    gauge(
+        &mut out,
+        "shrike_queue_capacity",
+        "Size of the scan queue.",
+        daemon.pool.capacity(),
+    );
+    gauge(
+        &mut out,
+        "shrike_workers",
+        "Scan worker threads.",
+        daemon.pool.workers(),
+    );
+    gauge(
+        &mut out,
+        "shrike_uptime_seconds",
+        "Seconds since start.",
+        daemon.started.elapsed().as_secs(),
+    );
+    let store = daemon.store.stats();
+    gauge(
+        &mut out,
+        "shrike_store_keys",
+        "Reputation keys in memory.",
+        store.keys,
+    );
+    gauge(
+        &mut out,
+        "shrike_store_rate_keys",
+        "Rate counters and windowed features.",
+        store.rate_keys,
+    );
+    gauge(
+        &mut out,
+        "shrike_store_bytes",
+        "Approximate bytes held by the store.",
+        store.approx_bytes,
+    );
+    counter_header(
+        &mut out,
+        "shrike_store_evictions_total",
+        "Keys evicted at the memory bound.",
+    );
+    let _ = writeln!(out, "shrike_store_evictions_total {}", store.evictions);
+    let engine = daemon.scanner.engine();
+    let h = engine.health();
+    gauge(
+        &mut out,
+        "shrike_rules_generation",
+        "Rule-set generation serving.",
+        h.generation,
+    );
+    counter_header(
+        &mut out,
+        "shrike_reloads_total",
+        "Rule reloads that succeeded.",
+    );
+    let _ = writeln!(out, "shrike_reloads_total {}", h.reloads);
+    counter_header(
+        &mut out,
+        "shrike_reload_failures_total",
+        "Rule reloads that failed.",
+    );
+    let _ = writeln!(out, "shrike_reload_failures_total {}", h.reload_failures);
+    let _ = writeln!(
+        out,
+        "# HELP shrike_last_reload_error 1 with the error while the last reload failed.\n\
+         # TYPE shrike_last_reload_error gauge"
+    );
+    match &h.last_error {
+        Some(e) => {
+            let first = e.lines().next().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "shrike_last_reload_error{{error=\"{}\"}} 1",
+                label(first)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "shrike_last_reload_error{{error=\"\"}} 0");
+        }
+    }
+    let generation = engine.generation();
+    for (name, help) in [
+        (
+            "shrike_rule_runs_total",
+            "Rule runs (current generation; flushed every few hundred scans).",
+        ),
+        ("shrike_rule_hits_total", "Rule hits (current generation)."),
+        (
+            "shrike_rule_errors_total",
+            "Rule errors (current generation).",
+        ),
+        (
+            "shrike_rule_timeouts_total",
+            "Rules stopped by the instruction budget (current generation).",
+        ),
+        (
+            "shrike_rule_seconds_total",
+            "Time spent in each rule (current generation).",
+        ),
+    ] {
+        counter_header(&mut out, name, help);
+        for (rule, c) in generation.rules.iter().zip(&generation.counters) {
+            let value = match name {
+                "shrike_rule_runs_total" => c.runs.load(Relaxed) as f64,
+                "shrike_rule_hits_total" => c.hits.load(Relaxed) as f64,
+                "shrike_rule_errors_total" => c.errors.load(Relaxed) as f64,
+                "shrike_rule_timeouts_total" => c.timeouts.load(Relaxed) as f64,
+                _ => c.nanos.load(Relaxed) as f64 / 1e9,
+            };
+            let _ = writeln!(out, "{name}{{rule=\"{}\"}} {value}", label(&rule.name));
+        }
+    }
+    out
+}
+
+fn reputation(query: &str, daemon: &Daemon) -> Reply {
+    let mut kind = None;
+    let mut value = None;
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        match k.as_ref() {
+            "type" => kind = Some(v.into_owned()),
+            "value" => value = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    let (Some(kind_arg), Some(value)) = (kind, value) else {
+        return error(StatusCode::BAD_REQUEST, "need ?type=T&value=V");
+    };
+    let Some(kind) = Kind::parse(&kind_arg) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("unknown shingle type {kind_arg:?}"),
+        );
+    };
+    let hashes = shingle::of_value(kind, &value);
+    if hashes.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("{value:?} is not a valid {} value", kind.name()),
+        );
+    }
+    let namespace = daemon.config.scan.namespace;
+    let windows: Vec<String> = daemon
+        .store
+        .windows_secs()
+        .iter()
+        .map(|&s| crate::engine::view::window_name(s))
+        .collect();
+    let resolutions = daemon.store.layout().resolutions();
+    let counts = |c: &[u64; COUNTERS]| -> serde_json::Value {
+        Counter::ALL
+            .iter()
+            .map(|k| (k.name().to_string(), serde_json::json!(c[*k as usize])))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let keys: Vec<serde_json::Value> = hashes
+        .iter()
+        .map(|&hash| {
+            let key = StoreKey {
+                namespace,
+                kind: kind.id(),
+                hash,
+            };
+            let timeline = daemon.store.timeline(&key);
+            let (window_sums, buckets) = match &timeline {
+                Some(t) => (
+                    windows
+                        .iter()
+                        .zip(&t.windows.windows)
+                        .map(|(name, c)| (name.clone(), counts(c)))
+                        .collect::<serde_json::Map<_, _>>(),
+                    t.buckets
+                        .iter()
+                        .map(|(res, start, c)| {
+                            let mut b = counts(c);
+                            b["start"] = serde_json::json!(start);
+                            b["seconds"] = serde_json::json!(resolutions
+                                .get(*res)
+                                .map_or(0, |r| r.bucket_secs));
+                            b
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                None => (
+                    windows
+                        .iter()
+                        .map(|name| (name.clone(), counts(&[0; COUNTERS])))
+                        .collect(),
+                    Vec::new(),
+                ),
+            };
+            serde_json::json!({
+                "hash": format!("{hash:016x}"),
+                "known": timeline.is_some(),
+                "windows": window_sums,
+                "buckets": buckets,
+            })
+        })
+        .collect();
+    json(
+        StatusCode::OK,
+        serde_json::json!({
+            "type": kind.name(),
+            "id": kind.id(),
+            "value": value,
+            "namespace": namespace,
+            "now": daemon.store.now(),
+            "keys": keys,
+        })
+        .to_string(),
+    )
+}

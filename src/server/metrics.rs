@@ -1,0 +1,266 @@
+//! Daemon counters and latency histograms, rendered for `GET /metrics` (Prometheus text format)
+//! and `GET /stat`.
+//!
+//! Owns: the numbers the daemon keeps about itself. Every update is a relaxed atomic add, so
+//! the scan workers and the socket tasks never wait on each other to count.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::engine::Action;
+
+/// Upper bounds of the latency buckets, seconds.
+const BUCKETS: [f64; 16] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 10.0,
+];
+
+/// A latency histogram with fixed buckets.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per bucket (not cumulative); the last slot is +Inf.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let slot = BUCKETS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(BUCKETS.len());
+        self.counts[slot].fetch_add(1, Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += self.counts[i].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        cumulative += self.counts[BUCKETS.len()].load(Relaxed);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+        );
+        let sum = self.sum_nanos.load(Relaxed) as f64 / 1e9;
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {sum}");
+        let _ = writeln!(out, "{name}_count{braces} {cumulative}");
+    }
+}
+
+/// The pipeline stages timed per scan.
+pub const STAGES: [&str; 5] = ["queue", "analyze", "lookup", "rules", "total"];
+
+/// Everything the daemon counts.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Scans by action, indexed like `Action::ALL`.
+    pub scans: [AtomicU64; Action::ALL.len()],
+    pub learned_spam: AtomicU64,
+    pub learned_ham: AtomicU64,
+    /// Requests refused because the scan queue was full.
+    pub busy: AtomicU64,
+    /// Scans that did not answer within the scan timeout.
+    pub timeouts: AtomicU64,
+    /// Scan workers restarted after a panic.
+    pub worker_restarts: AtomicU64,
+    pub http_requests: AtomicU64,
+    /// HTTP requests answered with a 4xx or 5xx status.
+    pub http_errors: AtomicU64,
+    pub http_connections: AtomicU64,
+    pub milter_connections: AtomicU64,
+    pub milter_messages: AtomicU64,
+    /// Milter connections closed on a protocol error.
+    pub milter_protocol_errors: AtomicU64,
+    /// Messages answered with the configured fallback (busy, timeout, error).
+    pub milter_fallbacks: AtomicU64,
+    /// Per stage, in `STAGES` order.
+    pub stages: [Histogram; STAGES.len()],
+}
+
+impl Metrics {
+    pub fn scanned(&self, action: Action) {
+        if let Some(i) = Action::ALL.iter().position(|&a| a == action) {
+            self.scans[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn stage(&self, name: &str, d: Duration) {
+        if let Some(i) = STAGES.iter().position(|&s| s == name) {
+            self.stages[i].observe(d);
+        }
+    }
+
+    pub fn total_scans(&self) -> u64 {
+        self.scans.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    /// Renders the daemon's own counters; `server` adds store, engine and queue figures.
+    pub fn render(&self, out: &mut String) {
+        counter_header(out, "shrike_scans_total", "Messages scanned, by action.");
+        for (i, action) in Action::ALL.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "shrike_scans_total{{action=\"{}\"}} {}",
+                action.as_str(),
+                self.scans[i].load(Relaxed)
+            );
+        }
+        counter_header(
+            out,
+            "shrike_learns_total",
+            "Complaints and rescues recorded.",
+        );
+        let _ = writeln!(
+            out,
+            "shrike_learns_total{{class=\"spam\"}} {}",
+            self.learned_spam.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "shrike_learns_total{{class=\"ham\"}} {}",
+            self.learned_ham.load(Relaxed)
+        );
+        for (name, help, value) in [
+            (
+                "shrike_busy_total",
+                "Requests refused because the scan queue was full.",
+                &self.busy,
+            ),
+            (
+                "shrike_scan_timeouts_total",
+                "Scans not answered within the scan timeout.",
+                &self.timeouts,
+            ),
+            (
+                "shrike_worker_restarts_total",
+                "Scan workers rebuilt after a panic.",
+                &self.worker_restarts,
+            ),
+            (
+                "shrike_http_requests_total",
+                "HTTP requests served.",
+                &self.http_requests,
+            ),
+            (
+                "shrike_http_errors_total",
+                "HTTP requests answered with 4xx or 5xx.",
+                &self.http_errors,
+            ),
+            (
+                "shrike_http_connections_total",
+                "HTTP connections accepted.",
+                &self.http_connections,
+            ),
+            (
+                "shrike_milter_connections_total",
+                "Milter connections accepted.",
+                &self.milter_connections,
+            ),
+            (
+                "shrike_milter_messages_total",
+                "Messages judged over milter.",
+                &self.milter_messages,
+            ),
+            (
+                "shrike_milter_protocol_errors_total",
+                "Milter connections closed on a protocol error.",
+                &self.milter_protocol_errors,
+            ),
+            (
+                "shrike_milter_fallbacks_total",
+                "Milter messages answered with the fallback action.",
+                &self.milter_fallbacks,
+            ),
+        ] {
+            counter_header(out, name, help);
+            let _ = writeln!(out, "{name} {}", value.load(Relaxed));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP shrike_stage_seconds Wall time per pipeline stage (queue: waiting for a worker).\n\
+             # TYPE shrike_stage_seconds histogram"
+        );
+        for (i, stage) in STAGES.iter().enumerate() {
+            self.stages[i].render(out, "shrike_stage_seconds", &format!("stage=\"{stage}\""));
+        }
+    }
+}
+
+pub fn counter_header(out: &mut String, name: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+}
+
+pub fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+    );
+}
+
+/// Escapes a Prometheus label value.
+pub fn label(value: &str) -> String {
+    let mut s = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(30));
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(60));
+        let mut out = String::new();
+        h.render(&mut out, "x", "");
+        assert!(out.contains("x_bucket{le=\"0.00005\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"0.005\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"10\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 3\n"), "{out}");
+        assert!(out.contains("x_count 3\n"), "{out}");
+        assert_eq!(h.count(), 3);
+    }
+
+    #[test]
+    fn scans_by_action() {
+        let m = Metrics::default();
+        m.scanned(Action::Reject);
+        m.scanned(Action::Reject);
+        m.scanned(Action::NoAction);
+        let mut out = String::new();
+        m.render(&mut out);
+        assert!(out.contains("shrike_scans_total{action=\"reject\"} 2\n"));
+        assert!(out.contains("shrike_scans_total{action=\"no action\"} 1\n"));
+        assert_eq!(m.total_scans(), 3);
+        assert_eq!(label("a\"b\\c"), "a\\\"b\\\\c");
+    }
+}

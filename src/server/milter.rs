@@ -1,0 +1,657 @@
+//! The milter server: Sendmail milter protocol v6 sessions over TCP or a unix socket, for
+//! Postfix and Sendmail.
+//!
+//! Owns: the per-connection session (negotiation, envelope, headers and body collected up to the
+//! message size limit, several messages per connection, abort and quit), and turning a verdict
+//! into milter replies: 550 on reject, 451 on soft reject and greylist, X-Spam-* headers (after
+//! removing forged ones) on the rest, discard and quarantine as configured, the fallback when no
+//! verdict came in time. Each batch of replies goes out in one write on a TCP_NODELAY socket,
+//! so no reply waits for the MTA's delayed ACK. The codec is `proto::milter`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{watch, Semaphore};
+
+use super::pool::{PoolError, ScanReply, ScanRequest};
+use super::{is_spam_header, spam_headers, Daemon, Listen};
+use crate::message::Envelope;
+use crate::proto::milter::{actions, encode, negotiate, protocol, Command, Decoder, OptNeg, Reply};
+use crate::scan::Action;
+
+/// What the MTA is told when no verdict is available (queue full, timeout, worker failure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    /// 451 4.7.1: the sender retries later (the default: nothing is lost).
+    Tempfail,
+    /// Let the message through unscanned.
+    Accept,
+    /// 550 5.7.1.
+    Reject,
+}
+
+/// What the MTA does for a verdict of `discard` or `quarantine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposal {
+    /// Tell the sender it was accepted, then drop it.
+    Discard,
+    /// Accept into the MTA's hold queue.
+    Quarantine,
+    /// 550 5.7.1.
+    Reject,
+    /// Deliver with the X-Spam-* headers.
+    Accept,
+}
+
+/// `[milter]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MilterConfig {
+    /// `ADDR:PORT`, `inet:ADDR:PORT`, `unix:PATH`, or `off`.
+    pub listen: String,
+    /// Open MTA connections; more are closed at once (the MTA applies its default action).
+    pub max_connections: usize,
+    /// Seconds a connection may stay silent before it is closed.
+    pub read_timeout_secs: u64,
+    /// Largest milter packet accepted; a bigger one closes the connection.
+    pub max_packet_bytes: usize,
+    pub fallback: Fallback,
+    /// What a `discard` verdict does.
+    pub on_discard: Disposal,
+    /// What a `quarantine` verdict does.
+    pub on_quarantine: Disposal,
+    /// SMTP reply for reject (5xx).
+    pub reject_reply: String,
+    /// SMTP reply for soft reject and greylist (4xx).
+    pub tempfail_reply: String,
+    /// SMTP reply when the fallback is tempfail (4xx).
+    pub fallback_reply: String,
+    /// Add X-Spam-Score, X-Spam-Status and X-Spam-Symbols to delivered messages (removing
+    /// X-Spam-* headers that came from outside).
+    pub add_headers: bool,
+    /// Prefix put before the subject on `rewrite subject`.
+    pub subject_prefix: String,
+}
+
+impl Default for MilterConfig {
+    fn default() -> Self {
+        MilterConfig {
+            listen: "127.0.0.1:11332".into(),
+            max_connections: 1024,
+            read_timeout_secs: 600,
+            max_packet_bytes: crate::proto::milter::DEFAULT_MAX_PACKET,
+            fallback: Fallback::Tempfail,
+            on_discard: Disposal::Discard,
+            on_quarantine: Disposal::Quarantine,
+            reject_reply: "550 5.7.1 Spam message rejected".into(),
+            tempfail_reply: "451 4.7.1 Try again later".into(),
+            fallback_reply: "451 4.7.1 Service temporarily unavailable, try again later".into(),
+            add_headers: true,
+            subject_prefix: "***SPAM*** ".into(),
+        }
+    }
+}
+
+impl MilterConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, value, class) in [
+            ("milter.reject_reply", &self.reject_reply, '5'),
+            ("milter.tempfail_reply", &self.tempfail_reply, '4'),
+            ("milter.fallback_reply", &self.fallback_reply, '4'),
+        ] {
+            let b = value.as_bytes();
+            let ok = b.len() >= 3
+                && b[0] == class as u8
+                && b[1].is_ascii_digit()
+                && b[2].is_ascii_digit()
+                && (b.len() == 3 || b[3] == b' ')
+                && !value.contains(['\r', '\n', '\0']);
+            if !ok {
+                return Err(format!(
+                    "{name} must be one line starting with a {class}xx SMTP code, got {value:?}"
+                ));
+            }
+        }
+        if self.max_packet_bytes < 65_536 + 16 {
+            return Err("milter.max_packet_bytes must hold a 64 KiB body chunk".into());
+        }
+        Ok(())
+    }
+}
+
+/// The actions and protocol steps we ask of the MTA: add and change headers, quarantine; no
+/// reply to anything but end of message (the NR_* bits), header values with their leading
+/// space, and no UNKNOWN commands.
+pub const WANT_ACTIONS: u32 = actions::ADDHDRS | actions::CHGHDRS | actions::QUARANTINE;
+pub const WANT_PROTOCOL: u32 = protocol::NR_CONN
+    | protocol::NR_HELO
+    | protocol::NR_MAIL
+    | protocol::NR_RCPT
+    | protocol::NR_DATA
+    | protocol::NR_UNKN
+    | protocol::NR_EOH
+    | protocol::NR_HDR
+    | protocol::NR_BODY
+    | protocol::SKIP
+    | protocol::HDR_LEADSPC
+    | protocol::NOUNKNOWN;
+
+/// What the session wants next.
+#[derive(Debug)]
+pub enum Step {
+    /// Nothing to send.
+    Quiet,
+    Reply(Reply),
+    /// End of message: scan this, then call `Session::verdict`.
+    Scan(ScanRequest),
+    /// The MTA said goodbye.
+    Close,
+}
+
+/// One milter connection's state. Sans-IO: fed commands, it returns steps.
+#[derive(Debug, Default)]
+pub struct Session {
+    negotiated: Option<OptNeg>,
+    macros: HashMap<String, String>,
+    client_ip: Option<IpAddr>,
+    helo: Option<String>,
+    mail_from: Option<String>,
+    rcpts: Vec<String>,
+    /// The header block as received, CRLF line ends.
+    head: Vec<u8>,
+    /// Occurrences per lower-case header name (for CHGHDR indexes).
+    header_counts: HashMap<String, u32>,
+    /// X-Spam-* headers that came with the message: (name, index among its name).
+    forged: Vec<(String, u32)>,
+    subject: Option<String>,
+    body: Vec<u8>,
+    /// Bytes dropped beyond the message size limit.
+    dropped: u64,
+    in_message: bool,
+    /// Queue id (macro `i`), for the log.
+    queue_id: Option<String>,
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn bare_address(arg: &[u8]) -> Option<String> {
+    let a = lossy(arg);
+    let a = a
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .trim();
+    (!a.is_empty()).then(|| a.to_owned())
+}
+
+impl Session {
+    fn has_protocol(&self, bit: u32) -> bool {
+        self.negotiated.is_some_and(|n| n.protocol & bit != 0)
+    }
+
+    fn has_action(&self, bit: u32) -> bool {
+        self.negotiated.is_some_and(|n| n.actions & bit != 0)
+    }
+
+    /// Continue, unless the MTA agreed not to wait for a reply to this step.
+    fn cont(&self, no_reply_bit: u32) -> Step {
+        if self.has_protocol(no_reply_bit) {
+            Step::Quiet
+        } else {
+            Step::Reply(Reply::Continue)
+        }
+    }
+
+    /// Whether a message is between MAIL and end of message.
+    pub fn in_message(&self) -> bool {
+        self.in_message
+    }
+
+    pub fn queue_id(&self) -> Option<&str> {
+        self.queue_id.as_deref()
+    }
+
+    fn reset_message(&mut self) {
+        self.mail_from = None;
+        self.rcpts.clear();
+        self.head.clear();
+        self.header_counts.clear();
+        self.forged.clear();
+        self.subject = None;
+        self.body.clear();
+        self.dropped = 0;
+        self.in_message = false;
+    }
+
+    fn keep(&mut self, which: Part, bytes: &[u8], limit: usize) {
+        let held = self.head.len() + self.body.len();
+        let room = limit.saturating_sub(held);
+        let take = bytes.len().min(room);
+        let target = match which {
+            Part::Head => &mut self.head,
+            Part::Body => &mut self.body,
+        };
+        target.extend_from_slice(&bytes[..take]);
+        self.dropped += (bytes.len() - take) as u64;
+    }
+
+    /// Handles one command. `limit` bounds the bytes kept per message.
+    pub fn command(&mut self, cmd: Command, limit: usize) -> Result<Step, String> {
+        Ok(match cmd {
+            Command::OptNeg(offer) => {
+                let reply =
+                    negotiate(&offer, WANT_ACTIONS, WANT_PROTOCOL).map_err(|e| e.to_string())?;
+                self.negotiated = Some(reply);
+                Step::Reply(Reply::OptNeg(reply))
+            }
+            Command::Macro { pairs, .. } => {
+                for (name, value) in pairs {
+                    let name = lossy(&name);
+                    let name = name.trim_start_matches('{').trim_end_matches('}');
+                    if name == "i" {
+                        self.queue_id = Some(lossy(&value));
+                    }
+                    self.macros.insert(name.to_owned(), lossy(&value));
+                }
+                Step::Quiet
+            }
+            Command::Connect {
+                hostname,
+                family,
+                address,
+                ..
+            } => {
+                self.client_ip = match family {
+                    b'4' | b'6' => {
+                        let a = lossy(&address);
+                        let a = a.trim().trim_start_matches('[').trim_end_matches(']');
+                        let a = a.strip_prefix("IPv6:").unwrap_or(a);
+                        a.parse().ok()
+                    }
+                    _ => None,
+                };
+                self.macros.insert("client_name".into(), lossy(&hostname));
+                self.cont(protocol::NR_CONN)
+            }
+            Command::Helo(name) => {
+                self.helo = Some(lossy(&name)).filter(|h| !h.is_empty());
+                self.cont(protocol::NR_HELO)
+            }
+            Command::Mail(args) => {
+                self.reset_message();
+                self.in_message = true;
+                self.mail_from = args.first().and_then(|a| bare_address(a));
+                self.cont(protocol::NR_MAIL)
+            }
+            Command::Rcpt(args) => {
+                if let Some(r) = args.first().and_then(|a| bare_address(a)) {
+                    if self.rcpts.len() < 10_000 {
+                        self.rcpts.push(r);
+                    }
+                }
+                self.cont(protocol::NR_RCPT)
+            }
+            Command::Data => self.cont(protocol::NR_DATA),
+            Command::Header { name, value } => {
+                let name_s = lossy(&name);
+                let lower = name_s.to_ascii_lowercase();
+                let n = self.header_counts.entry(lower.clone()).or_insert(0);
+                *n += 1;
+                if is_spam_header(&name_s) {
+                    self.forged.push((name_s.clone(), *n));
+                }
+                let leadspc = self.has_protocol(protocol::HDR_LEADSPC);
+                if lower == "subject" && self.subject.is_none() {
+                    let v = lossy(&value);
+                    self.subject = Some(if leadspc {
+                        v.strip_prefix(' ').unwrap_or(&v).to_owned()
+                    } else {
+                        v
+                    });
+                }
+                let mut line = Vec::with_capacity(name.len() + value.len() + 4);
+                line.extend_from_slice(&name);
+                line.push(b':');
+                if !leadspc {
+                    line.push(b' ');
+                }
+                line.extend_from_slice(&value);
+                line.extend_from_slice(b"\r\n");
+                self.keep(Part::Head, &line, limit);
+                self.cont(protocol::NR_HDR)
+            }
+            Command::EndOfHeaders => self.cont(protocol::NR_EOH),
+            Command::Body(chunk) => {
+                self.keep(Part::Body, &chunk, limit);
+                if self.has_protocol(protocol::NR_BODY) {
+                    Step::Quiet
+                } else if self.dropped > 0 && self.has_protocol(protocol::SKIP) {
+                    Step::Reply(Reply::Skip)
+                } else {
+                    Step::Reply(Reply::Continue)
+                }
+            }
+            Command::EndOfMessage(chunk) => {
+                self.keep(Part::Body, &chunk, limit);
+                if self.dropped > 0 {
+                    tracing::debug!(
+                        queue_id = self.queue_id.as_deref(),
+                        dropped = self.dropped,
+                        "message beyond the size limit; scanning its first part"
+                    );
+                }
+                let mut raw = std::mem::take(&mut self.head);
+                raw.extend_from_slice(b"\r\n");
+                raw.append(&mut self.body);
+                Step::Scan(ScanRequest {
+                    raw,
+                    envelope: Envelope {
+                        client_ip: self.client_ip,
+                        helo: self.helo.clone(),
+                        mail_from: self.mail_from.clone(),
+                        rcpt_to: self.rcpts.clone(),
+                    },
+                })
+            }
+            Command::Abort => {
+                self.reset_message();
+                Step::Quiet
+            }
+            Command::Unknown(_) => self.cont(protocol::NR_UNKN),
+            Command::Quit => Step::Close,
+            Command::QuitNewConnection => {
+                // The MTA reuses the connection for a new SMTP session.
+                let negotiated = self.negotiated;
+                *self = Session::default();
+                self.negotiated = negotiated;
+                Step::Quiet
+            }
+        })
+    }
+
+    /// The end-of-message replies for a scan result; resets for the next message.
+    pub fn verdict(
+        &mut self,
+        result: &Result<ScanReply, PoolError>,
+        config: &MilterConfig,
+        add_header_at: f64,
+    ) -> Vec<Reply> {
+        let replies = match result {
+            Ok(answer) => self.replies_for(answer, config, add_header_at),
+            Err(_) => match config.fallback {
+                Fallback::Tempfail => vec![Reply::ReplyCode(config.fallback_reply.clone())],
+                Fallback::Accept => vec![Reply::Accept],
+                Fallback::Reject => vec![Reply::ReplyCode(config.reject_reply.clone())],
+            },
+        };
+        let negotiated = self.negotiated;
+        let (client_ip, helo, macros) = (
+            self.client_ip,
+            self.helo.take(),
+            std::mem::take(&mut self.macros),
+        );
+        self.reset_message();
+        self.queue_id = None;
+        self.negotiated = negotiated;
+        self.client_ip = client_ip;
+        self.helo = helo;
+        self.macros = macros;
+        replies
+    }
+
+    fn replies_for(
+        &self,
+        answer: &ScanReply,
+        config: &MilterConfig,
+        add_header_at: f64,
+    ) -> Vec<Reply> {
+        let v = &answer.verdict;
+        let disposal = match v.action {
+            Action::Reject => return vec![Reply::ReplyCode(config.reject_reply.clone())],
+            Action::SoftReject | Action::Greylist => {
+                return vec![Reply::ReplyCode(config.tempfail_reply.clone())]
+            }
+            Action::Discard => config.on_discard,
+            Action::Quarantine => config.on_quarantine,
+            _ => Disposal::Accept,
+        };
+        let mut out = Vec::new();
+        match disposal {
+            Disposal::Discard => return vec![Reply::Discard],
+            Disposal::Reject => return vec![Reply::ReplyCode(config.reject_reply.clone())],
+            Disposal::Quarantine if self.has_action(actions::QUARANTINE) => {
+                out.push(Reply::Quarantine(format!(
+                    "shrike: spam score {:.2}",
+                    v.score
+                )));
+            }
+            Disposal::Quarantine | Disposal::Accept => {}
+        }
+        let space = if self.has_protocol(protocol::HDR_LEADSPC) {
+            " "
+        } else {
+            ""
+        };
+        if config.add_headers && self.has_action(actions::CHGHDRS) {
+            // Highest index first, so the earlier indexes still point where they did.
+            for (name, index) in self.forged.iter().rev() {
+                out.push(Reply::ChangeHeader {
+                    index: *index,
+                    name: name.clone(),
+                    value: String::new(),
+                });
+            }
+        }
+        if v.action == Action::RewriteSubject {
+            let subject = format!(
+                "{space}{}{}",
+                config.subject_prefix,
+                self.subject.as_deref().unwrap_or("")
+            );
+            if self.subject.is_some() && self.has_action(actions::CHGHDRS) {
+                out.push(Reply::ChangeHeader {
+                    index: 1,
+                    name: "Subject".into(),
+                    value: subject,
+                });
+            } else if self.subject.is_none() && self.has_action(actions::ADDHDRS) {
+                out.push(Reply::AddHeader {
+                    name: "Subject".into(),
+                    value: subject,
+                });
+            }
+        }
+        if config.add_headers && self.has_action(actions::ADDHDRS) {
+            for (name, value) in spam_headers(v, add_header_at) {
+                out.push(Reply::AddHeader {
+                    name,
+                    value: format!("{space}{value}"),
+                });
+            }
+        }
+        out.push(Reply::Accept);
+        out
+    }
+}
+
+enum Part {
+    Head,
+    Body,
+}
+
+/// A bound milter listener.
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+pub async fn bind(listen: &Listen) -> anyhow::Result<Listener> {
+    Ok(match listen {
+        Listen::Tcp(addr) => Listener::Tcp(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("milter: cannot listen on {addr}"))?,
+        ),
+        Listen::Unix(path) => Listener::Unix(super::http::bind_unix(path)?),
+        Listen::Off => anyhow::bail!("milter listener is off"),
+    })
+}
+
+/// Accepts MTA connections until `stop` turns true.
+pub async fn run(
+    listener: Listener,
+    daemon: Arc<Daemon>,
+    limit: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.changed() => break,
+            a = accept(&listener) => a,
+        };
+        let stream = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "milter accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            tracing::warn!("milter connection limit reached; closing a new connection");
+            continue;
+        };
+        daemon.metrics.milter_connections.fetch_add(1, Relaxed);
+        let (daemon, stop) = (daemon.clone(), stop.clone());
+        tokio::spawn(async move {
+            let result = match stream {
+                Stream::Tcp(s) => connection(s, &daemon, stop).await,
+                Stream::Unix(s) => connection(s, &daemon, stop).await,
+            };
+            if let Err(e) = result {
+                daemon.metrics.milter_protocol_errors.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "milter connection closed");
+            }
+            drop(permit);
+        });
+    }
+}
+
+enum Stream {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<Stream> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            s.set_nodelay(true)?;
+            Ok(Stream::Tcp(s))
+        }
+        Listener::Unix(l) => Ok(Stream::Unix(l.accept().await?.0)),
+    }
+}
+
+/// Serves one MTA connection. Errors are protocol or I/O errors that closed it.
+async fn connection<S>(
+    mut io: S,
+    daemon: &Daemon,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let config = &daemon.config.milter;
+    let limit = daemon.scanner.limits().max_message_bytes;
+    let idle = Duration::from_secs(config.read_timeout_secs.max(1));
+    let mut decoder = Decoder::new(config.max_packet_bytes);
+    let mut session = Session::default();
+    let mut out = Vec::with_capacity(512);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut stopping = *stop.borrow();
+    loop {
+        loop {
+            let cmd = match decoder.next_command() {
+                Ok(Some(cmd)) => cmd,
+                Ok(None) => break,
+                Err(e) => return Err(format!("bad packet from the MTA: {e}")),
+            };
+            match session.command(cmd, limit)? {
+                Step::Quiet => {}
+                Step::Reply(r) => encode(&r, &mut out),
+                Step::Close => {
+                    if !out.is_empty() {
+                        let _ = io.write_all(&out).await;
+                    }
+                    return Ok(());
+                }
+                Step::Scan(request) => {
+                    let queue_id = session.queue_id().map(str::to_owned);
+                    let result = daemon.pool.scan(request, daemon.scan_timeout()).await;
+                    daemon.metrics.milter_messages.fetch_add(1, Relaxed);
+                    match &result {
+                        Ok(a) => tracing::debug!(
+                            queue_id,
+                            action = a.verdict.action.as_str(),
+                            score = a.verdict.score,
+                            "milter verdict"
+                        ),
+                        Err(e) => {
+                            match e {
+                                PoolError::Busy => daemon.metrics.busy.fetch_add(1, Relaxed),
+                                PoolError::Timeout => daemon.metrics.timeouts.fetch_add(1, Relaxed),
+                                PoolError::Stopped => 0,
+                            };
+                            daemon.metrics.milter_fallbacks.fetch_add(1, Relaxed);
+                            tracing::warn!(
+                                queue_id,
+                                error = %e,
+                                fallback = ?config.fallback,
+                                "no verdict; answering with the fallback"
+                            );
+                        }
+                    }
+                    for r in session.verdict(&result, config, daemon.config.verdict.add_header) {
+                        encode(&r, &mut out);
+                    }
+                }
+            }
+        }
+        if !out.is_empty() {
+            io.write_all(&out)
+                .await
+                .map_err(|e| format!("writing to the MTA: {e}"))?;
+            out.clear();
+        }
+        if stopping && !session.in_message() {
+            return Ok(());
+        }
+        let n = tokio::select! {
+            read = tokio::time::timeout(idle, io.read(&mut buf)) => match read {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => return Err(format!("reading from the MTA: {e}")),
+                Err(_) => return Err(format!("no data from the MTA for {idle:?}")),
+            },
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                continue;
+            }
+        };
+        if n == 0 {
+            // The MTA went away; whatever it sent of a message is dropped with the session.
+            return Ok(());
+        }
+        decoder.feed(&buf[..n]);
+    }
+}

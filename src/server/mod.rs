@@ -1,0 +1,392 @@
+//! `shrike serve`: the daemon. Opens the durable store, loads the rules, starts the scan worker
+//! pool, serves HTTP (rspamd's protocol plus shrike's endpoints) and milter, reloads on SIGHUP,
+//! and shuts down gracefully on SIGTERM/SIGINT.
+//!
+//! Owns: the listeners, the runtime, the shutdown order, and what the daemon tells the MTA
+//! (the X-Spam-* headers). Never touches: wire formats (`proto`), scoring (`scan`).
+
+pub mod http;
+pub mod metrics;
+pub mod milter;
+pub mod pool;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::Config;
+use crate::engine::RuleLocation;
+use crate::scan::{Action, Scanner, Verdict};
+use crate::store::{Durable, ReputationStore, Store, Sweeper, SystemClock};
+use metrics::Metrics;
+use pool::Pool;
+
+/// `[server]`: workers, queue, state directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Scan worker threads, each with its own Lua state (0: one per core).
+    pub workers: usize,
+    /// Threads serving sockets (0: one per core, at most 2). They only parse and write.
+    pub io_threads: usize,
+    /// Messages waiting for a worker before new ones are refused (0: 64 per worker).
+    pub queue: usize,
+    /// A scan not answered within this many milliseconds gets the fallback (milter) or 503.
+    pub scan_timeout_ms: u64,
+    /// Reputation state (WAL, snapshots).
+    pub data_dir: PathBuf,
+    /// Move damaged WAL or snapshot files aside at startup instead of refusing to start.
+    pub salvage: bool,
+    /// Seconds a full sweep of the store (expired buckets, empty keys) takes.
+    pub sweep_cycle_secs: u64,
+    /// At shutdown, how long open connections may take to finish their messages.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            workers: 0,
+            io_threads: 0,
+            queue: 0,
+            scan_timeout_ms: 10_000,
+            data_dir: PathBuf::from("shrike-data"),
+            salvage: false,
+            sweep_cycle_secs: 600,
+            shutdown_grace_secs: 30,
+        }
+    }
+}
+
+/// The shared state of a running daemon.
+pub struct Daemon {
+    pub config: Config,
+    pub scanner: Arc<Scanner>,
+    pub store: Arc<Store>,
+    pub pool: Pool,
+    pub metrics: Arc<Metrics>,
+    pub started: Instant,
+    /// False until the listeners are up, and again from the start of shutdown.
+    pub ready: AtomicBool,
+}
+
+impl Daemon {
+    pub fn scan_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.server.scan_timeout_ms.max(1))
+    }
+
+    /// The action thresholds in rspamd's names.
+    pub fn thresholds(&self) -> std::collections::BTreeMap<&'static str, f64> {
+        let v = &self.config.verdict;
+        let mut t = std::collections::BTreeMap::new();
+        t.insert(Action::Reject.as_str(), v.reject);
+        t.insert(Action::AddHeader.as_str(), v.add_header);
+        t.insert(Action::Greylist.as_str(), v.greylist);
+        if let Some(s) = v.soft_reject {
+            t.insert(Action::SoftReject.as_str(), s);
+        }
+        if let Some(s) = v.rewrite_subject {
+            t.insert(Action::RewriteSubject.as_str(), s);
+        }
+        t
+    }
+
+    /// Rebuilds the rules (SIGHUP, `POST /reload`); blocking.
+    pub fn reload(&self) -> Result<u64, String> {
+        match self.scanner.engine().reload() {
+            Ok(id) => {
+                tracing::info!(generation = id, "rules reloaded");
+                Ok(id)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "rule reload failed; the previous rules keep serving");
+                Err(e.to_string())
+            }
+        }
+    }
+}
+
+/// The X-Spam-* headers for a verdict: score, status and symbols (folded).
+pub fn spam_headers(verdict: &Verdict, add_header_at: f64) -> Vec<(String, String)> {
+    let spam = verdict.action >= Action::AddHeader;
+    let required = verdict.required_score.unwrap_or(add_header_at);
+    let mut symbols = String::new();
+    let mut line = 0;
+    for (i, s) in verdict.symbols.values().enumerate() {
+        let item = format!("{}({:.2})", s.name, s.score);
+        if i > 0 {
+            if line + item.len() > 70 {
+                symbols.push_str(",\n\t");
+                line = 0;
+            } else {
+                symbols.push_str(", ");
+                line += 2;
+            }
+        }
+        line += item.len();
+        symbols.push_str(&item);
+    }
+    vec![
+        (
+            "X-Spam-Score".into(),
+            format!("{:.2} / {:.2}", verdict.score, required),
+        ),
+        (
+            "X-Spam-Status".into(),
+            format!(
+                "{}, score={:.2} required={:.2} action={} generation={}",
+                if spam { "Yes" } else { "No" },
+                verdict.score,
+                required,
+                verdict.action.as_str(),
+                verdict.generation
+            ),
+        ),
+        (
+            "X-Spam-Symbols".into(),
+            if symbols.is_empty() {
+                "none".into()
+            } else {
+                symbols
+            },
+        ),
+    ]
+}
+
+/// Whether a header is one of ours, which a sender must not be able to forge.
+pub fn is_spam_header(name: &str) -> bool {
+    name.as_bytes()
+        .get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"x-spam-"))
+}
+
+/// Where `serve` listens, as given on the command line or in the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(String),
+    Unix(PathBuf),
+    Off,
+}
+
+impl Listen {
+    pub fn parse(s: &str) -> Listen {
+        let s = s.trim();
+        if s.is_empty() || s == "off" || s == "none" {
+            Listen::Off
+        } else if let Some(path) = s.strip_prefix("unix:") {
+            Listen::Unix(PathBuf::from(path))
+        } else {
+            Listen::Tcp(s.strip_prefix("inet:").unwrap_or(s).to_owned())
+        }
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT.
+pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let s = &config.server;
+    let workers = if s.workers == 0 { cores } else { s.workers };
+    let queue = if s.queue == 0 { workers * 64 } else { s.queue };
+    let io_threads = if s.io_threads == 0 {
+        cores.min(2)
+    } else {
+        s.io_threads
+    };
+
+    let (durable, recovery) = Durable::open(
+        &s.data_dir,
+        &config.store,
+        &config.persist,
+        Arc::new(SystemClock),
+        s.salvage,
+    )
+    .with_context(|| format!("opening the data directory {}", s.data_dir.display()))?;
+    tracing::info!(
+        dir = %s.data_dir.display(),
+        snapshot_keys = recovery.snapshot_keys,
+        wal_records = recovery.wal_records,
+        truncated_tail = recovery.truncated_tail,
+        "reputation state loaded"
+    );
+    let store = durable.store().clone();
+    let sweeper = Sweeper::spawn(store.clone(), Duration::from_secs(s.sweep_cycle_secs))
+        .context("starting the sweeper")?;
+    let shared: Arc<dyn ReputationStore> = store.clone();
+    let scanner = Scanner::new(&config, rules, shared).context("loading the rules")?;
+    let watcher = crate::engine::watch::watch(scanner.engine()).map_err(anyhow::Error::msg)?;
+    let metrics = Arc::new(Metrics::default());
+    let pool = Pool::start(scanner.clone(), workers, queue, metrics.clone())
+        .context("starting the scan workers")?;
+    let daemon = Arc::new(Daemon {
+        config,
+        scanner,
+        store,
+        pool,
+        metrics,
+        started: Instant::now(),
+        ready: AtomicBool::new(false),
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(io_threads)
+        .thread_name("shrike-io")
+        .enable_all()
+        .build()
+        .context("starting the I/O runtime")?;
+    let served = runtime.block_on(run(daemon.clone()));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+
+    // Every connection is closed: finish the queued scans, then make the state durable.
+    daemon.pool.stop();
+    drop(watcher);
+    drop(sweeper);
+    let store_keys = daemon.store.stats().keys;
+    drop(daemon);
+    durable
+        .close()
+        .context("writing the final snapshot at shutdown")?;
+    tracing::info!(keys = store_keys, "state saved; bye");
+    served
+}
+
+async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let http_listen = Listen::parse(&daemon.config.http.listen);
+    let milter_listen = Listen::parse(&daemon.config.milter.listen);
+    let http_limit = Arc::new(Semaphore::new(daemon.config.http.max_connections.max(1)));
+    let milter_limit = Arc::new(Semaphore::new(daemon.config.milter.max_connections.max(1)));
+
+    let mut servers = Vec::new();
+    if http_listen != Listen::Off {
+        let listener = http::bind(&http_listen).await?;
+        servers.push(tokio::spawn(http::run(
+            listener,
+            daemon.clone(),
+            http_limit.clone(),
+            stop_rx.clone(),
+        )));
+    }
+    if milter_listen != Listen::Off {
+        let listener = milter::bind(&milter_listen).await?;
+        servers.push(tokio::spawn(milter::run(
+            listener,
+            daemon.clone(),
+            milter_limit.clone(),
+            stop_rx.clone(),
+        )));
+    }
+    if servers.is_empty() {
+        anyhow::bail!("neither HTTP nor milter is configured to listen");
+    }
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    daemon.ready.store(true, Ordering::Relaxed);
+    tracing::info!(
+        http = ?http_listen,
+        milter = ?milter_listen,
+        workers = daemon.pool.workers(),
+        generation = daemon.scanner.engine().generation().id,
+        "shrike serving"
+    );
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => {
+                let d = daemon.clone();
+                let _ = tokio::task::spawn_blocking(move || d.reload()).await;
+            }
+        }
+    }
+    tracing::info!("shutting down: no new connections; finishing the open ones");
+    daemon.ready.store(false, Ordering::Relaxed);
+    let _ = stop_tx.send(true);
+    for server in servers {
+        let _ = server.await;
+    }
+    // Wait for the open connections (each holds a permit) up to the grace period.
+    let grace = Duration::from_secs(daemon.config.server.shutdown_grace_secs);
+    let drained = tokio::time::timeout(grace, async {
+        for (limit, n) in [
+            (&http_limit, daemon.config.http.max_connections.max(1)),
+            (&milter_limit, daemon.config.milter.max_connections.max(1)),
+        ] {
+            let _ = limit
+                .acquire_many(u32::try_from(n).unwrap_or(u32::MAX))
+                .await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            ?grace,
+            "connections still open after the grace period; closing them"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::SymbolHit;
+
+    #[test]
+    fn listen_forms() {
+        assert_eq!(
+            Listen::parse("127.0.0.1:11332"),
+            Listen::Tcp("127.0.0.1:11332".into())
+        );
+        assert_eq!(
+            Listen::parse("inet:127.0.0.1:1"),
+            Listen::Tcp("127.0.0.1:1".into())
+        );
+        assert_eq!(
+            Listen::parse("unix:/run/s.sock"),
+            Listen::Unix("/run/s.sock".into())
+        );
+        assert_eq!(Listen::parse("off"), Listen::Off);
+        assert_eq!(Listen::parse(""), Listen::Off);
+    }
+
+    #[test]
+    fn spam_headers_fold_long_symbol_lists() {
+        let mut v = Verdict {
+            score: 7.5,
+            action: Action::AddHeader,
+            ..Verdict::default()
+        };
+        for i in 0..12 {
+            let name = format!("SOME_LONGISH_SYMBOL_{i:02}");
+            v.symbols.insert(
+                name.clone(),
+                SymbolHit {
+                    name,
+                    score: 0.5,
+                    description: None,
+                    options: vec![],
+                },
+            );
+        }
+        let h = spam_headers(&v, 6.0);
+        assert_eq!(h[0], ("X-Spam-Score".into(), "7.50 / 6.00".into()));
+        assert!(h[1].1.starts_with("Yes, score=7.50"), "{}", h[1].1);
+        let symbols = &h[2].1;
+        assert!(symbols.contains(",\n\t"), "{symbols}");
+        for line in symbols.split("\n\t") {
+            assert!(line.len() <= 80, "{line}");
+        }
+        assert_eq!(symbols.matches("SOME_LONGISH_SYMBOL_").count(), 12);
+        let ham = spam_headers(&Verdict::default(), 6.0);
+        assert!(ham[1].1.starts_with("No, "));
+        assert_eq!(ham[2].1, "none");
+        assert!(is_spam_header("X-SPAM-Flag") && !is_spam_header("X-Spa"));
+    }
+}

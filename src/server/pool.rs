@@ -1,0 +1,272 @@
+//! The scan worker pool: a bounded crossbeam channel feeding one thread per worker, each owning
+//! a `ScanWorker` (and so its own Lua state). Jobs carry a tokio oneshot for the reply; a
+//! worker answers first and applies the message's store updates after, off the reply path.
+//!
+//! Owns: job submission (refused at once when the queue is full: never unbounded memory),
+//! the worker threads, their restart after a panic, and the drain at shutdown.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use super::metrics::Metrics;
+use crate::message::{prepare, Envelope};
+use crate::scan::{analyze, ScanWorker, Scanner, StageTimes, Verdict};
+use crate::store::Counter;
+
+/// A message to scan.
+#[derive(Debug, Clone, Default)]
+pub struct ScanRequest {
+    pub raw: Vec<u8>,
+    pub envelope: Envelope,
+}
+
+/// What a worker found, owned (the analysis borrows the raw bytes and stays on the worker).
+#[derive(Debug, Clone)]
+pub struct ScanReply {
+    pub verdict: Verdict,
+    pub message_id: Option<String>,
+    pub subject: String,
+    pub urls: Vec<String>,
+    pub emails: Vec<String>,
+    pub times: StageTimes,
+    /// Time spent waiting in the queue.
+    pub queued: Duration,
+}
+
+/// What a learn job recorded.
+#[derive(Debug, Clone)]
+pub struct LearnReply {
+    /// Store keys that got the complaint or rescue.
+    pub keys: usize,
+    pub message_id: Option<String>,
+}
+
+enum Job {
+    Scan {
+        request: ScanRequest,
+        enqueued: Instant,
+        reply: oneshot::Sender<ScanReply>,
+    },
+    Learn {
+        raw: Vec<u8>,
+        counter: Counter,
+        reply: oneshot::Sender<LearnReply>,
+    },
+    Stop,
+}
+
+/// Why a job got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    #[error("scan queue full")]
+    Busy,
+    #[error("no answer within the scan timeout")]
+    Timeout,
+    #[error("scan workers are stopping")]
+    Stopped,
+}
+
+/// The running pool.
+pub struct Pool {
+    tx: Sender<Job>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+    workers: usize,
+    capacity: usize,
+}
+
+impl Pool {
+    /// Starts `workers` threads behind a queue of `capacity` jobs.
+    pub fn start(
+        scanner: Arc<Scanner>,
+        workers: usize,
+        capacity: usize,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Pool> {
+        let workers = workers.max(1);
+        let capacity = capacity.max(1);
+        let (tx, rx) = bounded(capacity);
+        let mut handles = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let (scanner, rx, metrics) = (scanner.clone(), rx.clone(), metrics.clone());
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("shrike-scan-{i}"))
+                    .spawn(move || worker_loop(&scanner, &rx, &metrics))?,
+            );
+        }
+        Ok(Pool {
+            tx,
+            handles: Mutex::new(handles),
+            workers,
+            capacity,
+        })
+    }
+
+    /// Scans a message; `Busy` at once when the queue is full.
+    pub async fn scan(
+        &self,
+        request: ScanRequest,
+        timeout: Duration,
+    ) -> Result<ScanReply, PoolError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Scan {
+            request,
+            enqueued: Instant::now(),
+            reply,
+        })?;
+        wait(rx, timeout).await
+    }
+
+    /// Records a complaint (`Counter::Complaint`) or rescue (`Counter::Rescue`).
+    pub async fn learn(
+        &self,
+        raw: Vec<u8>,
+        counter: Counter,
+        timeout: Duration,
+    ) -> Result<LearnReply, PoolError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Learn {
+            raw,
+            counter,
+            reply,
+        })?;
+        wait(rx, timeout).await
+    }
+
+    fn submit(&self, job: Job) -> Result<(), PoolError> {
+        self.tx.try_send(job).map_err(|e| match e {
+            TrySendError::Full(_) => PoolError::Busy,
+            TrySendError::Disconnected(_) => PoolError::Stopped,
+        })
+    }
+
+    /// Jobs waiting for a worker.
+    pub fn depth(&self) -> usize {
+        self.tx.len()
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Lets the queued jobs finish, then stops and joins the workers (blocking).
+    pub fn stop(&self) {
+        let handles: Vec<JoinHandle<()>> = std::mem::take(&mut *self.handles.lock());
+        for _ in 0..handles.len() {
+            // FIFO: every job queued before the stops is still served.
+            let _ = self.tx.send(Job::Stop);
+        }
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+}
+
+async fn wait<T>(rx: oneshot::Receiver<T>, timeout: Duration) -> Result<T, PoolError> {
+    match tokio::time::timeout(timeout, rx).await {
+        Ok(Ok(reply)) => Ok(reply),
+        // The worker dropped the sender: it panicked on this message (logged there).
+        Ok(Err(_)) => Err(PoolError::Stopped),
+        Err(_) => Err(PoolError::Timeout),
+    }
+}
+
+fn worker_loop(scanner: &Arc<Scanner>, rx: &Receiver<Job>, metrics: &Metrics) {
+    let mut worker = scanner.worker();
+    while let Ok(job) = rx.recv() {
+        if matches!(job, Job::Stop) {
+            break;
+        }
+        let result = catch_unwind(AssertUnwindSafe(|| run_job(&mut worker, job, metrics)));
+        if result.is_err() {
+            // The message is lost to this worker (its caller sees an error and falls back);
+            // the Lua state may be inconsistent, so build a fresh one.
+            tracing::error!("scan worker panicked; rebuilding it");
+            metrics
+                .worker_restarts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            worker = scanner.worker();
+        }
+    }
+    worker.rules().flush_counters();
+}
+
+fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
+    match job {
+        Job::Scan {
+            request,
+            enqueued,
+            reply,
+        } => {
+            if reply.is_closed() {
+                // The client gave up (timeout or disconnect) while the job waited.
+                return;
+            }
+            let queued = enqueued.elapsed();
+            let start = Instant::now();
+            let scanner = worker.scanner().clone();
+            let input = prepare(&request.raw, scanner.limits());
+            let scanned = worker.scan(&input, &request.envelope);
+            let e = &scanned.analysis.entities;
+            let mut urls: Vec<String> = Vec::new();
+            for u in &e.urls {
+                if !urls.contains(&u.url) {
+                    urls.push(u.url.clone());
+                }
+            }
+            let mut emails: Vec<String> = Vec::new();
+            for m in &e.emails {
+                if !emails.contains(&m.address) {
+                    emails.push(m.address.clone());
+                }
+            }
+            let answer = ScanReply {
+                verdict: scanned.verdict,
+                message_id: e.message_id.clone(),
+                subject: scanned.analysis.message.subject.display.clone(),
+                urls,
+                emails,
+                times: scanned.times,
+                queued,
+            };
+            metrics.scanned(answer.verdict.action);
+            metrics.stage("queue", queued);
+            metrics.stage("analyze", answer.times.analyze);
+            metrics.stage("lookup", answer.times.lookup);
+            metrics.stage("rules", answer.times.rules);
+            metrics.stage("total", start.elapsed());
+            let _ = reply.send(answer);
+            scanner.apply(&scanned.updates);
+        }
+        Job::Learn {
+            raw,
+            counter,
+            reply,
+        } => {
+            let scanner = worker.scanner().clone();
+            let input = prepare(&raw, scanner.limits());
+            let analysis = analyze(&input, &Envelope::default(), scanner.limits());
+            let keys = scanner.learn(&analysis, counter);
+            let counted = match counter {
+                Counter::Rescue => &metrics.learned_ham,
+                _ => &metrics.learned_spam,
+            };
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = reply.send(LearnReply {
+                keys,
+                message_id: analysis.entities.message_id.clone(),
+            });
+        }
+        Job::Stop => {}
+    }
+}

@@ -1,0 +1,220 @@
+//! The milter behind a real Postfix 3.7 (the harness in ../shared/tools/mta, or
+//! `$SHRIKE_MTA_TOOLS`): ham reaches the sink with X-Spam-* headers, GTUBE gets 550 at end of
+//! data, an add-header message carries the verdict headers, and with shrike stopped Postfix
+//! applies milter_default_action. Also Debian's `miltertest` against the milter directly.
+//!
+//! Needs root (Postfix's master) and the packages scripts/test.sh installs.
+
+#[allow(dead_code)]
+#[path = "common/daemon.rs"]
+mod daemon;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use daemon::{free_port, Daemon, Options};
+
+fn tools() -> PathBuf {
+    std::env::var_os("SHRIKE_MTA_TOOLS").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/mta"),
+        PathBuf::from,
+    )
+}
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+/// A Postfix instance of the harness; stopped (mta-down) when dropped.
+struct Postfix {
+    dir: PathBuf,
+    smtp: u16,
+}
+
+impl Postfix {
+    fn up(dir: &Path, milter_port: u16) -> Postfix {
+        let (smtp, sink) = (free_port(), free_port());
+        let out = Command::new(tools().join("mta-up"))
+            .arg("--force")
+            .arg("--no-install")
+            .arg("--dir")
+            .arg(dir)
+            .args(["--smtp-port", &smtp.to_string()])
+            .args(["--sink-port", &sink.to_string()])
+            .args(["--milter-port", &milter_port.to_string()])
+            .args(["--default-action", "tempfail"])
+            .output()
+            .expect("run mta-up");
+        assert!(
+            out.status.success(),
+            "mta-up failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Postfix {
+            dir: dir.to_path_buf(),
+            smtp,
+        }
+    }
+
+    /// `mta-send` one file; returns its result line.
+    fn send(&self, file: &Path) -> String {
+        let out = Command::new(tools().join("mta-send"))
+            .args(["--server", &format!("127.0.0.1:{}", self.smtp)])
+            .args(["-t", "bob@example.com"])
+            .arg(file)
+            .output()
+            .expect("run mta-send");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The sink file holding `marker`, waiting up to 15 s for delivery.
+    fn delivered(&self, marker: &str) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(entries) = std::fs::read_dir(self.dir.join("sink")) {
+                for e in entries.flatten() {
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    if text.contains(marker) && text.contains("\n\n") {
+                        return Some(text);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
+    /// Whether a sink file holds `marker` now.
+    fn sink_holds(&self, marker: &str) -> bool {
+        std::fs::read_dir(self.dir.join("sink")).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(marker)))
+        })
+    }
+
+    fn maillog(&self) -> String {
+        std::fs::read_to_string(self.dir.join("postfix/log/maillog")).unwrap_or_default()
+    }
+}
+
+impl Drop for Postfix {
+    fn drop(&mut self) {
+        let _ = Command::new(tools().join("mta-down"))
+            .arg("--dir")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+/// A copy of a test message with a unique Message-ID, to find it in the sink.
+fn unique_copy(dir: &Path, name: &str, tag: &str) -> (PathBuf, String) {
+    let text = std::fs::read_to_string(data(name)).expect("test message");
+    let id = format!("{tag}-{}@shrike.test", std::process::id());
+    let mut out = String::new();
+    let mut replaced = false;
+    for line in text.lines() {
+        if !replaced && line.to_ascii_lowercase().starts_with("message-id:") {
+            out.push_str(&format!("Message-ID: <{id}>\n"));
+            replaced = true;
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(replaced, "{name} has a Message-ID");
+    let path = dir.join(format!("{tag}.eml"));
+    std::fs::write(&path, out).unwrap();
+    (path, id)
+}
+
+fn eod(line: &str) -> &str {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("EOD="))
+        .unwrap_or("")
+}
+
+#[test]
+fn postfix_with_shrike_milter() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Postfix's processes run as user postfix and must reach the harness directory.
+    let harness = tmp.path().join("mta");
+    std::fs::create_dir_all(&harness).unwrap();
+    for p in [tmp.path(), harness.as_path()] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut shrike = Daemon::start(tmp.path(), Options::default());
+    let postfix = Postfix::up(&harness, shrike.milter);
+
+    // Ham: delivered, with our headers.
+    let (ham, ham_id) = unique_copy(tmp.path(), "daemon/ham.eml", "ham");
+    let line = postfix.send(&ham);
+    assert_eq!(eod(&line), "250", "{line}\n{}", postfix.maillog());
+    let got = postfix
+        .delivered(&ham_id)
+        .unwrap_or_else(|| panic!("ham not in the sink\n{}", postfix.maillog()));
+    assert!(got.contains("\nX-Spam-Status: No, score="), "{got}");
+    assert!(got.contains("\nX-Spam-Score: "), "{got}");
+    assert!(got.contains("\nX-Spam-Symbols: "), "{got}");
+
+    // GTUBE: 550 at end of data, never delivered.
+    let (gtube, gtube_id) = unique_copy(tmp.path(), "gtube.eml", "gtube");
+    let line = postfix.send(&gtube);
+    assert_eq!(eod(&line), "550", "{line}");
+    assert!(line.contains("5.7.1"), "{line}");
+
+    // An add-header message: delivered, marked as spam, forged X-Spam-* gone.
+    let (tagged, tagged_id) = unique_copy(tmp.path(), "daemon/add_header.eml", "tagged");
+    let line = postfix.send(&tagged);
+    assert_eq!(eod(&line), "250", "{line}");
+    let got = postfix
+        .delivered(&tagged_id)
+        .unwrap_or_else(|| panic!("add-header message not in the sink\n{}", postfix.maillog()));
+    assert!(
+        got.contains("\nX-Spam-Status: Yes, score=") && got.contains("action=add header"),
+        "{got}"
+    );
+    assert!(
+        !got.contains("X-Spam-Flag: NO (forged)"),
+        "forged header kept:\n{got}"
+    );
+    assert_eq!(got.matches("\nX-Spam-Status:").count(), 1, "{got}");
+    // The GTUBE message was sent before this one was delivered; it is not in the sink.
+    assert!(!postfix.sink_holds(&gtube_id), "rejected message delivered");
+    assert!(postfix.maillog().contains("milter-reject: END-OF-MESSAGE"));
+
+    // Shrike stopped: Postfix applies milter_default_action = tempfail (at MAIL FROM).
+    shrike.stop();
+    let (late, _) = unique_copy(tmp.path(), "daemon/ham.eml", "late");
+    let line = postfix.send(&late);
+    assert!(line.contains("MAIL=451"), "{line}");
+}
+
+#[test]
+fn miltertest_script_passes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shrike = Daemon::start(tmp.path(), Options::default());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/milter/shrike-basic.lua");
+    let out = Command::new("miltertest")
+        .arg("-D")
+        .arg(format!("MILTER=inet:{}@127.0.0.1", shrike.milter))
+        .arg("-s")
+        .arg(&script)
+        .output()
+        .expect("miltertest is installed (scripts/test.sh installs it)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "miltertest failed:\n{text}");
+    assert!(
+        text.contains("ALL SHRIKE MILTERTEST CHECKS PASSED"),
+        "{text}"
+    );
+}

@@ -1,0 +1,368 @@
+//! The daemon over HTTP, as a real process: rspamd's protocol (also through the real `rspamc`),
+//! shrike's endpoints, limits, busy answers, reloads by SIGHUP and `POST /reload`, and state
+//! that survives SIGTERM and `kill -9`.
+
+#[allow(dead_code)]
+#[path = "common/daemon.rs"]
+mod daemon;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use daemon::{Daemon, Options};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn read(name: &str) -> Vec<u8> {
+    std::fs::read(data(name)).expect("test message")
+}
+
+const HAM: &str = "daemon/ham.eml";
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn subject_complaints(d: &Daemon, subject: &str) -> u64 {
+    let q = format!("/reputation?type=subject&value={}", url_encode(subject));
+    let r = d.get(&q);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["keys"][0]["windows"]["24h"]["complaint"]
+        .as_u64()
+        .expect("complaint count")
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn checkv2_and_shrike_endpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), Options::default());
+
+    let r = d.get("/ping");
+    assert_eq!((r.status, r.text().trim()), (200, "pong"));
+
+    let r = d.post(
+        "/checkv2",
+        &[("IP", "192.0.2.1"), ("Rcpt", "a@example.com")],
+        &read("gtube.eml"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["action"], "reject");
+    assert_eq!(v["is_skipped"], false);
+    assert!(v["score"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["required_score"], 15.0);
+    assert_eq!(v["symbols"]["GTUBE"]["name"], "GTUBE");
+    assert_eq!(v["message-id"], "GTUBE1.1010101@example.net");
+    assert_eq!(
+        v["milter"]["add_headers"]["X-Spam-Status"]["value"]
+            .as_str()
+            .unwrap()
+            .split(',')
+            .next(),
+        Some("Yes")
+    );
+    assert!(v["time_real"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["generation"], 1);
+
+    let r = d.post("/checkv2", &[], &read(HAM));
+    assert_eq!(r.status, 200);
+    let ham = r.json();
+    assert_eq!(ham["action"], "no action", "{ham}");
+    assert!(ham["symbols"].get("GTUBE").is_none());
+
+    // rspamd's /stat and shrike's /metrics count both.
+    let stat = d.get("/stat").json();
+    assert_eq!(stat["scanned"], 2, "{stat}");
+    assert_eq!(stat["actions"]["reject"], 1);
+    assert_eq!(stat["actions"]["no action"], 1);
+    let m = d.get("/metrics");
+    assert_eq!(m.status, 200);
+    let m = m.text();
+    assert!(
+        m.contains("shrike_scans_total{action=\"reject\"} 1\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("shrike_stage_seconds_count{stage=\"rules\"} 2\n"),
+        "{m}"
+    );
+    assert!(m.contains("shrike_rule_runs_total{rule=\"GTUBE\"}"), "{m}");
+    assert!(m.contains("shrike_store_keys "), "{m}");
+    assert!(
+        m.contains("shrike_last_reload_error{error=\"\"} 0\n"),
+        "{m}"
+    );
+
+    let h = d.get("/health");
+    assert_eq!(h.status, 200);
+    let h = h.json();
+    assert_eq!(h["ready"], true);
+    assert_eq!(h["generation"], 1);
+    assert!(h["last_reload_error"].is_null());
+
+    // Learning counts every call, also for the same message.
+    for _ in 0..3 {
+        let r = d.post("/learnspam", &[], &read("gtube.eml"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["success"], true);
+    }
+    assert_eq!(subject_complaints(&d, "Test spam mail (GTUBE)"), 3);
+    let r = d.post("/learnham", &[], &read("gtube.eml"));
+    assert_eq!(r.json()["class"], "ham");
+    let rep = d
+        .get("/reputation?type=8&value=Test%20spam%20mail%20(GTUBE)")
+        .json();
+    assert_eq!(rep["type"], "subject");
+    assert_eq!(rep["keys"][0]["windows"]["24h"]["rescue"], 1, "{rep}");
+    assert_eq!(rep["keys"][0]["windows"]["24h"]["seen"], 1, "{rep}");
+    assert!(!rep["keys"][0]["buckets"].as_array().unwrap().is_empty());
+
+    assert_eq!(d.get("/reputation?type=nonsense&value=x").status, 400);
+    assert_eq!(d.get("/reputation?type=subject").status, 400);
+    assert_eq!(d.get("/nowhere").status, 404);
+    assert_eq!(d.get("/checkv2").status, 405);
+    let stat = d.get("/stat").json();
+    assert_eq!(stat["learned"], 4);
+}
+
+#[test]
+fn real_rspamc_scans_and_learns() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), Options::default());
+    let host = format!("127.0.0.1:{}", d.http);
+    let out = Command::new("rspamc")
+        .args([
+            "-h",
+            &host,
+            "-i",
+            "192.0.2.9",
+            "-F",
+            "s@example.net",
+            "-r",
+            "a@example.com",
+        ])
+        .arg(data("gtube.eml"))
+        .output()
+        .expect("rspamc is installed (scripts/test.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "rspamc failed: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Action: reject"), "{text}");
+    assert!(text.contains("Spam: true"), "{text}");
+    assert!(text.contains("Symbol: GTUBE"), "{text}");
+    assert!(text.contains("Score: "), "{text}");
+
+    let out = Command::new("rspamc")
+        .args(["-h", &host, "--json"])
+        .arg(data(HAM))
+        .output()
+        .expect("rspamc");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\"action\": \"no action\"") || text.contains("\"action\":\"no action\""),
+        "{text}"
+    );
+
+    let out = Command::new("rspamc")
+        .args(["-h", &host, "learn_spam"])
+        .arg(data("gtube.eml"))
+        .output()
+        .expect("rspamc");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("success = true"), "{text}");
+    assert_eq!(subject_complaints(&d, "Test spam mail (GTUBE)"), 1);
+    let stat = d.get("/stat").json();
+    assert_eq!(stat["scanned"], 2);
+    assert_eq!(stat["learned_spam"], 1);
+}
+
+#[test]
+fn limits_busy_queue_and_timeouts() {
+    // One worker, a queue of one, and a rule that spins for a while: the third concurrent
+    // request finds the queue full and gets 503 with Retry-After, at once.
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(
+        rules.join("slow.lua"),
+        "rule { name = \"SLOW\", score = 0.1, description = \"spins\",\n\
+         check = function(msg) local x = 0 for i = 1, 3000000 do x = x + i end return x < 0 end }\n",
+    )
+    .unwrap();
+    let config = "[server]\nqueue = 1\n\n[http]\nmax_body_bytes = 4000\n\n\
+                  [engine]\nrule_instructions = 100000000\nmessage_instructions = 100000000\n";
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(config.into()),
+            rules: Some(rules),
+            workers: Some(1),
+            ..Options::default()
+        },
+    );
+    let big = vec![b'a'; 5000];
+    let r = d.post("/checkv2", &[], &big);
+    assert_eq!(r.status, 413, "{}", r.text());
+
+    let port = d.http;
+    let msg = read(HAM);
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let msg = msg.clone();
+            std::thread::spawn(move || daemon::http(port, "POST", "/checkv2", &[], &msg).unwrap())
+        })
+        .collect();
+    let replies: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let busy: Vec<_> = replies.iter().filter(|r| r.status == 503).collect();
+    assert!(ok >= 1, "{replies:?}");
+    assert!(!busy.is_empty(), "no 503 with a queue of one: {replies:?}");
+    assert_eq!(ok + busy.len(), 6);
+    assert_eq!(busy[0].header("retry-after"), Some("1"));
+    let m = d.get("/metrics").text();
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("shrike_busy_total "))
+        .unwrap();
+    assert_eq!(line, format!("shrike_busy_total {}", busy.len()));
+}
+
+#[test]
+fn reload_by_sighup_and_post_keeps_old_rules_on_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    let rule = |name: &str| {
+        format!(
+            "rule {{ name = \"{name}\", score = 1.5, description = \"test\",\n\
+             check = function(msg) return true end }}\n"
+        )
+    };
+    std::fs::write(rules.join("a.lua"), rule("FIRST_RULE")).unwrap();
+    // A long debounce keeps the file watcher out of the way: the reloads here are explicit.
+    let config = "[engine]\nreload_debounce_ms = 600000\n";
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(config.into()),
+            rules: Some(rules.clone()),
+            ..Options::default()
+        },
+    );
+    let symbols = |d: &Daemon| -> Vec<String> {
+        let v = d.post("/checkv2", &[], &read(HAM)).json();
+        v["symbols"].as_object().unwrap().keys().cloned().collect()
+    };
+    assert_eq!(symbols(&d), ["FIRST_RULE"]);
+
+    std::fs::write(rules.join("b.lua"), rule("SECOND_RULE")).unwrap();
+    d.signal("HUP");
+    wait_until("SIGHUP reload", || {
+        d.get("/health").json()["generation"] == 2
+    });
+    assert_eq!(symbols(&d), ["FIRST_RULE", "SECOND_RULE"]);
+
+    std::fs::write(
+        rules.join("b.lua"),
+        "rule { name = \"BROKEN\", check = 42 }\n",
+    )
+    .unwrap();
+    let r = d.post("/reload", &[], b"");
+    assert_eq!(r.status, 422, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["success"], false);
+    assert!(v["error"].as_str().unwrap().contains("b.lua"), "{v}");
+    let h = d.get("/health").json();
+    assert_eq!(h["generation"], 2);
+    assert!(
+        h["last_reload_error"].as_str().unwrap().contains("b.lua"),
+        "{h}"
+    );
+    assert!(d
+        .get("/metrics")
+        .text()
+        .contains("shrike_reload_failures_total 1\n"));
+    // The old rules still serve.
+    assert_eq!(symbols(&d), ["FIRST_RULE", "SECOND_RULE"]);
+
+    std::fs::remove_file(rules.join("b.lua")).unwrap();
+    let r = d.post("/reload", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(symbols(&d), ["FIRST_RULE"]);
+}
+
+#[test]
+fn learned_state_survives_sigterm_and_kill9() {
+    let dir = tempfile::tempdir().unwrap();
+    let subject = "Test spam mail (GTUBE)";
+    let mut d = Daemon::start(dir.path(), Options::default());
+    for _ in 0..3 {
+        assert_eq!(d.post("/learnspam", &[], &read("gtube.eml")).status, 200);
+    }
+    assert_eq!(subject_complaints(&d, subject), 3);
+    let ports = (d.http, d.milter);
+    let log = d.stop();
+    assert!(log.contains("state saved"), "{log}");
+    let snapshots = std::fs::read_dir(&d.data)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("snapshot-"))
+        .count();
+    assert_eq!(snapshots, 1, "one snapshot after a graceful stop");
+
+    let mut d = Daemon::start(
+        dir.path(),
+        Options {
+            ports: Some(ports),
+            ..Options::default()
+        },
+    );
+    assert_eq!(
+        subject_complaints(&d, subject),
+        3,
+        "after SIGTERM and restart"
+    );
+    for _ in 0..2 {
+        assert_eq!(d.post("/learnspam", &[], &read("gtube.eml")).status, 200);
+    }
+    // The WAL is written every 100 ms and fsynced every second.
+    std::thread::sleep(Duration::from_millis(2500));
+    d.kill9();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            ports: Some(ports),
+            ..Options::default()
+        },
+    );
+    assert_eq!(
+        subject_complaints(&d, subject),
+        5,
+        "after kill -9 and restart"
+    );
+}
