@@ -1,6 +1,6 @@
 //! The `shrike` command line: argument parsing, logging setup, config load, dispatch.
 
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, IsTerminal, Read, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +32,17 @@ enum Command {
     /// Rule-set tools.
     #[command(subcommand)]
     Rules(RulesCommand),
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the embedded defaults as TOML (every option).
+    Defaults,
+    /// Validate the file given with --config (or the defaults) and print it as used.
+    Check,
 }
 
 #[derive(Subcommand)]
@@ -104,6 +115,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
         .init();
     match run(cli) {
         Ok(code) => code,
@@ -123,6 +135,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve(config, args),
         Command::Scan(args) => scan(&config, args),
         Command::Rules(RulesCommand::Check { dir, tests }) => rules_check(&config, dir, tests),
+        Command::Config(ConfigCommand::Defaults) => {
+            print!(
+                "{}",
+                toml::to_string(&Config::default()).context("encoding the defaults")?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config(ConfigCommand::Check) => {
+            print!(
+                "{}",
+                toml::to_string(&config).context("encoding the configuration")?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -70,7 +70,7 @@ fn checkv2_and_shrike_endpoints() {
     let v = r.json();
     assert_eq!(v["action"], "reject");
     assert_eq!(v["is_skipped"], false);
-    assert!(v["score"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["score"].is_number(), "{v}");
     assert_eq!(v["required_score"], 15.0);
     assert_eq!(v["symbols"]["GTUBE"]["name"], "GTUBE");
     assert_eq!(v["message-id"], "GTUBE1.1010101@example.net");

@@ -71,7 +71,7 @@ mt.disconnect(c)
 
 -- 2. GTUBE: 550 5.7.1 at end of message, no headers.
 c = session("gtube", with({ { "Subject", "Test spam mail (GTUBE)" } }),
-  "XJS*C4JDBQADN1.NSBGR-STANDARD-ANTI-UBE-TEST-EMAIL*C.34X\r\n")
+  "XJS*C4JDBQADN1.NSBN3*2IDNEN*GTUBE-STANDARD-ANTI-UBE-TEST-EMAIL*C.34X\r\n")
 check(mt.getreply(c) == SMFIR_REPLYCODE, "gtube: eom -> SMFIR_REPLYCODE")
 check(mt.eom_check(c, MT_SMTPREPLY, "550", "5.7.1", "Spam message rejected"), "gtube: 550 5.7.1")
 check(not mt.eom_check(c, MT_HDRADD), "gtube: no header added")

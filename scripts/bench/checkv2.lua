@@ -1,0 +1,52 @@
+-- wrk script: POST /checkv2, cycling through the messages listed (one path per line) in the
+-- file named by $BENCH_LIST. Each wrk thread starts at a different offset. Prints latency
+-- percentiles and a status histogram at the end.
+--
+--   BENCH_LIST=/tmp/list wrk -t2 -c16 -d30s -s scripts/bench/checkv2.lua http://127.0.0.1:11333
+
+local bodies = {}
+local list = os.getenv("BENCH_LIST") or error("set BENCH_LIST to a file of message paths")
+for path in io.lines(list) do
+  local f = io.open(path, "rb")
+  if f then
+    bodies[#bodies + 1] = f:read("*a")
+    f:close()
+  end
+end
+assert(#bodies > 0, "no messages in " .. list)
+
+local threads = {}
+local counter = 0
+
+function setup(thread)
+  counter = counter + 1
+  thread:set("offset", counter * 7919)
+  table.insert(threads, thread)
+end
+
+local i = 0
+local statuses = {}
+
+function init(args)
+  i = offset or 0
+end
+
+function request()
+  i = i + 1
+  local body = bodies[(i % #bodies) + 1]
+  return wrk.format("POST", "/checkv2", { ["Content-Type"] = "text/plain" }, body)
+end
+
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+
+function done(summary, latency, requests)
+  local s = summary
+  io.write(string.format("messages: %d in %.1f s = %.1f msg/s, errors: connect %d read %d write %d status %d timeout %d\n",
+    s.requests, s.duration / 1e6, s.requests / (s.duration / 1e6),
+    s.errors.connect, s.errors.read, s.errors.write, s.errors.status, s.errors.timeout))
+  io.write(string.format("latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
+    latency:percentile(50) / 1000, latency:percentile(90) / 1000,
+    latency:percentile(99) / 1000, latency.max / 1000))
+end

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Milter throughput through a real Postfix (../shared/tools/mta): N corpus ham messages over C
+# SMTP connections, with shrike as the milter and with no milter at all (the baseline).
+# Needs root (Postfix). Everything runs on this machine: client, Postfix, sink and shrike.
+#
+#   scripts/bench_milter.sh [N] [CONNECTIONS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-1000}
+shift || true
+conns=("$@")
+[ ${#conns[@]} -gt 0 ] || conns=(4 16)
+tools=${SHRIKE_MTA_TOOLS:-../shared/tools/mta}
+work=${BENCH_DIR:-/tmp/shrike-bench}
+corpus="${SHRIKE_CORPUS:-../shared/corpus/spamassassin-dev.tar.gz}"
+mkdir -p "$work"
+[ -d "$work/corpus/spamassassin-dev" ] || { mkdir -p "$work/corpus"; tar xzf "$corpus" -C "$work/corpus"; }
+chmod 755 "$work"
+cargo build --release --quiet
+milter_port=21332
+rm -rf "$work/data-milter"
+./target/release/shrike serve --http 127.0.0.1:21335 --milter "127.0.0.1:$milter_port" \
+    --data "$work/data-milter" 2> "$work/shrike-milter.log" &
+pid=$!
+cleanup() { kill $pid 2>/dev/null || true; "$tools/mta-down" --dir "$work/mta" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+for _ in $(seq 100); do curl -sf http://127.0.0.1:21335/health >/dev/null && break; sleep 0.1; done
+
+bench() {  # bench LABEL MILTER
+    "$tools/mta-up" --force --no-install --dir "$work/mta" --milter "$2" >/dev/null 2>&1
+    for c in "${conns[@]}"; do
+        rm -f "$work/mta/sink/"* 2>/dev/null || true
+        echo "== $1, $c connections"
+        "$tools/mta-send" --server 127.0.0.1:2525 --bench "$n" --conns "$c" \
+            --wait-sink "$work/mta/sink" "$work/corpus/spamassassin-dev/ham/"* | tail -4
+    done
+    "$tools/mta-down" --dir "$work/mta" >/dev/null 2>&1
+}
+
+bench "Postfix + shrike milter" "inet:127.0.0.1:$milter_port"
+curl -s http://127.0.0.1:21335/metrics | grep -E '^shrike_(milter_messages_total|milter_fallbacks_total|scans_total)'
+bench "Postfix, no milter" none
