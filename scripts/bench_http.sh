@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # HTTP throughput and latency of `shrike serve` over the dev corpus with wrk (POST /checkv2,
-# cycling through ~1,000 corpus messages), and the same client against rspamd 3.4 from Debian
+# cycling through every sixth corpus message (521 of the dev split)), and the same client against rspamd 3.4 from Debian
 # (../shared/tools/rspamd/rspamd-up) when --rspamd is given. Client and server share the machine.
 #
 #   scripts/bench_http.sh [--rspamd] [SECONDS] [CONNECTIONS]
@@ -14,7 +14,7 @@ work=${BENCH_DIR:-/tmp/shrike-bench}
 corpus="${SHRIKE_CORPUS:-../shared/corpus/spamassassin-dev.tar.gz}"
 mkdir -p "$work"
 [ -d "$work/corpus/spamassassin-dev" ] || { mkdir -p "$work/corpus"; tar xzf "$corpus" -C "$work/corpus"; }
-# Every sixth message of the sorted corpus: ~1,000 messages from all three folders.
+# Every sixth message of the sorted corpus, from all three folders.
 find "$work/corpus/spamassassin-dev" -type f -path '*/*ham/*' -o -type f -path '*/spam/*' | sort \
     | awk 'NR % 6 == 1' > "$work/list"
 echo "messages in the cycle: $(wc -l < "$work/list")"

@@ -16,7 +16,10 @@ passes = int(sys.argv[4]) if len(sys.argv) > 4 else 10
 threads = int(sys.argv[5]) if len(sys.argv) > 5 else 4
 
 files = sorted(
-    os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if not f.startswith(".")
+    os.path.join(d, f)
+    for d, _, fs in os.walk(root)
+    for f in fs
+    if os.path.basename(d) in ("ham", "hard_ham", "spam")
 )
 bodies = [open(f, "rb").read() for f in files]
 
@@ -40,7 +43,16 @@ def worker(part, errors):
 
 
 print(f"{len(bodies)} messages per pass, {threads} connections")
-print("pass  msg/s   RSS MiB")
+def metric(name):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/metrics")
+    for line in conn.getresponse().read().decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+print("pass  msg/s   RSS MiB  store keys  store MiB")
 for p in range(1, passes + 1):
     errors = []
     start = time.time()
@@ -50,4 +62,9 @@ for p in range(1, passes + 1):
     for t in ts:
         t.join()
     took = time.time() - start
-    print(f"{p:4d}  {len(bodies) / took:6.0f}  {rss_kib() / 1024:7.1f}" + (f"  errors {len(errors)}" if errors else ""), flush=True)
+    keys, store = metric("shrike_store_keys"), metric("shrike_store_bytes")
+    print(
+        f"{p:4d}  {len(bodies) / took:6.0f}  {rss_kib() / 1024:7.1f}  {keys:10.0f}  {store / 2**20:9.1f}"
+        + (f"  errors {len(errors)}" if errors else ""),
+        flush=True,
+    )
