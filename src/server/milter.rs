@@ -557,24 +557,24 @@ enum Stream {
 /// last packet waits for the ACK of the one before, and a delayed ACK (40 ms on Linux) would
 /// stall every message: ~20 messages/s per connection. Linux clears quick-ACK mode on its own,
 /// so it is set again after every read.
-pub trait QuickAck {
-    fn quickack(&self) {}
+pub trait AckNow {
+    fn ack_now(&self) {}
 }
 
-impl QuickAck for tokio::net::TcpStream {
-    fn quickack(&self) {
-        let _ = socket2::SockRef::from(self).set_tcp_quickack(true);
+impl AckNow for tokio::net::TcpStream {
+    fn ack_now(&self) {
+        let _ = self.set_quickack(true);
     }
 }
 
-impl QuickAck for tokio::net::UnixStream {}
+impl AckNow for tokio::net::UnixStream {}
 
 async fn accept(listener: &Listener) -> std::io::Result<Stream> {
     match listener {
         Listener::Tcp(l) => {
             let (s, _) = l.accept().await?;
             s.set_nodelay(true)?;
-            s.quickack();
+            s.ack_now();
             Ok(Stream::Tcp(s))
         }
         Listener::Unix(l) => Ok(Stream::Unix(l.accept().await?.0)),
@@ -588,7 +588,7 @@ async fn connection<S>(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String>
 where
-    S: AsyncRead + AsyncWrite + Unpin + QuickAck,
+    S: AsyncRead + AsyncWrite + Unpin + AckNow,
 {
     let config = &daemon.config.milter;
     let limit = daemon.scanner.limits().max_message_bytes;
@@ -666,7 +666,7 @@ where
                 continue;
             }
         };
-        io.quickack();
+        io.ack_now();
         if n == 0 {
             // The MTA went away; whatever it sent of a message is dropped with the session.
             return Ok(());
