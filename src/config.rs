@@ -145,6 +145,22 @@ mod tests {
         assert!(zero.validate().is_err());
     }
 
+    /// docs/shrike.toml lists every option with its default: parsed, it is the defaults, and
+    /// it holds every key the defaults serialize to (the optional ones are commented out).
+    #[test]
+    fn documented_example_is_every_default() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/shrike.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let parsed: Config = toml::from_str(&text).unwrap();
+        assert_eq!(parsed, Config::default());
+        let documented: toml::Value = toml::from_str(&text).unwrap();
+        let defaults = toml::Value::try_from(Config::default()).unwrap();
+        assert_eq!(documented, defaults, "docs/shrike.toml differs from the defaults");
+        for optional in ["soft_reject", "rewrite_subject", "password"] {
+            assert!(text.contains(&format!("# {optional} = ")), "{optional} not documented");
+        }
+    }
+
     #[test]
     fn store_and_persist_sections() {
         let c: Config = toml::from_str(
