@@ -155,9 +155,15 @@ mod tests {
         assert_eq!(parsed, Config::default());
         let documented: toml::Value = toml::from_str(&text).unwrap();
         let defaults = toml::Value::try_from(Config::default()).unwrap();
-        assert_eq!(documented, defaults, "docs/shrike.toml differs from the defaults");
+        assert_eq!(
+            documented, defaults,
+            "docs/shrike.toml differs from the defaults"
+        );
         for optional in ["soft_reject", "rewrite_subject", "password"] {
-            assert!(text.contains(&format!("# {optional} = ")), "{optional} not documented");
+            assert!(
+                text.contains(&format!("# {optional} = ")),
+                "{optional} not documented"
+            );
         }
     }
 

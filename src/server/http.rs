@@ -250,6 +250,12 @@ async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Re
 /// Reads the whole body within the size and time limits.
 async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<Vec<u8>, Reply> {
     let c = &daemon.config.http;
+    if let Some(encoding) = compressed(req.headers()) {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &format!("compressed bodies ({encoding}) are not supported; send the raw message"),
+        ));
+    }
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -337,16 +343,34 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
 
 /// Loopback clients are trusted; others need the configured password.
 fn admin_allowed(req: &Request<Incoming>, daemon: &Daemon, local: bool) -> bool {
+    trusted(req.headers(), daemon.config.http.password.as_deref(), local)
+}
+
+fn trusted(headers: &hyper::HeaderMap, password: Option<&str>, local: bool) -> bool {
     if local {
         return true;
     }
-    match &daemon.config.http.password {
-        Some(password) => req
-            .headers()
+    match password {
+        Some(password) => headers
             .get("password")
             .is_some_and(|v| v.as_bytes() == password.as_bytes()),
         None => false,
     }
+}
+
+/// rspamc -z and some clients compress the body; we do not read compressed bodies.
+fn compressed(headers: &hyper::HeaderMap) -> Option<String> {
+    for name in ["compression", "content-encoding"] {
+        if let Some(v) = headers.get(name) {
+            let v = String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase();
+            if !v.is_empty() && v != "identity" {
+                return Some(v);
+            }
+        }
+    }
+    None
 }
 
 async fn learn(
@@ -694,4 +718,35 @@ fn reputation(query: &str, daemon: &Daemon) -> Reply {
         })
         .to_string(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_access_needs_loopback_or_the_password() {
+        let mut h = hyper::HeaderMap::new();
+        assert!(trusted(&h, None, true));
+        assert!(!trusted(&h, None, false));
+        assert!(!trusted(&h, Some("q1"), false));
+        h.insert("Password", HeaderValue::from_static("wrong"));
+        assert!(!trusted(&h, Some("q1"), false));
+        h.insert("Password", HeaderValue::from_static("q1"));
+        assert!(trusted(&h, Some("q1"), false));
+        assert!(
+            !trusted(&h, None, false),
+            "no password configured: loopback only"
+        );
+    }
+
+    #[test]
+    fn compressed_bodies_are_named() {
+        let mut h = hyper::HeaderMap::new();
+        assert_eq!(compressed(&h), None);
+        h.insert("Content-Encoding", HeaderValue::from_static("identity"));
+        assert_eq!(compressed(&h), None);
+        h.insert("Compression", HeaderValue::from_static("zstd"));
+        assert_eq!(compressed(&h).as_deref(), Some("zstd"));
+    }
 }

@@ -144,6 +144,9 @@ pub const WANT_PROTOCOL: u32 = protocol::NR_CONN
     | protocol::HDR_LEADSPC
     | protocol::NOUNKNOWN;
 
+/// Distinct macro names a session keeps.
+const MAX_MACROS: usize = 256;
+
 /// What the session wants next.
 #[derive(Debug)]
 pub enum Step {
@@ -261,7 +264,10 @@ impl Session {
                     if name == "i" {
                         self.queue_id = Some(lossy(&value));
                     }
-                    self.macros.insert(name.to_owned(), lossy(&value));
+                    // Bounded: a hostile client cannot grow the session with new names.
+                    if self.macros.len() < MAX_MACROS || self.macros.contains_key(name) {
+                        self.macros.insert(name.to_owned(), lossy(&value));
+                    }
                 }
                 Step::Quiet
             }
@@ -672,5 +678,123 @@ where
             return Ok(());
         }
         decoder.feed(&buf[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::milter::Decoder;
+
+    /// Postfix 3.7's side of two real connections (three messages), captured on the wire.
+    const POSTFIX: &[u8] = include_bytes!("../../tests/data/milter/postfix-3msgs-mta.bin");
+
+    fn run(bytes: &[u8]) -> (Vec<Step>, Vec<Session>) {
+        let mut d = Decoder::new(1 << 20);
+        d.feed(bytes);
+        let mut steps = Vec::new();
+        let mut sessions = vec![Session::default()];
+        while let Some(cmd) = d.next_command().unwrap() {
+            if matches!(cmd, Command::OptNeg(_)) && sessions.last().unwrap().negotiated.is_some() {
+                sessions.push(Session::default());
+            }
+            let s = sessions.last_mut().unwrap();
+            let optneg = matches!(cmd, Command::OptNeg(_));
+            let step = s.command(cmd, 1 << 20).unwrap();
+            if optneg {
+                // The capture's filter (pymilter) negotiated NOUNKNOWN | SKIP only, and Postfix
+                // sent what followed accordingly: header values without their leading space,
+                // and a reply expected at every step.
+                s.negotiated = Some(OptNeg {
+                    version: 6,
+                    actions: WANT_ACTIONS,
+                    protocol: protocol::NOUNKNOWN | protocol::SKIP,
+                });
+            }
+            if let Step::Scan(_) = &step {
+                let answer = ScanReply {
+                    verdict: crate::scan::Verdict::default(),
+                    message_id: None,
+                    subject: String::new(),
+                    urls: vec![],
+                    emails: vec![],
+                    times: Default::default(),
+                    queued: Duration::ZERO,
+                };
+                let replies = s.verdict(&Ok(answer), &MilterConfig::default(), 6.0);
+                assert_eq!(replies.last(), Some(&Reply::Accept));
+            }
+            steps.push(step);
+        }
+        (steps, sessions)
+    }
+
+    #[test]
+    fn captured_postfix_conversation_gives_three_messages() {
+        let (steps, sessions) = run(POSTFIX);
+        let scans: Vec<&ScanRequest> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Scan(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(scans.len(), 3);
+        assert_eq!(sessions.len(), 2, "two connections");
+        // Without the no-reply bits every step but macros, abort and quit gets a continue.
+        let continues = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Reply(Reply::Continue)))
+            .count();
+        assert!(continues > 20, "{continues}");
+        for scan in &scans {
+            assert_eq!(scan.envelope.client_ip, Some("127.0.0.1".parse().unwrap()));
+            assert!(!scan.envelope.rcpt_to.is_empty());
+            assert!(scan.envelope.mail_from.is_some());
+            let text = String::from_utf8_lossy(&scan.raw);
+            assert!(text.contains("\r\nSubject: "), "{text}");
+            assert!(text.contains("\r\n\r\n"), "{text}");
+            assert!(text.contains("\r\nMessage-ID: <"), "{text}");
+        }
+    }
+
+    #[test]
+    fn message_bytes_are_bounded_and_sessions_reset() {
+        let mut s = Session::default();
+        let offer = OptNeg {
+            version: 6,
+            actions: 0x1ff,
+            protocol: 0x1f_ffff,
+        };
+        s.command(Command::OptNeg(offer), 100).unwrap();
+        s.command(Command::Mail(vec![b"<a@b.example>".to_vec()]), 100)
+            .unwrap();
+        s.command(
+            Command::Header {
+                name: b"Subject".to_vec(),
+                value: b" hello".to_vec(),
+            },
+            100,
+        )
+        .unwrap();
+        for _ in 0..10 {
+            s.command(Command::Body(vec![b'x'; 50]), 100).unwrap();
+        }
+        let Step::Scan(req) = s.command(Command::EndOfMessage(vec![]), 100).unwrap() else {
+            panic!("no scan at end of message")
+        };
+        assert!(req.raw.len() <= 102, "{}", req.raw.len());
+        assert!(req.raw.starts_with(b"Subject: hello\r\n\r\n"));
+        assert_eq!(req.envelope.mail_from.as_deref(), Some("a@b.example"));
+        let replies = s.verdict(&Err(PoolError::Busy), &MilterConfig::default(), 6.0);
+        assert!(matches!(&replies[..], [Reply::ReplyCode(t)] if t.starts_with("451 ")));
+        assert!(!s.in_message());
+        // Too many distinct macro names are not kept.
+        for i in 0..1000 {
+            let pairs = vec![(format!("{{m{i}}}").into_bytes(), b"v".to_vec())];
+            s.command(Command::Macro { stage: b'C', pairs }, 100)
+                .unwrap();
+        }
+        assert!(s.macros.len() <= MAX_MACROS);
     }
 }
