@@ -320,25 +320,7 @@ fn bad_packets_close_only_their_connection() {
 #[test]
 fn full_queue_gets_the_configured_fallback() {
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("rules");
-    std::fs::create_dir_all(&rules).unwrap();
-    std::fs::write(
-        rules.join("slow.lua"),
-        "rule { name = \"SLOW\", score = 0.1, description = \"spins\",\n\
-         check = function(msg) local x = 0 for i = 1, 3000000 do x = x + i end return x < 0 end }\n",
-    )
-    .unwrap();
-    let config = "[server]\nqueue = 1\n\n[engine]\nrule_instructions = 100000000\n\
-                  message_instructions = 100000000\n";
-    let d = Daemon::start(
-        dir.path(),
-        Options {
-            config: Some(config.into()),
-            rules: Some(rules),
-            workers: Some(1),
-            ..Options::default()
-        },
-    );
+    let d = Daemon::start(dir.path(), daemon::slow_setup(dir.path(), ""));
     let port = d.milter;
     let handles: Vec<_> = (0..6)
         .map(|_| {

@@ -206,24 +206,9 @@ fn limits_busy_queue_and_timeouts() {
     // One worker, a queue of one, and a rule that spins for a while: the third concurrent
     // request finds the queue full and gets 503 with Retry-After, at once.
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("rules");
-    std::fs::create_dir_all(&rules).unwrap();
-    std::fs::write(
-        rules.join("slow.lua"),
-        "rule { name = \"SLOW\", score = 0.1, description = \"spins\",\n\
-         check = function(msg) local x = 0 for i = 1, 3000000 do x = x + i end return x < 0 end }\n",
-    )
-    .unwrap();
-    let config = "[server]\nqueue = 1\n\n[http]\nmax_body_bytes = 4000\n\n\
-                  [engine]\nrule_instructions = 100000000\nmessage_instructions = 100000000\n";
     let d = Daemon::start(
         dir.path(),
-        Options {
-            config: Some(config.into()),
-            rules: Some(rules),
-            workers: Some(1),
-            ..Options::default()
-        },
+        daemon::slow_setup(dir.path(), "[http]\nmax_body_bytes = 4000\n"),
     );
     let big = vec![b'a'; 5000];
     let r = d.post("/checkv2", &[], &big);
@@ -335,13 +320,16 @@ fn learned_state_survives_sigterm_and_kill9() {
         .count();
     assert_eq!(snapshots, 1, "one snapshot after a graceful stop");
 
-    let mut d = Daemon::start(
-        dir.path(),
-        Options {
-            ports: Some(ports),
-            ..Options::default()
-        },
-    );
+    let restart = || {
+        Daemon::start(
+            dir.path(),
+            Options {
+                ports: Some(ports),
+                ..Options::default()
+            },
+        )
+    };
+    let mut d = restart();
     assert_eq!(
         subject_complaints(&d, subject),
         3,
@@ -353,13 +341,7 @@ fn learned_state_survives_sigterm_and_kill9() {
     // The WAL is written every 100 ms and fsynced every second.
     std::thread::sleep(Duration::from_millis(2500));
     d.kill9();
-    let d = Daemon::start(
-        dir.path(),
-        Options {
-            ports: Some(ports),
-            ..Options::default()
-        },
-    );
+    let d = restart();
     assert_eq!(
         subject_complaints(&d, subject),
         5,

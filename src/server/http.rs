@@ -9,12 +9,10 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -25,9 +23,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
+use super::listen::{accept_loop, Listener, Stream};
 use super::metrics::{counter_header, gauge, label};
 use super::pool::{PoolError, ScanRequest};
-use super::{spam_headers, Daemon, Listen};
+use super::{spam_headers, Daemon};
 use crate::proto::rspamd::{check_reply, error_body, CheckRequest, ReplyExtras};
 use crate::shingle::{self, Kind};
 use crate::store::{Counter, StoreKey, COUNTERS};
@@ -70,95 +69,25 @@ impl Default for HttpConfig {
     }
 }
 
-/// A bound HTTP listener.
-pub enum Listener {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
-}
-
-pub async fn bind(listen: &Listen) -> anyhow::Result<Listener> {
-    Ok(match listen {
-        Listen::Tcp(addr) => Listener::Tcp(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("HTTP: cannot listen on {addr}"))?,
-        ),
-        Listen::Unix(path) => Listener::Unix(bind_unix(path)?),
-        Listen::Off => anyhow::bail!("HTTP listener is off"),
-    })
-}
-
-/// Binds a unix socket, replacing a stale socket file, readable and writable by all (an MTA
-/// runs as another user).
-pub fn bind_unix(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if meta.file_type().is_socket() {
-            std::fs::remove_file(path)
-                .with_context(|| format!("removing stale socket {}", path.display()))?;
-        }
-    }
-    let listener = tokio::net::UnixListener::bind(path)
-        .with_context(|| format!("cannot listen on unix:{}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .with_context(|| format!("chmod {}", path.display()))?;
-    Ok(listener)
-}
-
-/// Accepts connections until `stop` turns true; each connection holds a permit of `limit`.
+/// Serves HTTP until `stop` turns true.
 pub async fn run(
     listener: Listener,
     daemon: Arc<Daemon>,
     limit: Arc<Semaphore>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.changed() => break,
-            a = accept(&listener) => a,
-        };
-        let (io, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "HTTP accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            tracing::warn!(
-                ?peer,
-                "HTTP connection limit reached; closing a new connection"
-            );
-            continue;
-        };
+    let stop_each = stop.clone();
+    accept_loop(listener, limit, stop, "HTTP", move |stream, peer| {
         daemon.metrics.http_connections.fetch_add(1, Relaxed);
-        let (daemon, stop) = (daemon.clone(), stop.clone());
-        tokio::spawn(async move {
-            match io {
+        let (daemon, stop) = (daemon.clone(), stop_each.clone());
+        async move {
+            match stream {
                 Stream::Tcp(s) => serve_connection(s, peer, daemon, stop).await,
                 Stream::Unix(s) => serve_connection(s, peer, daemon, stop).await,
             }
-            drop(permit);
-        });
-    }
-}
-
-enum Stream {
-    Tcp(tokio::net::TcpStream),
-    Unix(tokio::net::UnixStream),
-}
-
-async fn accept(listener: &Listener) -> std::io::Result<(Stream, Option<SocketAddr>)> {
-    match listener {
-        Listener::Tcp(l) => {
-            let (s, peer) = l.accept().await?;
-            let _ = s.set_nodelay(true);
-            Ok((Stream::Tcp(s), Some(peer)))
         }
-        // A unix-socket client is local.
-        Listener::Unix(l) => Ok((Stream::Unix(l.accept().await?.0), None)),
-    }
+    })
+    .await;
 }
 
 async fn serve_connection<S>(

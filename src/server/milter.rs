@@ -14,13 +14,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
+use super::listen::{accept_loop, Listener, Stream};
 use super::pool::{PoolError, ScanReply, ScanRequest};
-use super::{is_spam_header, spam_headers, Daemon, Listen};
+use super::{is_spam_header, spam_headers, Daemon};
 use crate::message::Envelope;
 use crate::proto::milter::{actions, encode, negotiate, protocol, Command, Decoder, OptNeg, Reply};
 use crate::scan::Action;
@@ -495,51 +495,18 @@ enum Part {
     Body,
 }
 
-/// A bound milter listener.
-pub enum Listener {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
-}
-
-pub async fn bind(listen: &Listen) -> anyhow::Result<Listener> {
-    Ok(match listen {
-        Listen::Tcp(addr) => Listener::Tcp(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("milter: cannot listen on {addr}"))?,
-        ),
-        Listen::Unix(path) => Listener::Unix(super::http::bind_unix(path)?),
-        Listen::Off => anyhow::bail!("milter listener is off"),
-    })
-}
-
-/// Accepts MTA connections until `stop` turns true.
+/// Serves MTA connections until `stop` turns true.
 pub async fn run(
     listener: Listener,
     daemon: Arc<Daemon>,
     limit: Arc<Semaphore>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.changed() => break,
-            a = accept(&listener) => a,
-        };
-        let stream = match accepted {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "milter accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            tracing::warn!("milter connection limit reached; closing a new connection");
-            continue;
-        };
+    let stop_each = stop.clone();
+    accept_loop(listener, limit, stop, "milter", move |stream, _| {
         daemon.metrics.milter_connections.fetch_add(1, Relaxed);
-        let (daemon, stop) = (daemon.clone(), stop.clone());
-        tokio::spawn(async move {
+        let (daemon, stop) = (daemon.clone(), stop_each.clone());
+        async move {
             let result = match stream {
                 Stream::Tcp(s) => connection(s, &daemon, stop).await,
                 Stream::Unix(s) => connection(s, &daemon, stop).await,
@@ -548,14 +515,9 @@ pub async fn run(
                 daemon.metrics.milter_protocol_errors.fetch_add(1, Relaxed);
                 tracing::warn!(error = %e, "milter connection closed");
             }
-            drop(permit);
-        });
-    }
-}
-
-enum Stream {
-    Tcp(tokio::net::TcpStream),
-    Unix(tokio::net::UnixStream),
+        }
+    })
+    .await;
 }
 
 /// Acknowledge what was read at once. With the no-reply bits, Postfix sends a message as a
@@ -575,18 +537,6 @@ impl AckNow for tokio::net::TcpStream {
 
 impl AckNow for tokio::net::UnixStream {}
 
-async fn accept(listener: &Listener) -> std::io::Result<Stream> {
-    match listener {
-        Listener::Tcp(l) => {
-            let (s, _) = l.accept().await?;
-            s.set_nodelay(true)?;
-            s.ack_now();
-            Ok(Stream::Tcp(s))
-        }
-        Listener::Unix(l) => Ok(Stream::Unix(l.accept().await?.0)),
-    }
-}
-
 /// Serves one MTA connection. Errors are protocol or I/O errors that closed it.
 async fn connection<S>(
     mut io: S,
@@ -604,6 +554,7 @@ where
     let mut out = Vec::with_capacity(512);
     let mut buf = vec![0u8; 64 * 1024];
     let mut stopping = *stop.borrow();
+    io.ack_now();
     loop {
         loop {
             let cmd = match decoder.next_command() {

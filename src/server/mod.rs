@@ -6,6 +6,7 @@
 //! (the X-Spam-* headers). Never touches: wire formats (`proto`), scoring (`scan`).
 
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod milter;
 pub mod pool;
@@ -23,6 +24,7 @@ use crate::config::Config;
 use crate::engine::RuleLocation;
 use crate::scan::{Action, Scanner, Verdict};
 use crate::store::{Durable, ReputationStore, Store, Sweeper, SystemClock};
+use listen::Listen;
 use metrics::Metrics;
 use pool::Pool;
 
@@ -165,27 +167,6 @@ pub fn is_spam_header(name: &str) -> bool {
         .is_some_and(|p| p.eq_ignore_ascii_case(b"x-spam-"))
 }
 
-/// Where `serve` listens, as given on the command line or in the config.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Listen {
-    Tcp(String),
-    Unix(PathBuf),
-    Off,
-}
-
-impl Listen {
-    pub fn parse(s: &str) -> Listen {
-        let s = s.trim();
-        if s.is_empty() || s == "off" || s == "none" {
-            Listen::Off
-        } else if let Some(path) = s.strip_prefix("unix:") {
-            Listen::Unix(PathBuf::from(path))
-        } else {
-            Listen::Tcp(s.strip_prefix("inet:").unwrap_or(s).to_owned())
-        }
-    }
-}
-
 /// Runs the daemon until SIGTERM/SIGINT.
 pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -264,7 +245,7 @@ async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
 
     let mut servers = Vec::new();
     if http_listen != Listen::Off {
-        let listener = http::bind(&http_listen).await?;
+        let listener = listen::bind(&http_listen, "HTTP").await?;
         servers.push(tokio::spawn(http::run(
             listener,
             daemon.clone(),
@@ -273,7 +254,7 @@ async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
         )));
     }
     if milter_listen != Listen::Off {
-        let listener = milter::bind(&milter_listen).await?;
+        let listener = listen::bind(&milter_listen, "milter").await?;
         servers.push(tokio::spawn(milter::run(
             listener,
             daemon.clone(),

@@ -259,3 +259,26 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
         b = b.get(size + 2..)?;
     }
 }
+
+/// A rule directory whose only rule spins for millions of Lua instructions, and a config
+/// (`extra` appended) that allows it and gives the daemon a queue of one: with one worker,
+/// concurrent messages find the queue full.
+pub fn slow_setup(dir: &Path, extra: &str) -> Options {
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).expect("rules dir");
+    std::fs::write(
+        rules.join("slow.lua"),
+        "rule { name = \"SLOW\", score = 0.1, description = \"spins\",\n\
+         check = function(msg) local x = 0 for i = 1, 3000000 do x = x + i end return x < 0 end }\n",
+    )
+    .expect("slow rule");
+    Options {
+        config: Some(format!(
+            "[server]\nqueue = 1\n\n[engine]\nrule_instructions = 100000000\n\
+             message_instructions = 100000000\n\n{extra}"
+        )),
+        rules: Some(rules),
+        workers: Some(1),
+        ..Options::default()
+    }
+}
