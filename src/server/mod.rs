@@ -179,6 +179,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
         s.io_threads
     };
 
+    let _lock = lock_data_dir(&s.data_dir)?;
     let (durable, recovery) = Durable::open(
         &s.data_dir,
         &config.store,
@@ -233,6 +234,31 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
         .context("writing the final snapshot at shutdown")?;
     tracing::info!(keys = store_keys, "state saved; bye");
     served
+}
+
+/// Two daemons appending to one WAL would corrupt it: the first holds an exclusive lock on
+/// `DIR/lock` for its lifetime (released by the OS, also on `kill -9`).
+fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the data directory {}", dir.display()))?;
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "{} is in use by another shrike (lock held on {}); give each daemon its own --data",
+            dir.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
 }
 
 async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
@@ -318,6 +344,16 @@ async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::scan::SymbolHit;
+
+    #[test]
+    fn a_data_directory_serves_one_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = lock_data_dir(dir.path()).unwrap();
+        let err = lock_data_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("in use by another shrike"), "{err}");
+        drop(first);
+        assert!(lock_data_dir(dir.path()).is_ok());
+    }
 
     #[test]
     fn listen_forms() {
