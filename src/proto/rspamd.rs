@@ -133,7 +133,7 @@ pub struct CheckReply<'a> {
     pub score: f64,
     pub required_score: f64,
     pub action: &'static str,
-    pub thresholds: BTreeMap<&'static str, f64>,
+    pub thresholds: &'a BTreeMap<&'static str, f64>,
     pub symbols: BTreeMap<&'a str, Symbol<'a>>,
     pub messages: BTreeMap<&'static str, String>,
     #[serde(rename = "message-id", skip_serializing_if = "Option::is_none")]
@@ -159,7 +159,7 @@ pub struct ReplyExtras<'a> {
     pub emails: &'a [String],
     pub time_real: f64,
     /// Action thresholds in rspamd's names.
-    pub thresholds: BTreeMap<&'static str, f64>,
+    pub thresholds: &'a BTreeMap<&'static str, f64>,
     /// Headers an MTA integration should add, in order.
     pub add_headers: Vec<(String, String)>,
     /// Header names to remove first (the X-Spam-* a sender may have forged).
@@ -288,6 +288,7 @@ mod tests {
                 options: vec!["x".into()],
             },
         );
+        let thresholds = BTreeMap::from([("reject", 15.0)]);
         let reply = check_reply(
             &verdict,
             ReplyExtras {
@@ -296,7 +297,7 @@ mod tests {
                 urls: &[],
                 emails: &[],
                 time_real: 0.001,
-                thresholds: BTreeMap::from([("reject", 15.0)]),
+                thresholds: &thresholds,
                 add_headers: vec![("X-Spam-Score".into(), "16.00".into())],
                 remove_headers: vec!["X-Spam-Score".into()],
             },

@@ -523,21 +523,21 @@ pub struct Details<'r> {
 }
 
 impl Analysis<'_> {
+    /// The message's URLs, each once, in order of appearance.
+    pub fn distinct_urls(&self) -> Vec<&str> {
+        distinct(self.entities.urls.iter().map(|u| u.url.as_str()))
+    }
+
+    /// The message's email addresses, each once, in order of appearance.
+    pub fn distinct_emails(&self) -> Vec<&str> {
+        distinct(self.entities.emails.iter().map(|m| m.address.as_str()))
+    }
+
     /// The report for this analysis and verdict.
     pub fn report<'r>(&'r self, file: &'r str, verdict: &'r Verdict) -> Report<'r> {
         let e = &self.entities;
-        let mut urls: Vec<&str> = Vec::with_capacity(e.urls.len());
-        for u in &e.urls {
-            if !urls.contains(&u.url.as_str()) {
-                urls.push(&u.url);
-            }
-        }
-        let mut emails: Vec<&str> = Vec::with_capacity(e.emails.len());
-        for m in &e.emails {
-            if !emails.contains(&m.address.as_str()) {
-                emails.push(&m.address);
-            }
-        }
+        let urls = self.distinct_urls();
+        let emails = self.distinct_emails();
         let mut ips: Vec<String> = Vec::with_capacity(e.ips.len());
         for ip in &e.ips {
             let s = ip.ip.to_string();
@@ -577,6 +577,12 @@ impl Analysis<'_> {
             mixed_script_words: &self.message.mixed_script_words,
         }
     }
+}
+
+/// Each item once, first occurrence first.
+fn distinct<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut seen = rustc_hash::FxHashSet::default();
+    items.filter(|item| seen.insert(*item)).collect()
 }
 
 fn is_zero(n: &u64) -> bool {

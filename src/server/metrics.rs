@@ -67,7 +67,19 @@ impl Histogram {
 }
 
 /// The pipeline stages timed per scan.
-pub const STAGES: [&str; 5] = ["queue", "analyze", "lookup", "rules", "total"];
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Waiting for a worker.
+    Queue,
+    Analyze,
+    Lookup,
+    Rules,
+    /// A worker's whole job.
+    Total,
+}
+
+/// Stage label values, in `Stage` order.
+const STAGE_NAMES: [&str; 5] = ["queue", "analyze", "lookup", "rules", "total"];
 
 /// Everything the daemon counts.
 #[derive(Debug, Default)]
@@ -92,8 +104,8 @@ pub struct Metrics {
     pub milter_protocol_errors: AtomicU64,
     /// Messages answered with the configured fallback (busy, timeout, error).
     pub milter_fallbacks: AtomicU64,
-    /// Per stage, in `STAGES` order.
-    pub stages: [Histogram; STAGES.len()],
+    /// Indexed by `Stage`.
+    pub stages: [Histogram; STAGE_NAMES.len()],
 }
 
 impl Metrics {
@@ -103,10 +115,8 @@ impl Metrics {
         }
     }
 
-    pub fn stage(&self, name: &str, d: Duration) {
-        if let Some(i) = STAGES.iter().position(|&s| s == name) {
-            self.stages[i].observe(d);
-        }
+    pub fn stage(&self, stage: Stage, d: Duration) {
+        self.stages[stage as usize].observe(d);
     }
 
     pub fn total_scans(&self) -> u64 {
@@ -199,8 +209,8 @@ impl Metrics {
             "# HELP shrike_stage_seconds Wall time per pipeline stage (queue: waiting for a worker).\n\
              # TYPE shrike_stage_seconds histogram"
         );
-        for (i, stage) in STAGES.iter().enumerate() {
-            self.stages[i].render(out, "shrike_stage_seconds", &format!("stage=\"{stage}\""));
+        for (histogram, stage) in self.stages.iter().zip(STAGE_NAMES) {
+            histogram.render(out, "shrike_stage_seconds", &format!("stage=\"{stage}\""));
         }
     }
 }

@@ -170,7 +170,7 @@ pub struct Session {
     rcpts: Vec<String>,
     /// The header block as received, CRLF line ends.
     head: Vec<u8>,
-    /// Occurrences per lower-case header name (for CHGHDR indexes).
+    /// Occurrences per lower-case X-Spam-* header name (for CHGHDR indexes).
     header_counts: HashMap<String, u32>,
     /// X-Spam-* headers that came with the message: (name, index among its name).
     forged: Vec<(String, u32)>,
@@ -236,16 +236,19 @@ impl Session {
         self.in_message = false;
     }
 
-    fn keep(&mut self, which: Part, bytes: &[u8], limit: usize) {
-        let held = self.head.len() + self.body.len();
-        let room = limit.saturating_sub(held);
-        let take = bytes.len().min(room);
-        let target = match which {
-            Part::Head => &mut self.head,
-            Part::Body => &mut self.body,
-        };
-        target.extend_from_slice(&bytes[..take]);
-        self.dropped += (bytes.len() - take) as u64;
+    /// Appends `pieces` to the head or body, up to `limit` bytes per message in all; the rest
+    /// is counted as dropped.
+    fn keep(&mut self, which: Part, pieces: &[&[u8]], limit: usize) {
+        for bytes in pieces {
+            let held = self.head.len() + self.body.len();
+            let take = bytes.len().min(limit.saturating_sub(held));
+            let target = match which {
+                Part::Head => &mut self.head,
+                Part::Body => &mut self.body,
+            };
+            target.extend_from_slice(&bytes[..take]);
+            self.dropped += (bytes.len() - take) as u64;
+        }
     }
 
     /// Handles one command. `limit` bounds the bytes kept per message.
@@ -309,36 +312,33 @@ impl Session {
             }
             Command::Data => self.cont(protocol::NR_DATA),
             Command::Header { name, value } => {
-                let name_s = lossy(&name);
-                let lower = name_s.to_ascii_lowercase();
-                let n = self.header_counts.entry(lower.clone()).or_insert(0);
-                *n += 1;
-                if is_spam_header(&name_s) {
-                    self.forged.push((name_s.clone(), *n));
+                if is_spam_header(&name) {
+                    // CHGHDR indexes count the headers of one name; only ours are ever removed.
+                    let name = lossy(&name);
+                    let n = self
+                        .header_counts
+                        .entry(name.to_ascii_lowercase())
+                        .or_insert(0);
+                    *n += 1;
+                    let index = *n;
+                    self.forged.push((name, index));
                 }
                 let leadspc = self.has_protocol(protocol::HDR_LEADSPC);
-                if lower == "subject" && self.subject.is_none() {
-                    let v = lossy(&value);
-                    self.subject = Some(if leadspc {
-                        v.strip_prefix(' ').unwrap_or(&v).to_owned()
+                if self.subject.is_none() && name.eq_ignore_ascii_case(b"subject") {
+                    let v = if leadspc {
+                        value.strip_prefix(b" ").unwrap_or(&value)
                     } else {
-                        v
-                    });
+                        &value[..]
+                    };
+                    self.subject = Some(lossy(v));
                 }
-                let mut line = Vec::with_capacity(name.len() + value.len() + 4);
-                line.extend_from_slice(&name);
-                line.push(b':');
-                if !leadspc {
-                    line.push(b' ');
-                }
-                line.extend_from_slice(&value);
-                line.extend_from_slice(b"\r\n");
-                self.keep(Part::Head, &line, limit);
+                let separator: &[u8] = if leadspc { b":" } else { b": " };
+                self.keep(Part::Head, &[&name, separator, &value, b"\r\n"], limit);
                 self.cont(protocol::NR_HDR)
             }
             Command::EndOfHeaders => self.cont(protocol::NR_EOH),
             Command::Body(chunk) => {
-                self.keep(Part::Body, &chunk, limit);
+                self.keep(Part::Body, &[&chunk], limit);
                 if self.has_protocol(protocol::NR_BODY) {
                     Step::Quiet
                 } else if self.dropped > 0 && self.has_protocol(protocol::SKIP) {
@@ -348,7 +348,7 @@ impl Session {
                 }
             }
             Command::EndOfMessage(chunk) => {
-                self.keep(Part::Body, &chunk, limit);
+                self.keep(Part::Body, &[&chunk], limit);
                 if self.dropped > 0 {
                     tracing::debug!(
                         queue_id = self.queue_id.as_deref(),
@@ -400,18 +400,9 @@ impl Session {
                 Fallback::Reject => vec![Reply::ReplyCode(config.reject_reply.clone())],
             },
         };
-        let negotiated = self.negotiated;
-        let (client_ip, helo, macros) = (
-            self.client_ip,
-            self.helo.take(),
-            std::mem::take(&mut self.macros),
-        );
+        // The connection's state (negotiation, client, HELO, macros) stays for the next one.
         self.reset_message();
         self.queue_id = None;
-        self.negotiated = negotiated;
-        self.client_ip = client_ip;
-        self.helo = helo;
-        self.macros = macros;
         replies
     }
 

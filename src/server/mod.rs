@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod milter;
 pub mod pool;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -72,6 +73,8 @@ pub struct Daemon {
     pub store: Arc<Store>,
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
+    /// The action thresholds in rspamd's names, from the config.
+    pub thresholds: BTreeMap<&'static str, f64>,
     pub started: Instant,
     /// False until the listeners are up, and again from the start of shutdown.
     pub ready: AtomicBool,
@@ -80,22 +83,6 @@ pub struct Daemon {
 impl Daemon {
     pub fn scan_timeout(&self) -> Duration {
         Duration::from_millis(self.config.server.scan_timeout_ms.max(1))
-    }
-
-    /// The action thresholds in rspamd's names.
-    pub fn thresholds(&self) -> std::collections::BTreeMap<&'static str, f64> {
-        let v = &self.config.verdict;
-        let mut t = std::collections::BTreeMap::new();
-        t.insert(Action::Reject.as_str(), v.reject);
-        t.insert(Action::AddHeader.as_str(), v.add_header);
-        t.insert(Action::Greylist.as_str(), v.greylist);
-        if let Some(s) = v.soft_reject {
-            t.insert(Action::SoftReject.as_str(), s);
-        }
-        if let Some(s) = v.rewrite_subject {
-            t.insert(Action::RewriteSubject.as_str(), s);
-        }
-        t
     }
 
     /// Rebuilds the rules (SIGHUP, `POST /reload`); blocking.
@@ -111,6 +98,21 @@ impl Daemon {
             }
         }
     }
+}
+
+/// The action thresholds in rspamd's names (the `thresholds` of a `/checkv2` reply).
+fn thresholds(v: &crate::scan::VerdictConfig) -> BTreeMap<&'static str, f64> {
+    let mut t = BTreeMap::new();
+    t.insert(Action::Reject.as_str(), v.reject);
+    t.insert(Action::AddHeader.as_str(), v.add_header);
+    t.insert(Action::Greylist.as_str(), v.greylist);
+    if let Some(s) = v.soft_reject {
+        t.insert(Action::SoftReject.as_str(), s);
+    }
+    if let Some(s) = v.rewrite_subject {
+        t.insert(Action::RewriteSubject.as_str(), s);
+    }
+    t
 }
 
 /// The X-Spam-* headers for a verdict: score, status and symbols (folded).
@@ -161,9 +163,8 @@ pub fn spam_headers(verdict: &Verdict, add_header_at: f64) -> Vec<(String, Strin
 }
 
 /// Whether a header is one of ours, which a sender must not be able to forge.
-pub fn is_spam_header(name: &str) -> bool {
-    name.as_bytes()
-        .get(..7)
+pub fn is_spam_header(name: &[u8]) -> bool {
+    name.get(..7)
         .is_some_and(|p| p.eq_ignore_ascii_case(b"x-spam-"))
 }
 
@@ -205,6 +206,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     let pool = Pool::start(scanner.clone(), workers, queue, metrics.clone())
         .context("starting the scan workers")?;
     let daemon = Arc::new(Daemon {
+        thresholds: thresholds(&config.verdict),
         config,
         scanner,
         store,
@@ -266,8 +268,19 @@ async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let http_listen = Listen::parse(&daemon.config.http.listen);
     let milter_listen = Listen::parse(&daemon.config.milter.listen);
-    let http_limit = Arc::new(Semaphore::new(daemon.config.http.max_connections.max(1)));
-    let milter_limit = Arc::new(Semaphore::new(daemon.config.milter.max_connections.max(1)));
+    // Each open connection holds a permit; the shutdown waits until it has them all back.
+    let http_slots = daemon
+        .config
+        .http
+        .max_connections
+        .clamp(1, u32::MAX as usize);
+    let milter_slots = daemon
+        .config
+        .milter
+        .max_connections
+        .clamp(1, u32::MAX as usize);
+    let http_limit = Arc::new(Semaphore::new(http_slots));
+    let milter_limit = Arc::new(Semaphore::new(milter_slots));
 
     let mut servers = Vec::new();
     if http_listen != Listen::Off {
@@ -321,13 +334,8 @@ async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
     // Wait for the open connections (each holds a permit) up to the grace period.
     let grace = Duration::from_secs(daemon.config.server.shutdown_grace_secs);
     let drained = tokio::time::timeout(grace, async {
-        for (limit, n) in [
-            (&http_limit, daemon.config.http.max_connections.max(1)),
-            (&milter_limit, daemon.config.milter.max_connections.max(1)),
-        ] {
-            let _ = limit
-                .acquire_many(u32::try_from(n).unwrap_or(u32::MAX))
-                .await;
+        for (limit, n) in [(&http_limit, http_slots), (&milter_limit, milter_slots)] {
+            let _ = limit.acquire_many(n as u32).await;
         }
     })
     .await;
@@ -404,6 +412,6 @@ mod tests {
         let ham = spam_headers(&Verdict::default(), 6.0);
         assert!(ham[1].1.starts_with("No, "));
         assert_eq!(ham[2].1, "none");
-        assert!(is_spam_header("X-SPAM-Flag") && !is_spam_header("X-Spa"));
+        assert!(is_spam_header(b"X-SPAM-Flag") && !is_spam_header(b"X-Spa"));
     }
 }

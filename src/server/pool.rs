@@ -14,7 +14,7 @@ use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
 use crate::scan::{analyze, ScanWorker, Scanner, StageTimes, Verdict};
 use crate::store::Counter;
@@ -217,34 +217,22 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let scanner = worker.scanner().clone();
             let input = prepare(&request.raw, scanner.limits());
             let scanned = worker.scan(&input, &request.envelope);
-            let e = &scanned.analysis.entities;
-            let mut urls: Vec<String> = Vec::new();
-            for u in &e.urls {
-                if !urls.contains(&u.url) {
-                    urls.push(u.url.clone());
-                }
-            }
-            let mut emails: Vec<String> = Vec::new();
-            for m in &e.emails {
-                if !emails.contains(&m.address) {
-                    emails.push(m.address.clone());
-                }
-            }
+            let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
             let answer = ScanReply {
+                urls: owned(scanned.analysis.distinct_urls()),
+                emails: owned(scanned.analysis.distinct_emails()),
                 verdict: scanned.verdict,
-                message_id: e.message_id.clone(),
+                message_id: scanned.analysis.entities.message_id.clone(),
                 subject: scanned.analysis.message.subject.display.clone(),
-                urls,
-                emails,
                 times: scanned.times,
                 queued,
             };
             metrics.scanned(answer.verdict.action);
-            metrics.stage("queue", queued);
-            metrics.stage("analyze", answer.times.analyze);
-            metrics.stage("lookup", answer.times.lookup);
-            metrics.stage("rules", answer.times.rules);
-            metrics.stage("total", start.elapsed());
+            metrics.stage(Stage::Queue, queued);
+            metrics.stage(Stage::Analyze, answer.times.analyze);
+            metrics.stage(Stage::Lookup, answer.times.lookup);
+            metrics.stage(Stage::Rules, answer.times.rules);
+            metrics.stage(Stage::Total, start.elapsed());
             let _ = reply.send(answer);
             scanner.apply(&scanned.updates);
         }
