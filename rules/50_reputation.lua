@@ -14,6 +14,7 @@ local BULK_SEEN = 30          -- messages in the last hour that make a piece "bu
 local SPAM_MIN_LABELLED = 10  -- verdicts needed before a spam ratio means anything
 local SPAM_RATIO = 0.8
 local COMPLAINTS_MIN = 3      -- complaints in 7 days
+local COMPLAINT_SHARE = 0.2   -- complaints per message seen that mean more than noise
 local RESCUES_MIN = 3         -- rescues in 14 days
 
 -- Mostly judged ham before: a known-good sender, domain or text.
@@ -86,23 +87,57 @@ local function spam_weight(seen, spam, ham)
   return 0.5 + 0.5 * ramp(ratio, SPAM_RATIO, 1.0), ratio
 end
 
-local function complaint_weight(complaints, rescues)
+-- Complaints count when there are a few, more than rescues, and they are not a sliver of a busy
+-- piece's traffic: a mailing-list host that a spam also linked to draws a handful of complaints
+-- among hundreds of wanted messages.
+local function complaint_weight(seen, complaints, rescues)
   if complaints < COMPLAINTS_MIN or complaints <= rescues then return nil end
+  if complaints < COMPLAINT_SHARE * seen then return nil end
   return 0.5 + 0.5 * ramp(complaints, COMPLAINTS_MIN, 10)
 end
 
-local function check_reputation(msg, kind, hits, spam_sym, complaint_sym)
-  local seen, spam, ham, complaints, rescues = msg:stat(kind, "7d")
-  if seen == 0 and spam == 0 and complaints == 0 then return hits end
-  local w, ratio = spam_weight(seen, spam, ham)
+local function add_reputation(hits, seen, spam, ham, complaints, rescues, spam_sym, complaint_sym)
+  local w = spam_weight(seen, spam, ham)
   if w then
     hits = hits or {}
     hits[spam_sym] = { weight = w, format("%d/%d spam", spam, spam + ham) }
   end
-  w = complaint_weight(complaints, rescues)
+  w = complaint_weight(seen, complaints, rescues)
   if w then
     hits = hits or {}
-    hits[complaint_sym] = { weight = w, format("%d complaints", complaints) }
+    hits[complaint_sym] = { weight = w, format("%d complaints in %d", complaints, seen) }
+  end
+  return hits
+end
+
+-- A piece with one key per message (sender, sending IP).
+local function check_reputation(msg, kind, hits, spam_sym, complaint_sym)
+  local seen, spam, ham, complaints, rescues = msg:stat(kind, "7d")
+  if seen == 0 and spam == 0 and complaints == 0 then return hits end
+  return add_reputation(hits, seen, spam, ham, complaints, rescues, spam_sym, complaint_sym)
+end
+
+-- A piece with several keys per message (URL domains): each judged on its own counts, the
+-- worst one wins (the column-wise maximum only decides whether to look).
+local function check_each(msg, kind, hits, spam_sym, complaint_sym)
+  local _, spam, ham, complaints = msg:stat(kind, "7d")
+  if spam + ham < SPAM_MIN_LABELLED and complaints < COMPLAINTS_MIN then return hits end
+  local best, best_weight
+  for _, key in ipairs(msg:stats(kind)) do
+    local w = key["7d"]
+    if w then
+      local found = add_reputation(nil, w.seen, w.spam, w.ham, w.complaints, w.rescues,
+        spam_sym, complaint_sym)
+      if found then
+        local total = 0
+        for _, h in pairs(found) do total = total + h.weight end
+        if not best or total > best_weight then best, best_weight = found, total end
+      end
+    end
+  end
+  if best then
+    hits = hits or {}
+    for k, v in pairs(best) do hits[k] = v end
   end
   return hits
 end
@@ -134,7 +169,7 @@ rule {
       hits = check_reputation(msg, "sender_ip", hits, "REP_IP_SPAM", "REP_IP_COMPLAINTS")
     end
     if #msg:domains() > 0 then
-      hits = check_reputation(msg, "url_domain", hits, "REP_URL_SPAM", "REP_URL_COMPLAINTS")
+      hits = check_each(msg, "url_domain", hits, "REP_URL_SPAM", "REP_URL_COMPLAINTS")
     end
     return hits
   end,

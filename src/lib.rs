@@ -6,6 +6,7 @@ pub mod engine;
 pub mod entities;
 pub mod message;
 pub mod proto;
+pub mod replay;
 pub mod scan;
 pub mod server;
 pub mod shingle;

@@ -29,6 +29,9 @@ enum Command {
     Serve(ServeArgs),
     /// Scan messages offline and print one JSON object per message.
     Scan(ScanArgs),
+    /// Replay a labelled corpus on a simulated clock with simulated user feedback: detection,
+    /// false positives, per-rule hits; or compare two rule sets.
+    Replay(ReplayArgs),
     /// Rule-set tools.
     #[command(subcommand)]
     Rules(RulesCommand),
@@ -102,6 +105,53 @@ struct ScanArgs {
     files: Vec<String>,
 }
 
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Rule directory (default: the rule set compiled into the binary).
+    #[arg(long, value_name = "DIR")]
+    rules: Option<PathBuf>,
+    /// A second rule directory (`embedded` for the compiled-in set): the same stream through
+    /// both, each with its own store; lists every message whose action differs.
+    #[arg(long, value_name = "DIR")]
+    compare_rules: Option<PathBuf>,
+    /// CSV of `file,label` rows (spam, ham, hard_ham); files relative to the CSV. Without it,
+    /// labels come from folder names (spam/, ham/, easy_ham/, hard_ham/).
+    #[arg(long, value_name = "CSV")]
+    labels: Option<PathBuf>,
+    /// Spread arrivals evenly over this period (e.g. 14d) in a seeded order, instead of the
+    /// times in the messages' headers.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    period: Option<std::time::Duration>,
+    /// Start of the --period spread (RFC 3339; default 2026-01-01T00:00:00Z).
+    #[arg(long, value_name = "TIME", value_parser = humantime::parse_rfc3339_weak)]
+    start: Option<std::time::SystemTime>,
+    /// Seed of the arrival order (--period) and of the simulated users' choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Chance that spam delivered to the inbox draws a complaint (0..1).
+    #[arg(long, default_value_t = 0.5, value_name = "P")]
+    complain: f64,
+    /// Chance that ham filed as spam is rescued (0..1).
+    #[arg(long, default_value_t = 0.5, value_name = "P")]
+    rescue: f64,
+    /// Mean delay from delivery to feedback.
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    feedback_delay: std::time::Duration,
+    /// Stretches of the stream in the detection-over-time table.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    slices: usize,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Also write one CSV row per message to PATH (file, label, arrival, action, score,
+    /// symbols, feedback).
+    #[arg(long, value_name = "PATH")]
+    csv: Option<PathBuf>,
+    /// Directories of messages, maildirs, mbox files or message files.
+    #[arg(required = true, value_name = "CORPUS")]
+    corpus: Vec<PathBuf>,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The daemon logs its lifecycle; the offline tools only warnings. RUST_LOG overrides.
@@ -134,6 +184,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => serve(config, args),
         Command::Scan(args) => scan(&config, args),
+        Command::Replay(args) => replay(&config, args),
         Command::Rules(RulesCommand::Check { dir, tests }) => rules_check(&config, dir, tests),
         Command::Config(ConfigCommand::Defaults) => {
             print!(
@@ -205,6 +256,95 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn rule_location(dir: PathBuf) -> RuleLocation {
+    if dir.as_os_str() == "embedded" && !dir.exists() {
+        RuleLocation::Embedded
+    } else {
+        RuleLocation::Dir(dir)
+    }
+}
+
+fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    use shrike::replay::{self, report, Arrival, Feedback};
+    for (name, p) in [("--complain", args.complain), ("--rescue", args.rescue)] {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&p),
+            "{name} must be between 0 and 1, got {p}"
+        );
+    }
+    let arrival = match args.period {
+        Some(period) => Arrival::Spread {
+            start: args
+                .start
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(1_767_225_600, |d| d.as_secs()),
+            period_secs: period.as_secs(),
+            seed: args.seed,
+        },
+        None => Arrival::Headers,
+    };
+    let corpus = replay::corpus::load(&args.corpus, args.labels.as_deref(), &arrival)
+        .context("loading the corpus")?;
+    for (file, why) in &corpus.skipped {
+        eprintln!("shrike: skipped {file}: {why}");
+    }
+    let feedback = Feedback {
+        complain: args.complain,
+        rescue: args.rescue,
+        delay_secs: args.feedback_delay.as_secs(),
+        seed: args.seed,
+    };
+    let rules_a = args
+        .rules
+        .clone()
+        .map_or(RuleLocation::Embedded, rule_location);
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match args.compare_rules {
+        None => {
+            let lane =
+                replay::run(config, rules_a, &corpus, &feedback).map_err(anyhow::Error::msg)?;
+            if let Some(path) = &args.csv {
+                let file = std::fs::File::create(path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                report::write_csv(BufWriter::new(file), &corpus, &lane, None)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            let summary = report::Summary::new(&corpus, &lane, &config.verdict, args.slices);
+            if args.json {
+                serde_json::to_writer_pretty(&mut out, &summary).context("writing output")?;
+                writeln!(out)?;
+            } else {
+                summary.write_text(&mut out, &feedback)?;
+            }
+        }
+        Some(b) => {
+            let name_a = args
+                .rules
+                .as_ref()
+                .map_or_else(|| "embedded".to_string(), |p| p.display().to_string());
+            let name_b = b.display().to_string();
+            let (a, b) = replay::run_pair(config, rules_a, rule_location(b), &corpus, &feedback)
+                .map_err(anyhow::Error::msg)?;
+            if let Some(path) = &args.csv {
+                let file = std::fs::File::create(path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                report::write_csv(BufWriter::new(file), &corpus, &a, Some(&b))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            let comparison = report::Comparison::new(&corpus, &a, &b, &config.verdict, args.slices);
+            if args.json {
+                serde_json::to_writer_pretty(&mut out, &comparison).context("writing output")?;
+                writeln!(out)?;
+            } else {
+                comparison.write_text(&mut out, &name_a, &name_b)?;
+            }
+        }
+    }
+    out.flush().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn rules_check(config: &Config, dir: PathBuf, tests: Option<PathBuf>) -> anyhow::Result<ExitCode> {

@@ -332,6 +332,25 @@ impl Scanner {
         self.store.record_many(&increments);
         increments.len()
     }
+
+    /// `/learnspam` and `/learnham`, and the simulated users of a replay: parses a raw message
+    /// and records one complaint or rescue against each of its counted shingles.
+    pub fn learn_message(&self, raw: &[u8], counter: Counter) -> Learned {
+        let input = message::prepare(raw, &self.limits);
+        let analysis = analyze(&input, &Envelope::default(), &self.limits);
+        Learned {
+            keys: self.learn(&analysis, counter),
+            message_id: analysis.entities.message_id.clone(),
+        }
+    }
+}
+
+/// What `Scanner::learn_message` recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Learned {
+    /// Store keys counted.
+    pub keys: usize,
+    pub message_id: Option<String>,
 }
 
 /// Shingles whose keys count messages (the paired ones count distinct recipients instead).

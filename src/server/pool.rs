@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
-use crate::scan::{analyze, ScanWorker, Scanner, StageTimes, Verdict};
+use crate::scan::{ScanWorker, Scanner, StageTimes, Verdict};
 use crate::store::Counter;
 
 /// A message to scan.
@@ -241,18 +241,15 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             counter,
             reply,
         } => {
-            let scanner = worker.scanner().clone();
-            let input = prepare(&raw, scanner.limits());
-            let analysis = analyze(&input, &Envelope::default(), scanner.limits());
-            let keys = scanner.learn(&analysis, counter);
+            let learned = worker.scanner().learn_message(&raw, counter);
             let counted = match counter {
                 Counter::Rescue => &metrics.learned_ham,
                 _ => &metrics.learned_spam,
             };
             counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let _ = reply.send(LearnReply {
-                keys,
-                message_id: analysis.entities.message_id.clone(),
+                keys: learned.keys,
+                message_id: learned.message_id,
             });
         }
         Job::Stop => {}
