@@ -9,7 +9,7 @@ local MONEY, URGENCY = util.sets.subject_money, util.sets.subject_urgency
 
 rule {
   name = "SUBJ_ALL_CAPS",
-  score = 2.5,
+  score = 3.0,
   description = "Subject in capital letters only (at least 10 letters)",
   group = "subject",
   check = function(msg)
@@ -86,7 +86,7 @@ rule {
 
 rule {
   name = "SUBJ_TRACKING_TAG",
-  score = 3.0,
+  score = 4.0,
   description = "Subject padded with spaces before a random tag at its end (bulk-mailer tracking)",
   group = "subject",
   check = function(msg)

@@ -202,10 +202,10 @@ rule {
 rule {
   name = "URL_CHECKS",
   scores = {
-    URL_IP = 3.0,          -- a link to a numeric IP address
+    URL_IP = 4.0,          -- a link to a numeric IP address
     URL_SHORTENER = 1.0,   -- a link through a URL shortener
     URL_USERINFO = 3.0,    -- http://www.bank.example@198.51.100.7/: the "host" shown is a user name
-    URL_MANY_DOMAINS = 0.5, -- links to 10 or more registrable domains
+    URL_MANY_DOMAINS = 0.0, -- links to 10+ registrable domains: informational (digests; 0 spam in the dev replay)
   },
   description = "Links to IP addresses, through URL shorteners, with a user name posing as host, or to very many domains",
   group = "body",

@@ -95,7 +95,8 @@ pub struct RuleRow {
     pub ham: usize,
     pub hard_ham: usize,
     pub unlabeled: usize,
-    /// A positive score on at least as many ham (of either kind) as spam.
+    /// A positive score that hits ham (of either kind) at least as often, as a share of the
+    /// label's messages, as it hits spam.
     pub misfires: bool,
 }
 
@@ -190,6 +191,12 @@ impl Summary {
             })
             .collect();
 
+        let mut per_label = [0usize; 4];
+        for (item, _) in scanned() {
+            per_label[item.label as usize] += 1;
+        }
+        let hams = per_label[Label::Ham as usize] + per_label[Label::HardHam as usize];
+        let spams = per_label[Label::Spam as usize];
         let mut by_symbol: BTreeMap<&str, (f64, [usize; 4])> = BTreeMap::new();
         for (item, o) in scanned() {
             for (name, score) in &o.symbols {
@@ -211,8 +218,10 @@ impl Summary {
                     hard_ham: hits[Label::HardHam as usize],
                     unlabeled: hits[Label::Unlabeled as usize],
                     misfires: mean_score > 0.0
-                        && hits[Label::Ham as usize] + hits[Label::HardHam as usize]
-                            >= hits[Label::Spam as usize].max(1),
+                        && hams > 0
+                        && (hits[Label::Ham as usize] + hits[Label::HardHam as usize])
+                            * spams.max(1)
+                            >= hits[Label::Spam as usize].max(1) * hams,
                 }
             })
             .collect();
