@@ -79,6 +79,8 @@ fn rules(c: &mut Criterion) {
                     envelope: &envelope,
                     now: 1_800_000_000,
                     max_html_bytes: 1 << 20,
+                    classifier: None,
+                    reputation_window: 3,
                 };
                 black_box(runner.run(&data, 1).hits.len());
             }

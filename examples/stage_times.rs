@@ -66,6 +66,8 @@ fn main() {
                 envelope: &env,
                 now: store.now(),
                 max_html_bytes: config.engine.max_html_bytes,
+                classifier: None,
+                reputation_window: 3,
             };
             let outcome = worker.rules().run(&data, n as u64);
             n += outcome.hits.len();

@@ -36,6 +36,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The milter listener, its limits and what each action does to the MTA.
     pub milter: MilterConfig,
+    /// The online classifier: table size, FTRL parameters, cold start, autolearn.
+    pub classifier: crate::classify::ClassifierConfig,
 }
 
 /// Why a configuration could not be used.
@@ -120,6 +122,7 @@ impl Config {
             ));
         }
         self.milter.validate().map_err(ConfigError::Invalid)?;
+        self.classifier.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

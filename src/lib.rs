@@ -1,6 +1,7 @@
 //! shrike: an anti-spam rules-engine daemon. See ARCHITECTURE.md for the module map.
 #![forbid(unsafe_code)]
 
+pub mod classify;
 pub mod config;
 pub mod engine;
 pub mod entities;

@@ -137,6 +137,10 @@ struct ReplayArgs {
     /// Mean delay from delivery to feedback.
     #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = humantime::parse_duration)]
     feedback_delay: std::time::Duration,
+    /// What trains the classifier: `feedback` (complaints and rescues) or `all` (every
+    /// labelled message after the feedback delay: progressive validation).
+    #[arg(long, value_enum, default_value = "feedback")]
+    train: shrike::replay::Train,
     /// Stretches of the stream in the detection-over-time table.
     #[arg(long, default_value_t = 10, value_name = "N")]
     slices: usize,
@@ -295,6 +299,7 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         rescue: args.rescue,
         delay_secs: args.feedback_delay.as_secs(),
         seed: args.seed,
+        train: args.train,
     };
     let rules_a = args
         .rules

@@ -263,7 +263,8 @@ fn dev_corpus_replay_keeps_ham_and_catches_spam() {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(&m.name), &m.raw).unwrap();
     }
-    let json = replay(&["--json", tmp.path().to_str().unwrap()]);
+    // Progressive validation: every message is scored, then its label trains the classifier.
+    let json = replay(&["--json", "--train", "all", tmp.path().to_str().unwrap()]);
     let summary: Value = serde_json::from_str(&json).expect("JSON summary");
     assert_eq!(label(&summary, "spam")["messages"], 500);
     assert_eq!(label(&summary, "ham")["messages"], 2500);
@@ -276,4 +277,16 @@ fn dev_corpus_replay_keeps_ham_and_catches_spam() {
     assert_eq!(summary["over_time"].as_array().unwrap().len(), 10);
     assert!(summary["complaints"].as_u64().unwrap() > 0);
     assert!(summary["messages_per_sec"].as_f64().unwrap() > 0.0);
+    // The classifier learned every spam and (Message-IDs repeat a little) nearly all ham, and
+    // its confident spam symbol fires on spam, never on ham.
+    assert_eq!(summary["classifier_spam"], 500);
+    assert!(summary["classifier_ham"].as_u64().unwrap() > 2_500);
+    let clf = summary["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["symbol"] == "CLF_SPAM_HIGH")
+        .expect("CLF_SPAM_HIGH hits");
+    assert!(clf["spam"].as_u64().unwrap() >= 100, "{clf}");
+    assert_eq!(clf["ham"], 0, "{clf}");
 }

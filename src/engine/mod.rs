@@ -214,6 +214,11 @@ pub struct RuleOutcome {
     /// `(rule name, reason)` of rules stopped by the instruction budget, or skipped because
     /// the message budget was spent.
     pub timeouts: Vec<(String, String)>,
+    /// The classifier's spam probability, when a rule asked for it (`msg:classify()`) and the
+    /// model had an opinion.
+    pub probability: Option<f64>,
+    /// The features the classifier weighed, when a rule asked for it.
+    pub features: Option<crate::classify::Features>,
 }
 
 /// What `/health` and `/metrics` report about rule loading.

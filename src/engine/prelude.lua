@@ -175,6 +175,7 @@ function Msg:header_count(name) check(self); return fetch(43, name) end
 function Msg:stat(kind, window, how) check(self); return stat(kind, window, how) end
 function Msg:stats(kind) check(self); return stats(kind) end
 function Msg:shingles(kind) check(self); return fetch(46, kind) end
+function Msg:classify() check(self); return fetch(47) end
 
 local M = {}
 

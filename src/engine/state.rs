@@ -33,6 +33,9 @@ const MAX_OPTION_BYTES: usize = 512;
 /// Per-rule counters are flushed to the generation after this many scans.
 const FLUSH_EVERY: u32 = 256;
 
+/// The `fetch` field id of `msg:classify()` (answered here: it needs the hits so far).
+const CLASSIFY_FIELD: u8 = 47;
+
 const PRELUDE: &str = include_str!("prelude.lua");
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -891,9 +894,23 @@ impl RuleRunner {
             ..Budget::default()
         });
         let limit = cfg.memory_limit_mb.max(1).saturating_mul(1024 * 1024);
+        // Symbols applied so far: `msg:classify()` weighs the rules that ran before it.
+        let applied_symbols: std::cell::RefCell<Vec<&str>> = std::cell::RefCell::new(Vec::new());
+        let classified: std::cell::RefCell<Option<(Option<f64>, crate::classify::Features)>> =
+            std::cell::RefCell::new(None);
         let result = st.lua.scope(|scope| {
             let fetch = scope.create_function(|lua, (id, a): (u8, Value)| {
                 let _unlimited = Unlimited::new(lua, limit);
+                if id == CLASSIFY_FIELD {
+                    let Some(model) = data.classifier else {
+                        return Ok(Value::Nil);
+                    };
+                    let features =
+                        data.classifier_features(applied_symbols.borrow().iter().copied());
+                    let p = model.classify(&features);
+                    *classified.borrow_mut() = Some((p, features));
+                    return Ok(p.map_or(Value::Nil, Value::Number));
+                }
                 data.fetch(lua, id, a)
             })?;
             let stat = scope.create_function(|_, (k, w, how): (Value, Value, Value)| {
@@ -940,6 +957,9 @@ impl RuleRunner {
                             }
                             for (si, weight, options) in hits {
                                 let s = &meta.symbols[si];
+                                if applied {
+                                    applied_symbols.borrow_mut().push(s.name.as_str());
+                                }
                                 out.hits.push(Hit {
                                     symbol: s.name.clone(),
                                     score: s.score * weight,
@@ -983,6 +1003,10 @@ impl RuleRunner {
         });
         if let Err(e) = result {
             out.errors.push(("(engine)".into(), describe(&e)));
+        }
+        if let Some((p, features)) = classified.into_inner() {
+            out.probability = p;
+            out.features = Some(features);
         }
         for (rule, error) in out.errors.iter().chain(&out.timeouts) {
             if ctx.log_permit().is_some() {

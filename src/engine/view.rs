@@ -24,6 +24,26 @@ pub struct MessageData<'a> {
     pub now: u64,
     /// Bytes of HTML source handed to rules at most.
     pub max_html_bytes: usize,
+    /// The classifier behind `msg:classify()`, if any.
+    pub classifier: Option<&'a crate::classify::Classifier>,
+    /// Index of the store window the classifier's reputation features read.
+    pub reputation_window: usize,
+}
+
+impl MessageData<'_> {
+    /// The classifier's features of this message with the symbols hit so far.
+    pub fn classifier_features<'s>(
+        &self,
+        symbols: impl IntoIterator<Item = &'s str>,
+    ) -> crate::classify::Features {
+        let mut f = crate::classify::extract(self.message, self.entities, self.anomalies);
+        for s in symbols {
+            f.add_symbol(s);
+        }
+        f.add_reputation(self.shingles, self.stats, self.reputation_window);
+        f.finish();
+        f
+    }
 }
 
 /// How `msg:stat` combines the counts of several keys, column by column.

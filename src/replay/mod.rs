@@ -13,6 +13,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::classify::Class;
 use crate::config::Config;
 use crate::engine::{Action, RuleLocation};
 use crate::message::prepare;
@@ -44,6 +45,19 @@ pub struct Feedback {
     pub delay_secs: u64,
     /// Fixes who files feedback and when.
     pub seed: u64,
+    /// What trains the classifier besides complaints and rescues.
+    pub train: Train,
+}
+
+/// What the classifier learns from in a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Train {
+    /// Only the complaints and rescues of the simulated users (and autolearn if configured).
+    #[default]
+    Feedback,
+    /// Every labelled message, with its label, after the feedback delay: progressive
+    /// validation (each message is scored before the model learns it).
+    All,
 }
 
 impl Default for Feedback {
@@ -53,6 +67,7 @@ impl Default for Feedback {
             rescue: 0.5,
             delay_secs: 3_600,
             seed: 1,
+            train: Train::Feedback,
         }
     }
 }
@@ -68,6 +83,8 @@ pub struct Outcome {
     pub feedback: Option<Counter>,
     /// Why the message was not scanned (unreadable file).
     pub error: Option<String>,
+    /// The classifier's spam probability, when it had an opinion.
+    pub probability: Option<f64>,
 }
 
 /// One rule set's pass over the stream.
@@ -82,6 +99,8 @@ pub struct Lane {
     /// Keys in the store at the end, and those the sweeper removed on the way.
     pub store_keys: usize,
     pub swept_keys: u64,
+    /// Messages the classifier learned: spam, ham.
+    pub learned: (u64, u64),
 }
 
 /// A feedback event: (time, sequence) orders the queue, the item says which message.
@@ -92,13 +111,17 @@ type Event = Reverse<(u64, u64, usize, CounterKey)>;
 enum CounterKey {
     Complaint,
     Rescue,
+    /// The label reaches the classifier only (`Train::All`).
+    TrainSpam,
+    TrainHam,
 }
 
 impl CounterKey {
-    fn counter(self) -> Counter {
+    fn counter(self) -> Option<Counter> {
         match self {
-            CounterKey::Complaint => Counter::Complaint,
-            CounterKey::Rescue => Counter::Rescue,
+            CounterKey::Complaint => Some(Counter::Complaint),
+            CounterKey::Rescue => Some(Counter::Rescue),
+            _ => None,
         }
     }
 }
@@ -140,6 +163,7 @@ pub fn run(
         rescues: 0,
         store_keys: 0,
         swept_keys: 0,
+        learned: (0, 0),
     };
     let started = Instant::now();
     for item in &corpus.items {
@@ -152,7 +176,17 @@ pub fn run(
             clock.set(at);
             sweeper.advance(at);
             if let Ok(raw) = corpus.items[index].raw() {
-                scanner.learn_message(&raw, counter.counter());
+                match counter {
+                    CounterKey::Complaint | CounterKey::Rescue => {
+                        worker.learn(&raw, counter.counter().expect("a user's counter"));
+                    }
+                    CounterKey::TrainSpam => {
+                        worker.train(&raw, Class::Spam);
+                    }
+                    CounterKey::TrainHam => {
+                        worker.train(&raw, Class::Ham);
+                    }
+                }
             }
         }
         clock.set(item.arrival);
@@ -167,6 +201,7 @@ pub fn run(
                     symbols: Vec::new(),
                     feedback: None,
                     error: Some(e.to_string()),
+                    probability: None,
                 });
                 continue;
             }
@@ -174,16 +209,28 @@ pub fn run(
         let input = prepare(&raw, scanner.limits());
         let scanned = worker.scan(&input, &item.envelope);
         scanner.apply(&scanned.updates);
+        worker.autolearn(&scanned);
         let verdict = scanned.verdict;
         let filed = user_feedback(item, verdict.action, feedback);
+        let index = lane.outcomes.len();
         if let Some((counter, delay)) = filed {
             sequence += 1;
-            let index = lane.outcomes.len();
             events.push(Reverse((item.arrival + delay, sequence, index, counter)));
             match counter {
                 CounterKey::Complaint => lane.complaints += 1,
-                CounterKey::Rescue => lane.rescues += 1,
+                _ => lane.rescues += 1,
             }
+        }
+        if feedback.train == Train::All && item.label != Label::Unlabeled {
+            let class = if item.label == Label::Spam {
+                CounterKey::TrainSpam
+            } else {
+                CounterKey::TrainHam
+            };
+            let delay = (feedback.delay_secs as f64
+                * (0.5 + unit(feedback.seed, &item.name, b"when"))) as u64;
+            sequence += 1;
+            events.push(Reverse((item.arrival + delay, sequence, index, class)));
         }
         let symbols = verdict
             .symbols
@@ -204,13 +251,15 @@ pub fn run(
             action: verdict.action,
             score: verdict.score,
             symbols,
-            feedback: filed.map(|(c, _)| c.counter()),
+            feedback: filed.and_then(|(c, _)| c.counter()),
             error: None,
+            probability: verdict.probability,
         });
     }
     lane.elapsed = started.elapsed();
     lane.store_keys = store.stats().keys;
     lane.swept_keys = sweeper.removed;
+    lane.learned = scanner.classifier().learned();
     Ok(lane)
 }
 
@@ -308,6 +357,7 @@ mod tests {
             rescue: 1.0,
             delay_secs: 100,
             seed: 7,
+            train: Train::Feedback,
         };
         let spam = item("s", Label::Spam);
         let ham = item("h", Label::HardHam);

@@ -54,6 +54,9 @@ pub struct Summary {
     pub rescues: u64,
     pub store_keys: usize,
     pub swept_keys: u64,
+    /// Messages the classifier learned, per class.
+    pub classifier_spam: u64,
+    pub classifier_ham: u64,
     pub labels: Vec<LabelSummary>,
     pub thresholds: Vec<ThresholdRow>,
     pub rules: Vec<RuleRow>,
@@ -294,6 +297,8 @@ impl Summary {
             rescues: lane.rescues,
             store_keys: lane.store_keys,
             swept_keys: lane.swept_keys,
+            classifier_spam: lane.learned.0,
+            classifier_ham: lane.learned.1,
             labels,
             thresholds,
             rules,
@@ -336,6 +341,16 @@ impl Summary {
             feedback.complain * 100.0,
             feedback.rescue * 100.0,
             humantime::format_duration(std::time::Duration::from_secs(feedback.delay_secs))
+        )?;
+        writeln!(
+            out,
+            "classifier: learned {} spam, {} ham (training on {})",
+            self.classifier_spam,
+            self.classifier_ham,
+            match feedback.train {
+                super::Train::Feedback => "complaints and rescues",
+                super::Train::All => "every label",
+            }
         )?;
         if self.errors + self.undated + self.skipped_files > 0 {
             writeln!(
@@ -509,10 +524,23 @@ pub fn write_csv(
 ) -> Result<(), csv::Error> {
     let mut w = csv::Writer::from_writer(out);
     let mut header = vec![
-        "file", "label", "arrival", "action", "score", "symbols", "feedback",
+        "file",
+        "label",
+        "arrival",
+        "action",
+        "score",
+        "symbols",
+        "feedback",
+        "probability",
     ];
     if b.is_some() {
-        header.extend(["action_b", "score_b", "symbols_b", "feedback_b"]);
+        header.extend([
+            "action_b",
+            "score_b",
+            "symbols_b",
+            "feedback_b",
+            "probability_b",
+        ]);
     }
     w.write_record(&header)?;
     for (i, item) in corpus.items.iter().enumerate() {
@@ -532,6 +560,10 @@ pub fn write_csv(
                 ]),
             }
             row.push(feedback_name(o).to_string());
+            row.push(
+                o.probability
+                    .map_or_else(String::new, |p| format!("{p:.4}")),
+            );
         }
         w.write_record(&row)?;
     }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::classify::{Class, Classifier, Features};
 use crate::engine::{self, Engine, LoadError, MessageData, RuleLocation, RuleOutcome, RuleRunner};
 use crate::entities::{self, AttachmentEntity, Entities};
 use crate::message::{self, Anomalies, Envelope, Limits, ParsedMessage, Prepared};
@@ -43,6 +44,8 @@ pub struct Verdict {
     pub required_score: Option<f64>,
     /// The rule-set generation that judged it (0: no rules ran).
     pub generation: u64,
+    /// The classifier's spam probability, when a rule asked and the model had an opinion.
+    pub probability: Option<f64>,
 }
 
 impl Default for Verdict {
@@ -54,6 +57,7 @@ impl Default for Verdict {
             shadow: BTreeMap::new(),
             required_score: None,
             generation: 0,
+            probability: None,
         }
     }
 }
@@ -136,6 +140,7 @@ impl VerdictConfig {
         let mut v = Verdict {
             required_score: Some(self.reject),
             generation: outcome.generation,
+            probability: outcome.probability,
             ..Verdict::default()
         };
         let mut forced: Option<Action> = None;
@@ -218,6 +223,9 @@ pub struct Scanner {
     scan: ScanConfig,
     engine: Arc<Engine>,
     store: Arc<dyn ReputationStore>,
+    classifier: Arc<Classifier>,
+    /// The store window the classifier's reputation features read (7 days, or the longest).
+    reputation_window: usize,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -236,6 +244,8 @@ pub struct Scanned<'p> {
     pub updates: Updates,
     /// Wall time of each stage.
     pub times: StageTimes,
+    /// The classifier's features as a rule weighed them (`msg:classify()`), if one did.
+    pub features: Option<Features>,
 }
 
 /// Wall time of the stages of one scan (metrics).
@@ -256,6 +266,22 @@ impl Scanner {
         rules: RuleLocation,
         store: Arc<dyn ReputationStore>,
     ) -> Result<Arc<Scanner>, LoadError> {
+        let classifier = Arc::new(Classifier::new(&config.classifier));
+        Scanner::with_classifier(config, rules, store, classifier)
+    }
+
+    /// As `new`, with a classifier restored from a snapshot.
+    pub fn with_classifier(
+        config: &crate::config::Config,
+        rules: RuleLocation,
+        store: Arc<dyn ReputationStore>,
+        classifier: Arc<Classifier>,
+    ) -> Result<Arc<Scanner>, LoadError> {
+        let windows = store.windows_secs();
+        let reputation_window = windows
+            .iter()
+            .position(|&w| w == 7 * 86_400)
+            .unwrap_or(windows.len().saturating_sub(1));
         let engine = Engine::new(
             config.engine.clone(),
             rules,
@@ -268,6 +294,8 @@ impl Scanner {
             scan: config.scan.clone(),
             engine,
             store,
+            classifier,
+            reputation_window,
         }))
     }
 
@@ -292,6 +320,10 @@ impl Scanner {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    pub fn classifier(&self) -> &Arc<Classifier> {
+        &self.classifier
     }
 
     /// A worker for one scan thread (owns a Lua state; not `Send`).
@@ -333,24 +365,55 @@ impl Scanner {
         increments.len()
     }
 
-    /// `/learnspam` and `/learnham`, and the simulated users of a replay: parses a raw message
-    /// and records one complaint or rescue against each of its counted shingles.
-    pub fn learn_message(&self, raw: &[u8], counter: Counter) -> Learned {
-        let input = message::prepare(raw, &self.limits);
-        let analysis = analyze(&input, &Envelope::default(), &self.limits);
-        Learned {
-            keys: self.learn(&analysis, counter),
-            message_id: analysis.entities.message_id.clone(),
-        }
+    /// Trains the classifier on a scanned message: the features a rule weighed, or (when no
+    /// rule asked) the message's features with all applied symbols. A message (by Message-ID,
+    /// else exact body) trains once per class while remembered.
+    pub fn train(&self, scanned: &Scanned<'_>, class: Class) -> bool {
+        let a = &scanned.analysis;
+        let built;
+        let features = match &scanned.features {
+            Some(f) => f,
+            None => {
+                let mut keys: Vec<StoreKey> = Vec::with_capacity(a.shingles.len());
+                keys.extend(a.shingles.iter().map(|s| self.key(s)));
+                let stats = self.store.lookup_many(&keys);
+                let data = MessageData {
+                    message: &a.message,
+                    entities: &a.entities,
+                    shingles: &a.shingles,
+                    stats: &stats,
+                    anomalies: &a.anomalies,
+                    envelope: &Envelope::default(),
+                    now: self.store.now(),
+                    max_html_bytes: 0,
+                    classifier: None,
+                    reputation_window: self.reputation_window,
+                };
+                built =
+                    data.classifier_features(scanned.verdict.symbols.keys().map(String::as_str));
+                &built
+            }
+        };
+        let key = match &a.entities.message_id {
+            Some(id) => Some(shingle::hash_bytes(id.as_bytes())),
+            None => a
+                .shingles
+                .iter()
+                .find(|s| s.kind == Kind::BodyExact)
+                .map(|s| s.hash),
+        };
+        self.classifier.train(features, class, key)
     }
 }
 
-/// What `Scanner::learn_message` recorded.
+/// What a learn recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Learned {
     /// Store keys counted.
     pub keys: usize,
     pub message_id: Option<String>,
+    /// Whether the classifier trained on it (not when it already had this message).
+    pub trained: bool,
 }
 
 /// Shingles whose keys count messages (the paired ones count distinct recipients instead).
@@ -409,8 +472,11 @@ impl ScanWorker {
             envelope,
             now: sc.store.now(),
             max_html_bytes: sc.engine.config().max_html_bytes,
+            classifier: Some(&sc.classifier),
+            reputation_window: sc.reputation_window,
         };
-        let outcome = self.rules.run(&data, sample_of(&analysis));
+        let mut outcome = self.rules.run(&data, sample_of(&analysis));
+        let features = outcome.features.take();
         // Descriptions come from the generation that judged the message, even if a reload
         // swapped in another one meanwhile.
         let verdict = match self.rules.generation() {
@@ -428,7 +494,59 @@ impl ScanWorker {
             verdict,
             updates,
             times,
+            features,
         }
+    }
+
+    /// `/learnspam` and `/learnham`, and the simulated users of a replay: scans a raw message
+    /// (recording nothing of the scan), records one complaint or rescue against each of its
+    /// counted shingles, and trains the classifier on it.
+    pub fn learn(&mut self, raw: &[u8], counter: Counter) -> Learned {
+        let class = match counter {
+            Counter::Rescue | Counter::Ham => Class::Ham,
+            _ => Class::Spam,
+        };
+        self.learn_as(raw, Some(counter), class)
+    }
+
+    /// Trains only the classifier on a raw message (replay's labels, autolearn of stored mail).
+    pub fn train(&mut self, raw: &[u8], class: Class) -> Learned {
+        self.learn_as(raw, None, class)
+    }
+
+    fn learn_as(&mut self, raw: &[u8], counter: Option<Counter>, class: Class) -> Learned {
+        let sc = self.scanner.clone();
+        let input = message::prepare(raw, &sc.limits);
+        let scanned = self.scan(&input, &Envelope::default());
+        let keys = counter.map_or(0, |c| sc.learn(&scanned.analysis, c));
+        let trained = sc.train(&scanned, class);
+        Learned {
+            keys,
+            message_id: scanned.analysis.entities.message_id.clone(),
+            trained,
+        }
+    }
+
+    /// Autolearn: trains the classifier on a verdict confident enough by the configured
+    /// scores, unless the model itself was in doubt about the message. Returns the class
+    /// learned.
+    pub fn autolearn(&self, scanned: &Scanned<'_>) -> Option<Class> {
+        let sc = &*self.scanner;
+        let cfg = sc.classifier.config();
+        let score = scanned.verdict.score;
+        let class = if cfg.autolearn_spam_at.is_some_and(|t| score >= t) {
+            Class::Spam
+        } else if cfg.autolearn_ham_at.is_some_and(|t| score <= t) {
+            Class::Ham
+        } else {
+            return None;
+        };
+        if let Some(p) = scanned.verdict.probability {
+            if p > cfg.autolearn_doubt[0] && p < cfg.autolearn_doubt[1] {
+                return None;
+            }
+        }
+        sc.train(scanned, class).then_some(class)
     }
 
     fn updates(&self, analysis: &Analysis<'_>, verdict: &Verdict) -> Updates {

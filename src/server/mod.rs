@@ -200,7 +200,10 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     let sweeper = Sweeper::spawn(store.clone(), Duration::from_secs(s.sweep_cycle_secs))
         .context("starting the sweeper")?;
     let shared: Arc<dyn ReputationStore> = store.clone();
-    let scanner = Scanner::new(&config, rules, shared).context("loading the rules")?;
+    let classifier_path = s.data_dir.join(CLASSIFIER_FILE);
+    let classifier = Arc::new(load_classifier(&config, &classifier_path, s.salvage)?);
+    let scanner = Scanner::with_classifier(&config, rules, shared, classifier.clone())
+        .context("loading the rules")?;
     let watcher = crate::engine::watch::watch(scanner.engine()).map_err(anyhow::Error::msg)?;
     let metrics = Arc::new(Metrics::default());
     let pool = Pool::start(scanner.clone(), workers, queue, metrics.clone())
@@ -231,11 +234,48 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     drop(sweeper);
     let store_keys = daemon.store.stats().keys;
     drop(daemon);
+    classifier
+        .save(&classifier_path)
+        .context("saving the classifier at shutdown")?;
     durable
         .close()
         .context("writing the final snapshot at shutdown")?;
     tracing::info!(keys = store_keys, "state saved; bye");
     served
+}
+
+/// The classifier's weights in the data directory.
+const CLASSIFIER_FILE: &str = "classifier.bin";
+
+/// The classifier saved by the last shutdown, or a fresh one when there is none. A damaged or
+/// incompatible file stops startup with the reason, unless `salvage` moves it aside.
+fn load_classifier(
+    config: &crate::config::Config,
+    path: &std::path::Path,
+    salvage: bool,
+) -> anyhow::Result<crate::classify::Classifier> {
+    use crate::classify::Classifier;
+    if !path.exists() {
+        return Ok(Classifier::new(&config.classifier));
+    }
+    match Classifier::load(&config.classifier, path) {
+        Ok(model) => {
+            let (spam, ham) = model.learned();
+            tracing::info!(spam, ham, "classifier loaded");
+            Ok(model)
+        }
+        Err(e) if salvage => {
+            let aside = path.with_extension("bin.damaged");
+            tracing::error!(error = %e, aside = %aside.display(), "classifier snapshot refused; moved aside, starting afresh");
+            std::fs::rename(path, &aside)
+                .with_context(|| format!("moving {} aside", path.display()))?;
+            Ok(Classifier::new(&config.classifier))
+        }
+        Err(e) => {
+            Err(anyhow::Error::new(e)
+                .context("loading the classifier (server.salvage moves it aside)"))
+        }
+    }
 }
 
 /// Two daemons appending to one WAL would corrupt it: the first holds an exclusive lock on

@@ -216,12 +216,19 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let start = Instant::now();
             let scanner = worker.scanner().clone();
             let input = prepare(&request.raw, scanner.limits());
-            let scanned = worker.scan(&input, &request.envelope);
+            let mut scanned = worker.scan(&input, &request.envelope);
             let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
+            let cfg = scanner.classifier().config();
+            let autolearn = cfg.autolearn_spam_at.is_some() || cfg.autolearn_ham_at.is_some();
+            let verdict = if autolearn {
+                scanned.verdict.clone()
+            } else {
+                std::mem::take(&mut scanned.verdict)
+            };
             let answer = ScanReply {
                 urls: owned(scanned.analysis.distinct_urls()),
                 emails: owned(scanned.analysis.distinct_emails()),
-                verdict: scanned.verdict,
+                verdict,
                 message_id: scanned.analysis.entities.message_id.clone(),
                 subject: scanned.analysis.message.subject.display.clone(),
                 times: scanned.times,
@@ -235,13 +242,16 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             metrics.stage(Stage::Total, start.elapsed());
             let _ = reply.send(answer);
             scanner.apply(&scanned.updates);
+            if autolearn {
+                worker.autolearn(&scanned);
+            }
         }
         Job::Learn {
             raw,
             counter,
             reply,
         } => {
-            let learned = worker.scanner().learn_message(&raw, counter);
+            let learned = worker.learn(&raw, counter);
             let counted = match counter {
                 Counter::Rescue => &metrics.learned_ham,
                 _ => &metrics.learned_spam,

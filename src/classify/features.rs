@@ -1,0 +1,287 @@
+//! The classifier's features: what of a scanned message the model weighs, each a 64-bit hash
+//! of a family tag and a value (the shingles' stable XXH3), folded into the table by the model.
+//!
+//! Owns: tokenization for the model (words and sparse bigrams of the normalized subject and
+//! body, rspamd's OSB window), header, URL and attachment tokens, rule symbols, reputation
+//! buckets, and the per-message limits. Bump `FEATURE_VERSION` whenever any of it changes
+//! what a message hashes to: snapshots trained under another version are refused.
+
+use crate::entities::{Entities, IpSource};
+use crate::message::{Anomalies, ParsedMessage};
+use crate::shingle::{hash_bytes, Kind, Shingle};
+use crate::store::{Counter, WindowCounts};
+
+/// Version of the feature hashing; stored in classifier snapshots.
+pub const FEATURE_VERSION: u32 = 1;
+
+/// Words taken from the subject and from the body at most.
+const MAX_SUBJECT_WORDS: usize = 40;
+const MAX_BODY_WORDS: usize = 600;
+/// Bigrams pair a word with the next `OSB_WINDOW - 1` words, the distance part of the feature.
+const OSB_WINDOW: usize = 4;
+/// Longest word kept, in bytes; longer ones become a length class.
+const MAX_WORD_BYTES: usize = 24;
+
+/// Feature families: the first byte of every hashed feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Family {
+    Bias = 0,
+    SubjectWord = 1,
+    Word = 2,
+    Bigram = 3,
+    FromDomain = 4,
+    FromName = 5,
+    Mailer = 6,
+    MessageIdDomain = 7,
+    Shape = 8,
+    Anomaly = 9,
+    UrlHost = 10,
+    UrlDomain = 11,
+    Attachment = 12,
+    Symbol = 13,
+    Reputation = 14,
+}
+
+/// A message's feature hashes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Features {
+    hashes: Vec<u64>,
+    buf: Vec<u8>,
+}
+
+impl Features {
+    /// Adds one feature.
+    pub fn add(&mut self, family: Family, value: &[u8]) {
+        self.buf.clear();
+        self.buf.push(family as u8);
+        self.buf.extend_from_slice(value);
+        self.hashes.push(hash_bytes(&self.buf));
+    }
+
+    /// Adds a rule symbol that hit.
+    pub fn add_symbol(&mut self, name: &str) {
+        self.add(Family::Symbol, name.as_bytes());
+    }
+
+    /// Adds bucketed reputation of the message's pieces in the store window `window`: per
+    /// piece type, the highest spam ratio and complaint and rescue counts of its keys.
+    pub fn add_reputation(&mut self, shingles: &[Shingle], stats: &[WindowCounts], window: usize) {
+        const KINDS: [Kind; 6] = [
+            Kind::From,
+            Kind::FromDomain,
+            Kind::SenderIp,
+            Kind::UrlDomain,
+            Kind::Subject,
+            Kind::BodyExact,
+        ];
+        for kind in KINDS {
+            let mut ratio: Option<u64> = None;
+            let (mut complaints, mut rescues, mut seen) = (0u64, 0u64, 0u64);
+            for (s, c) in shingles.iter().zip(stats) {
+                if s.kind != kind {
+                    continue;
+                }
+                let Some(w) = c.windows.get(window) else {
+                    continue;
+                };
+                let (spam, ham) = (w[Counter::Spam as usize], w[Counter::Ham as usize]);
+                if spam + ham >= 3 {
+                    let r = spam * 4 / (spam + ham);
+                    ratio = Some(ratio.map_or(r, |x| x.max(r)));
+                }
+                complaints = complaints.max(w[Counter::Complaint as usize]);
+                rescues = rescues.max(w[Counter::Rescue as usize]);
+                seen = seen.max(w[Counter::Seen as usize]);
+            }
+            let id = kind.id().to_le_bytes();
+            let mut tag = |what: u8, bucket: u64| {
+                let mut v = [0u8; 4];
+                v[..2].copy_from_slice(&id);
+                v[2] = what;
+                v[3] = bucket.min(255) as u8;
+                self.add(Family::Reputation, &v);
+            };
+            if let Some(r) = ratio {
+                tag(b'r', r);
+            }
+            if complaints > 0 {
+                tag(b'c', log_bucket(complaints));
+            }
+            if rescues > 0 {
+                tag(b'h', log_bucket(rescues));
+            }
+            if seen > 0 {
+                tag(b's', log_bucket(seen));
+            }
+        }
+    }
+
+    /// Sorts and removes duplicates (features are present or absent, not counted).
+    pub fn finish(&mut self) {
+        self.hashes.sort_unstable();
+        self.hashes.dedup();
+    }
+
+    pub fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+}
+
+/// 1, 2-3, 4-7, …: the bit length.
+fn log_bucket(n: u64) -> u64 {
+    u64::from(64 - n.leading_zeros())
+}
+
+/// The content features of a message: words and bigrams of its subject and body, header
+/// tokens, its shape, anomalies, URL hosts and domains, attachments. Call `finish` after adding
+/// symbols and reputation.
+pub fn extract(
+    message: &ParsedMessage<'_>,
+    entities: &Entities,
+    anomalies: &Anomalies,
+) -> Features {
+    let mut f = Features::default();
+    f.add(Family::Bias, b"");
+    for w in words(&message.subject.normalized).take(MAX_SUBJECT_WORDS) {
+        f.add(Family::SubjectWord, w.as_bytes());
+    }
+    let body = if message.body.normalized.trim().is_empty() {
+        message.html_text.to_lowercase()
+    } else {
+        message.body.normalized.clone()
+    };
+    let body_words: Vec<std::borrow::Cow<'_, str>> = words(&body).take(MAX_BODY_WORDS).collect();
+    let mut pair = Vec::with_capacity(2 * MAX_WORD_BYTES + 2);
+    for (i, w) in body_words.iter().enumerate() {
+        f.add(Family::Word, w.as_bytes());
+        for d in 1..OSB_WINDOW {
+            let Some(next) = body_words.get(i + d) else {
+                break;
+            };
+            pair.clear();
+            pair.extend_from_slice(w.as_bytes());
+            pair.push(0);
+            pair.push(d as u8);
+            pair.extend_from_slice(next.as_bytes());
+            f.add(Family::Bigram, &pair);
+        }
+    }
+    if let Some(from) = entities.from() {
+        f.add(Family::FromDomain, from.domain.as_bytes());
+        if let Some(name) = &from.name {
+            for w in words(&name.to_lowercase()).take(6) {
+                f.add(Family::FromName, w.as_bytes());
+            }
+        }
+        if entities.message_id_domain.as_deref() == Some(from.domain.as_str()) {
+            f.add(Family::Shape, b"mid=from");
+        }
+    } else {
+        f.add(Family::Shape, b"no-from");
+    }
+    if let Some(mailer) = &entities.mailer {
+        let first = mailer.split([' ', '/', '(']).next().unwrap_or("");
+        f.add(Family::Mailer, first.to_lowercase().as_bytes());
+    }
+    if let Some(domain) = &entities.message_id_domain {
+        f.add(Family::MessageIdDomain, domain.as_bytes());
+    }
+    let hops = entities
+        .ips
+        .iter()
+        .filter(|i| i.source == IpSource::Received)
+        .count();
+    let shape: [(&[u8], u64); 5] = [
+        (b"hops", hops as u64),
+        (b"parts", message.part_count as u64),
+        (b"urls", log_bucket(entities.urls.len() as u64)),
+        (b"domains", log_bucket(entities.domains.len() as u64)),
+        (b"body", log_bucket(body.len() as u64 / 64)),
+    ];
+    for (name, n) in shape {
+        let mut v = name.to_vec();
+        v.push(b'=');
+        v.push(n.min(255) as u8);
+        f.add(Family::Shape, &v);
+    }
+    if message.body.normalized.trim().is_empty() && !message.html_text.is_empty() {
+        f.add(Family::Shape, b"html-only");
+    }
+    for a in anomalies.iter() {
+        f.add(Family::Anomaly, a.as_str().as_bytes());
+    }
+    for h in entities.hosts.iter().take(20) {
+        f.add(Family::UrlHost, h.as_bytes());
+    }
+    for d in entities.domains.iter().take(20) {
+        f.add(Family::UrlDomain, d.as_bytes());
+    }
+    for a in entities.attachments.iter().take(10) {
+        f.add(Family::Attachment, a.content_type.as_bytes());
+        if let Some(ext) = &a.extension {
+            f.add(Family::Attachment, ext.as_bytes());
+        }
+    }
+    f
+}
+
+/// Words of normalized text: runs of letters and digits, at least two bytes; long ones and long
+/// numbers become classes (`#len` and `@len`), so identifiers don't flood the table.
+fn words(text: &str) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() >= 2)
+        .map(|w| {
+            if w.bytes().all(|b| b.is_ascii_digit()) && w.len() > 4 {
+                std::borrow::Cow::Owned(format!("#{}", w.len()))
+            } else if w.len() > MAX_WORD_BYTES {
+                std::borrow::Cow::Owned(format!("@{}", w.len() / 8))
+            } else {
+                std::borrow::Cow::Borrowed(w)
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_and_classes() {
+        let got: Vec<String> = words("Buy 1234567 now!! a x-ray aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+            .map(|w| w.into_owned())
+            .collect();
+        assert_eq!(got, ["Buy", "#7", "now", "ray", "@4"]);
+    }
+
+    #[test]
+    fn same_message_same_features_and_families_differ() {
+        let raw = b"From: A <a@example.com>\nSubject: cheap meds\nMessage-ID: <1@example.com>\n\nbuy cheap meds now at http://pills.example.net/x\n";
+        let limits = crate::message::Limits::default();
+        let input = crate::message::prepare(raw, &limits);
+        let a = crate::scan::analyze(&input, &Default::default(), &limits);
+        let mut f1 = extract(&a.message, &a.entities, &a.anomalies);
+        let mut f2 = extract(&a.message, &a.entities, &a.anomalies);
+        f1.finish();
+        f2.finish();
+        assert_eq!(f1, f2);
+        assert!(f1.len() > 10, "{}", f1.len());
+        let mut x = Features::default();
+        x.add(Family::Word, b"cheap");
+        x.add(Family::SubjectWord, b"cheap");
+        x.finish();
+        assert_eq!(x.len(), 2, "the family is part of the hash");
+        assert!(
+            f1.hashes().binary_search(&x.hashes()[0]).is_ok()
+                || f1.hashes().binary_search(&x.hashes()[1]).is_ok()
+        );
+    }
+}

@@ -1,0 +1,432 @@
+//! The online classifier: logistic regression over hashed features, trained one message at a
+//! time by FTRL-Proximal (McMahan et al., "Ad Click Prediction: a View from the Trenches").
+//!
+//! Owns: the weight table, prediction, training, the cold-start rule, the snapshot format.
+//! Never touches: mail parsing (features come from `features`), the store, Lua.
+//!
+//! The table holds FTRL's two numbers per coordinate, `z` and `n`, as `f32` bits in relaxed
+//! atomics: a prediction reads them without a lock while a training step (serialized by a
+//! mutex) writes them, so inference never waits on training and sees each update at once.
+
+pub mod features;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+pub use features::{extract, Features, FEATURE_VERSION};
+
+/// Classifier settings (`[classifier]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClassifierConfig {
+    pub enabled: bool,
+    /// log2 of the number of weights (16..=26); memory is 8 bytes per weight.
+    pub table_bits: u32,
+    /// FTRL-Proximal learning-rate scale.
+    pub alpha: f64,
+    /// FTRL-Proximal learning-rate smoothing.
+    pub beta: f64,
+    /// L1 regularization: weights of rare features stay exactly zero.
+    pub l1: f64,
+    /// L2 regularization.
+    pub l2: f64,
+    /// Messages of each class the model must have learned before it gives an opinion.
+    pub min_learned: u64,
+    /// Learn spam from verdicts scoring at least this (autolearn); off when absent.
+    pub autolearn_spam_at: Option<f64>,
+    /// Learn ham from verdicts scoring at most this (autolearn); off when absent.
+    pub autolearn_ham_at: Option<f64>,
+    /// Autolearn skips messages the model itself scored between these probabilities (it
+    /// would learn its own doubts).
+    pub autolearn_doubt: [f64; 2],
+}
+
+impl Default for ClassifierConfig {
+    fn default() -> Self {
+        ClassifierConfig {
+            enabled: true,
+            table_bits: 20,
+            alpha: 0.3,
+            beta: 1.0,
+            l1: 0.1,
+            l2: 1.0,
+            min_learned: 20,
+            autolearn_spam_at: None,
+            autolearn_ham_at: None,
+            autolearn_doubt: [0.2, 0.8],
+        }
+    }
+}
+
+impl ClassifierConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(16..=26).contains(&self.table_bits) {
+            return Err(format!(
+                "classifier.table_bits must be 16..=26, got {}",
+                self.table_bits
+            ));
+        }
+        let params = [self.alpha, self.beta, self.l1, self.l2];
+        if params.iter().any(|p| !p.is_finite() || *p < 0.0) || self.alpha == 0.0 {
+            return Err("classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)".into());
+        }
+        Ok(())
+    }
+}
+
+/// Which class a training example belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Spam,
+    Ham,
+}
+
+/// Why a snapshot was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("classifier snapshot {0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("classifier snapshot {0} is not a shrike classifier snapshot (bad magic)")]
+    Magic(String),
+    #[error("classifier snapshot {0}: format version {1}, this build reads {2}")]
+    Version(String, u32, u32),
+    #[error(
+        "classifier snapshot {0} was trained with feature hashing version {1}; this build hashes \
+         features as version {2}, so its weights mean nothing here (remove it to start afresh)"
+    )]
+    FeatureVersion(String, u32, u32),
+    #[error("classifier snapshot {0} has 2^{1} weights; the configuration asks for 2^{2}")]
+    TableBits(String, u32, u32),
+    #[error("classifier snapshot {0} is damaged (checksum mismatch)")]
+    Checksum(String),
+}
+
+const MAGIC: &[u8; 8] = b"SHRKCLF\0";
+const FORMAT_VERSION: u32 = 1;
+
+/// The model.
+pub struct Classifier {
+    config: ClassifierConfig,
+    mask: u64,
+    /// `z` and `n` of coordinate `i` at `2i` and `2i + 1`, as `f32` bits.
+    table: Box<[AtomicU32]>,
+    spam: AtomicU64,
+    ham: AtomicU64,
+    /// Serializes training steps (each reads then writes its coordinates).
+    train: Mutex<()>,
+    /// Recently trained messages (autolearn and repeats of one mailing train once).
+    seen: Mutex<lru::LruCache<u64, ()>>,
+}
+
+impl std::fmt::Debug for Classifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Classifier")
+            .field("table_bits", &self.config.table_bits)
+            .field("spam", &self.spam)
+            .field("ham", &self.ham)
+            .finish()
+    }
+}
+
+/// Messages remembered as trained.
+const SEEN_CAPACITY: usize = 100_000;
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x.clamp(-35.0, 35.0)).exp())
+}
+
+impl Classifier {
+    pub fn new(config: &ClassifierConfig) -> Classifier {
+        let bits = config.table_bits.clamp(16, 26);
+        let size = 1usize << bits;
+        Classifier {
+            config: config.clone(),
+            mask: size as u64 - 1,
+            table: (0..size * 2).map(|_| AtomicU32::new(0)).collect(),
+            spam: AtomicU64::new(0),
+            ham: AtomicU64::new(0),
+            train: Mutex::new(()),
+            seen: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(SEEN_CAPACITY).expect("nonzero"),
+            )),
+        }
+    }
+
+    pub fn config(&self) -> &ClassifierConfig {
+        &self.config
+    }
+
+    /// Messages learned per class.
+    pub fn learned(&self) -> (u64, u64) {
+        (self.spam.load(Relaxed), self.ham.load(Relaxed))
+    }
+
+    /// Whether the model has seen enough of both classes to give an opinion.
+    pub fn ready(&self) -> bool {
+        let (s, h) = self.learned();
+        self.config.enabled && s >= self.config.min_learned && h >= self.config.min_learned
+    }
+
+    fn weight(&self, slot: usize) -> f64 {
+        let z = f64::from(f32::from_bits(self.table[2 * slot].load(Relaxed)));
+        let n = f64::from(f32::from_bits(self.table[2 * slot + 1].load(Relaxed)));
+        let c = &self.config;
+        if z.abs() <= c.l1 {
+            0.0
+        } else {
+            -(z - z.signum() * c.l1) / ((c.beta + n.sqrt()) / c.alpha + c.l2)
+        }
+    }
+
+    fn slot(&self, feature: u64) -> usize {
+        (feature & self.mask) as usize
+    }
+
+    /// The spam probability of a feature set (whether or not the model is ready).
+    pub fn probability(&self, features: &Features) -> f64 {
+        let sum: f64 = features
+            .hashes()
+            .iter()
+            .map(|&f| self.weight(self.slot(f)))
+            .sum();
+        sigmoid(sum)
+    }
+
+    /// The spam probability, or `None` during the cold start.
+    pub fn classify(&self, features: &Features) -> Option<f64> {
+        self.ready().then(|| self.probability(features))
+    }
+
+    /// One FTRL-Proximal step towards `class`. `key` identifies the message (Message-ID or
+    /// body hash): a message trains once per class while it is remembered. Returns whether it
+    /// trained.
+    pub fn train(&self, features: &Features, class: Class, key: Option<u64>) -> bool {
+        if !self.config.enabled {
+            return false;
+        }
+        if let Some(key) = key {
+            let tagged = key ^ if class == Class::Spam { 0x5A } else { 0xA5 };
+            if self.seen.lock().put(tagged, ()).is_some() {
+                return false;
+            }
+        }
+        let _guard = self.train.lock();
+        let y = if class == Class::Spam { 1.0 } else { 0.0 };
+        let g = self.probability(features) - y;
+        let alpha = self.config.alpha;
+        for &f in features.hashes() {
+            let slot = self.slot(f);
+            let w = self.weight(slot);
+            let z = f64::from(f32::from_bits(self.table[2 * slot].load(Relaxed)));
+            let n = f64::from(f32::from_bits(self.table[2 * slot + 1].load(Relaxed)));
+            let sigma = ((n + g * g).sqrt() - n.sqrt()) / alpha;
+            let z = z + g - sigma * w;
+            let n = n + g * g;
+            self.table[2 * slot].store((z as f32).to_bits(), Relaxed);
+            self.table[2 * slot + 1].store((n as f32).to_bits(), Relaxed);
+        }
+        match class {
+            Class::Spam => self.spam.fetch_add(1, Relaxed),
+            Class::Ham => self.ham.fetch_add(1, Relaxed),
+        };
+        true
+    }
+
+    /// Writes the model to `path` atomically (a temporary file, fsync, rename).
+    pub fn save(&self, path: &Path) -> Result<(), SnapshotError> {
+        let name = path.display().to_string();
+        let io = |e| SnapshotError::Io(name.clone(), e);
+        let mut buf = Vec::with_capacity(64 + self.table.len() * 4);
+        buf.extend_from_slice(MAGIC);
+        buf.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        buf.extend_from_slice(&FEATURE_VERSION.to_le_bytes());
+        buf.extend_from_slice(&self.config.table_bits.to_le_bytes());
+        let _guard = self.train.lock();
+        buf.extend_from_slice(&self.spam.load(Relaxed).to_le_bytes());
+        buf.extend_from_slice(&self.ham.load(Relaxed).to_le_bytes());
+        for v in self.table.iter() {
+            buf.extend_from_slice(&v.load(Relaxed).to_le_bytes());
+        }
+        drop(_guard);
+        let crc = crc32c::crc32c(&buf);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        let tmp = path.with_extension("tmp");
+        let mut file = std::fs::File::create(&tmp).map_err(io)?;
+        file.write_all(&buf).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        drop(file);
+        std::fs::rename(&tmp, path).map_err(io)?;
+        if let Some(dir) = path.parent() {
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a model written by `save`. Refuses a damaged file, another format, other feature
+    /// hashing, or another table size, saying which.
+    pub fn load(config: &ClassifierConfig, path: &Path) -> Result<Classifier, SnapshotError> {
+        let name = path.display().to_string();
+        let mut buf = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_to_end(&mut buf))
+            .map_err(|e| SnapshotError::Io(name.clone(), e))?;
+        if buf.len() < 36 || &buf[..8] != MAGIC {
+            return Err(SnapshotError::Magic(name));
+        }
+        let (body, tail) = buf.split_at(buf.len() - 4);
+        let u32_at = |i: usize| u32::from_le_bytes(body[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
+        if crc32c::crc32c(body) != u32::from_le_bytes(tail.try_into().expect("4 bytes")) {
+            return Err(SnapshotError::Checksum(name));
+        }
+        if u32_at(8) != FORMAT_VERSION {
+            return Err(SnapshotError::Version(name, u32_at(8), FORMAT_VERSION));
+        }
+        if u32_at(12) != FEATURE_VERSION {
+            return Err(SnapshotError::FeatureVersion(
+                name,
+                u32_at(12),
+                FEATURE_VERSION,
+            ));
+        }
+        let bits = u32_at(16);
+        if bits != config.table_bits {
+            return Err(SnapshotError::TableBits(name, bits, config.table_bits));
+        }
+        let model = Classifier::new(config);
+        let values = &body[36..];
+        if values.len() != model.table.len() * 4 {
+            return Err(SnapshotError::Checksum(name));
+        }
+        model.spam.store(u64_at(20), Relaxed);
+        model.ham.store(u64_at(28), Relaxed);
+        for (slot, chunk) in model.table.iter().zip(values.chunks_exact(4)) {
+            slot.store(
+                u32::from_le_bytes(chunk.try_into().expect("4 bytes")),
+                Relaxed,
+            );
+        }
+        Ok(model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ClassifierConfig {
+        ClassifierConfig {
+            table_bits: 16,
+            min_learned: 5,
+            ..ClassifierConfig::default()
+        }
+    }
+
+    /// A synthetic two-class stream: each class draws tokens mostly from its own vocabulary,
+    /// with a shared one mixed in.
+    fn example(i: u64, spam: bool) -> Features {
+        let mut f = Features::default();
+        let own = if spam { "buy" } else { "meet" };
+        for k in 0..8 {
+            let word = (i.wrapping_mul(2_654_435_761).wrapping_add(k * 97)) % 40;
+            f.add(features::Family::Word, format!("{own}{word}").as_bytes());
+            f.add(
+                features::Family::Word,
+                format!("common{}", (i + k) % 30).as_bytes(),
+            );
+        }
+        f.finish();
+        f
+    }
+
+    #[test]
+    fn separates_a_two_class_stream() {
+        let model = Classifier::new(&config());
+        assert_eq!(
+            model.classify(&example(0, true)),
+            None,
+            "cold start: no opinion"
+        );
+        for i in 0..400 {
+            model.train(
+                &example(i, i % 2 == 0),
+                if i % 2 == 0 { Class::Spam } else { Class::Ham },
+                None,
+            );
+        }
+        assert!(model.ready());
+        let (mut right, mut total) = (0, 0);
+        for i in 1_000..1_200 {
+            let spam = i % 3 == 0;
+            let p = model.classify(&example(i, spam)).unwrap();
+            total += 1;
+            if (p > 0.5) == spam {
+                right += 1;
+            }
+        }
+        assert!(right * 100 >= total * 95, "{right}/{total}");
+    }
+
+    #[test]
+    fn learning_is_deterministic_and_snapshots_round_trip() {
+        let a = Classifier::new(&config());
+        let b = Classifier::new(&config());
+        for i in 0..100 {
+            let class = if i % 3 == 0 { Class::Spam } else { Class::Ham };
+            a.train(&example(i, class == Class::Spam), class, None);
+            b.train(&example(i, class == Class::Spam), class, None);
+        }
+        let probe = example(5_000, true);
+        assert_eq!(a.probability(&probe), b.probability(&probe));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("classifier.bin");
+        a.save(&path).unwrap();
+        let c = Classifier::load(&config(), &path).unwrap();
+        assert_eq!(c.learned(), a.learned());
+        assert_eq!(c.probability(&probe), a.probability(&probe));
+        // Other table size, other feature hashing, damage: refused, saying why.
+        let bigger = ClassifierConfig {
+            table_bits: 17,
+            ..config()
+        };
+        let e = Classifier::load(&bigger, &path).unwrap_err();
+        assert!(e.to_string().contains("2^16"), "{e}");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[12..16].copy_from_slice(&(FEATURE_VERSION + 1).to_le_bytes());
+        let crc = crc32c::crc32c(&bytes[..bytes.len() - 4]);
+        let n = bytes.len();
+        bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let e = Classifier::load(&config(), &path).unwrap_err();
+        assert!(e.to_string().contains("feature hashing"), "{e}");
+        bytes[100] ^= 0xFF;
+        std::fs::write(&path, &bytes).unwrap();
+        let e = Classifier::load(&config(), &path).unwrap_err();
+        assert!(e.to_string().contains("damaged"), "{e}");
+        std::fs::write(&path, b"not a model").unwrap();
+        assert!(matches!(
+            Classifier::load(&config(), &path),
+            Err(SnapshotError::Magic(_))
+        ));
+    }
+
+    #[test]
+    fn a_message_trains_once_per_class() {
+        let model = Classifier::new(&config());
+        let f = example(1, true);
+        assert!(model.train(&f, Class::Spam, Some(42)));
+        assert!(!model.train(&f, Class::Spam, Some(42)));
+        assert!(
+            model.train(&f, Class::Ham, Some(42)),
+            "a rescue after a complaint counts"
+        );
+        assert!(model.train(&f, Class::Spam, None));
+        assert_eq!(model.learned(), (2, 1));
+    }
+}
