@@ -4,6 +4,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use crate::classify::Class;
 use crate::config::Config;
 use crate::engine::{Action, RuleLocation};
 use crate::message::{prepare, Envelope};
@@ -25,8 +26,22 @@ pub struct RuleTest {
     pub seen_rcpts: usize,
     pub complain: usize,
     pub rescue: usize,
+    /// Classifier training: the test message as spam, as ham, and stock examples of both.
+    pub train_spam: usize,
+    pub train_ham: usize,
+    pub train_background: usize,
     pub message: Vec<u8>,
 }
+
+/// Stock examples for `train-background`: the classifier learns them as ham and spam.
+const STOCK_HAM: &[u8] = b"From: Ann Lee <ann@colleagues.example>\nTo: bob@example.org\n\
+Subject: notes from the review meeting\nMessage-ID: <r1@colleagues.example>\n\n\
+Hi Bob, here are my notes from the review meeting. We agreed to ship the parser\n\
+change next week and to revisit the test plan on Thursday. Thanks, Ann\n";
+const STOCK_SPAM: &[u8] = b"From: Best Offers <win@prizes.example>\nTo: bob@example.org\n\
+Subject: claim your free prize now\nMessage-ID: <p1@prizes.example>\n\n\
+Congratulations! You have been selected to claim a free prize. Act now, click\n\
+http://prizes.example/claim and enter your card number to receive it today.\n";
 
 /// Parses a test file; errors name the line.
 pub fn parse(text: &[u8]) -> Result<RuleTest, String> {
@@ -82,6 +97,9 @@ pub fn parse(text: &[u8]) -> Result<RuleTest, String> {
             "seen-rcpts" => t.seen_rcpts = count()?,
             "complain" => t.complain = count()?,
             "rescue" => t.rescue = count()?,
+            "train-spam" => t.train_spam = count()?,
+            "train-ham" => t.train_ham = count()?,
+            "train-background" => t.train_background = count()?,
             _ => return Err(format!("line {line_no}: unknown directive {word:?}")),
         }
     }
@@ -153,6 +171,24 @@ pub fn run_one(
             for _ in 0..n {
                 scanner.learn(&analysis, counter);
             }
+        }
+    }
+    // Classifier training repeats a message on purpose, so it bypasses the once-per-message rule.
+    let stock_ham = prepare(STOCK_HAM, &config.limits);
+    let stock_spam = prepare(STOCK_SPAM, &config.limits);
+    for (n, input, class) in [
+        (test.train_background, &stock_ham, Class::Ham),
+        (test.train_background, &stock_spam, Class::Spam),
+        (test.train_spam, &input, Class::Spam),
+        (test.train_ham, &input, Class::Ham),
+    ] {
+        for _ in 0..n {
+            let s = worker.scan(input, &test.envelope);
+            let features = match &s.features {
+                Some(f) => f.clone(),
+                None => return Ok(vec!["train-* needs a rule that calls msg:classify()".into()]),
+            };
+            scanner.classifier().train(&features, class, None);
         }
     }
     let s = worker.scan(&input, &test.envelope);
