@@ -68,6 +68,9 @@ pub enum Source {
 pub struct Item {
     /// The path as given, with `#N` (1-based) for the messages of a multi-message mbox.
     pub name: String,
+    /// The name relative to the corpus path it was found under: what seeds hash, so a corpus
+    /// replays the same wherever it is unpacked.
+    pub key: String,
     pub label: Label,
     /// Simulated arrival, Unix seconds.
     pub arrival: u64,
@@ -169,6 +172,7 @@ pub fn load(
                         times.push(from_line.or(time));
                         corpus.items.push(Item {
                             name: format!("{name}#{}", i + 1),
+                            key: format!("{}#{}", relative(path, &file), i + 1),
                             label,
                             arrival: 0,
                             envelope,
@@ -186,6 +190,7 @@ pub fn load(
                 let (time, envelope) = headers_of(&bytes);
                 times.push(from_line.or(time));
                 corpus.items.push(Item {
+                    key: relative(path, &file),
                     name,
                     label,
                     arrival: 0,
@@ -197,6 +202,7 @@ pub fn load(
             let (time, envelope) = headers_of(&bytes);
             times.push(time);
             corpus.items.push(Item {
+                key: relative(path, &file),
                 name,
                 label,
                 arrival: 0,
@@ -223,8 +229,8 @@ pub fn load(
             let seed = seed.to_le_bytes();
             corpus.items.sort_by_cached_key(|item| {
                 let mut key = seed.to_vec();
-                key.extend_from_slice(item.name.as_bytes());
-                (hash_bytes(&key), item.name.clone())
+                key.extend_from_slice(item.key.as_bytes());
+                (hash_bytes(&key), item.key.clone())
             });
             let n = corpus.items.len() as u128;
             for (i, item) in corpus.items.iter_mut().enumerate() {
@@ -233,6 +239,19 @@ pub fn load(
         }
     }
     Ok(corpus)
+}
+
+/// `file` relative to the corpus path `root` it was found under (the file name when `root` is
+/// the file itself).
+fn relative(root: &Path, file: &Path) -> String {
+    let rel = file
+        .strip_prefix(root)
+        .ok()
+        .filter(|r| !r.as_os_str().is_empty());
+    let rel = rel
+        .or_else(|| file.file_name().map(Path::new))
+        .unwrap_or(file);
+    rel.display().to_string()
 }
 
 /// Header times with outliers dropped; a message without one arrives with its predecessor in

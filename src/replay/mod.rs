@@ -228,7 +228,7 @@ pub fn run(
                 CounterKey::TrainHam
             };
             let delay = (feedback.delay_secs as f64
-                * (0.5 + unit(feedback.seed, &item.name, b"when"))) as u64;
+                * (0.5 + unit(feedback.seed, &item.key, b"when"))) as u64;
             sequence += 1;
             events.push(Reverse((item.arrival + delay, sequence, index, class)));
         }
@@ -296,10 +296,10 @@ fn user_feedback(item: &Item, action: Action, feedback: &Feedback) -> Option<(Co
         l if l.is_ham() && in_junk => (CounterKey::Rescue, feedback.rescue),
         _ => return None,
     };
-    if unit(feedback.seed, &item.name, b"who") >= chance {
+    if unit(feedback.seed, &item.key, b"who") >= chance {
         return None;
     }
-    let spread = 0.5 + unit(feedback.seed, &item.name, b"when");
+    let spread = 0.5 + unit(feedback.seed, &item.key, b"when");
     Some((counter, (feedback.delay_secs as f64 * spread) as u64))
 }
 
@@ -343,6 +343,7 @@ mod tests {
     fn item(name: &str, label: Label) -> Item {
         Item {
             name: name.into(),
+            key: name.into(),
             label,
             arrival: 0,
             envelope: Default::default(),
