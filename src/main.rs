@@ -305,19 +305,28 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .rules
         .clone()
         .map_or(RuleLocation::Embedded, rule_location);
+    let (a, b) = match args.compare_rules.clone() {
+        None => (
+            replay::run(config, rules_a, &corpus, &feedback).map_err(anyhow::Error::msg)?,
+            None,
+        ),
+        Some(dir) => {
+            let (a, b) = replay::run_pair(config, rules_a, rule_location(dir), &corpus, &feedback)
+                .map_err(anyhow::Error::msg)?;
+            (a, Some(b))
+        }
+    };
+    if let Some(path) = &args.csv {
+        let file =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        report::write_csv(BufWriter::new(file), &corpus, &a, b.as_ref())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    match args.compare_rules {
+    match b {
         None => {
-            let lane =
-                replay::run(config, rules_a, &corpus, &feedback).map_err(anyhow::Error::msg)?;
-            if let Some(path) = &args.csv {
-                let file = std::fs::File::create(path)
-                    .with_context(|| format!("creating {}", path.display()))?;
-                report::write_csv(BufWriter::new(file), &corpus, &lane, None)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-            let summary = report::Summary::new(&corpus, &lane, &config.verdict, args.slices);
+            let summary = report::Summary::new(&corpus, &a, &config.verdict, args.slices);
             if args.json {
                 serde_json::to_writer_pretty(&mut out, &summary).context("writing output")?;
                 writeln!(out)?;
@@ -326,24 +335,16 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
             }
         }
         Some(b) => {
-            let name_a = args
-                .rules
-                .as_ref()
-                .map_or_else(|| "embedded".to_string(), |p| p.display().to_string());
-            let name_b = b.display().to_string();
-            let (a, b) = replay::run_pair(config, rules_a, rule_location(b), &corpus, &feedback)
-                .map_err(anyhow::Error::msg)?;
-            if let Some(path) = &args.csv {
-                let file = std::fs::File::create(path)
-                    .with_context(|| format!("creating {}", path.display()))?;
-                report::write_csv(BufWriter::new(file), &corpus, &a, Some(&b))
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
             let comparison = report::Comparison::new(&corpus, &a, &b, &config.verdict, args.slices);
             if args.json {
                 serde_json::to_writer_pretty(&mut out, &comparison).context("writing output")?;
                 writeln!(out)?;
             } else {
+                let name = |p: Option<&PathBuf>| {
+                    p.map_or_else(|| "embedded".to_string(), |p| p.display().to_string())
+                };
+                let (name_a, name_b) =
+                    (name(args.rules.as_ref()), name(args.compare_rules.as_ref()));
                 comparison.write_text(&mut out, &name_a, &name_b)?;
             }
         }

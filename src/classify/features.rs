@@ -154,10 +154,10 @@ pub fn extract(
     for w in words(&message.subject.normalized).take(MAX_SUBJECT_WORDS) {
         f.add(Family::SubjectWord, w.as_bytes());
     }
-    let body = if message.body.normalized.trim().is_empty() {
-        message.html_text.to_lowercase()
+    let body: std::borrow::Cow<'_, str> = if message.body.normalized.trim().is_empty() {
+        std::borrow::Cow::Owned(message.html_text.to_lowercase())
     } else {
-        message.body.normalized.clone()
+        std::borrow::Cow::Borrowed(&message.body.normalized)
     };
     let body_words: Vec<std::borrow::Cow<'_, str>> = words(&body).take(MAX_BODY_WORDS).collect();
     let mut pair = Vec::with_capacity(2 * MAX_WORD_BYTES + 2);

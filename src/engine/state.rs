@@ -795,6 +795,9 @@ pub struct RuleRunner {
     loaded: Option<LoadedState>,
     counters: Vec<LocalCounters>,
     scans: u32,
+    /// (rule, symbol) of the hits applied so far in the current scan, for `msg:classify()`;
+    /// kept between scans so it does not allocate each time.
+    applied: Vec<(usize, usize)>,
 }
 
 impl RuleRunner {
@@ -804,6 +807,7 @@ impl RuleRunner {
             loaded: None,
             counters: Vec::new(),
             scans: 0,
+            applied: Vec::new(),
         }
     }
 
@@ -895,18 +899,25 @@ impl RuleRunner {
         });
         let limit = cfg.memory_limit_mb.max(1).saturating_mul(1024 * 1024);
         // Symbols applied so far: `msg:classify()` weighs the rules that ran before it.
-        let applied_symbols: std::cell::RefCell<Vec<&str>> = std::cell::RefCell::new(Vec::new());
+        let mut applied = std::mem::take(&mut self.applied);
+        applied.clear();
+        let applied_symbols = std::cell::RefCell::new(applied);
         let classified: std::cell::RefCell<Option<(Option<f64>, crate::classify::Features)>> =
             std::cell::RefCell::new(None);
         let result = st.lua.scope(|scope| {
             let fetch = scope.create_function(|lua, (id, a): (u8, Value)| {
                 let _unlimited = Unlimited::new(lua, limit);
                 if id == CLASSIFY_FIELD {
-                    let Some(model) = data.classifier else {
+                    // No opinion during the cold start: skip the feature extraction too
+                    // (training builds the features itself when a scan has none).
+                    let Some(model) = data.classifier.filter(|m| m.ready()) else {
                         return Ok(Value::Nil);
                     };
-                    let features =
-                        data.classifier_features(applied_symbols.borrow().iter().copied());
+                    let applied = applied_symbols.borrow();
+                    let names = applied
+                        .iter()
+                        .map(|&(r, s)| gen.rules[r].symbols[s].name.as_str());
+                    let features = data.classifier_features(names);
                     let p = model.classify(&features);
                     *classified.borrow_mut() = Some((p, features));
                     return Ok(p.map_or(Value::Nil, Value::Number));
@@ -958,7 +969,7 @@ impl RuleRunner {
                             for (si, weight, options) in hits {
                                 let s = &meta.symbols[si];
                                 if applied {
-                                    applied_symbols.borrow_mut().push(s.name.as_str());
+                                    applied_symbols.borrow_mut().push((i, si));
                                 }
                                 out.hits.push(Hit {
                                     symbol: s.name.clone(),
@@ -1004,6 +1015,7 @@ impl RuleRunner {
         if let Err(e) = result {
             out.errors.push(("(engine)".into(), describe(&e)));
         }
+        self.applied = applied_symbols.into_inner();
         if let Some((p, features)) = classified.into_inner() {
             out.probability = p;
             out.features = Some(features);

@@ -160,6 +160,7 @@ pub fn load(
             }
             let label = label_of(&file, &by_file);
             let name = file.display().to_string();
+            let mut from_line = None;
             if bytes.starts_with(b"From ") {
                 let messages: Vec<_> = mail_parser::mailbox::mbox::MessageIterator::new(&bytes[..])
                     .filter_map(Result::ok)
@@ -183,24 +184,13 @@ pub fn load(
                 }
                 // One message after a `From ` line: a file cut from a mailbox (the pipeline
                 // drops the line itself).
-                let from_line = messages
+                from_line = messages
                     .first()
                     .map(|m| m.internal_date())
                     .filter(|&t| t > 0);
-                let (time, envelope) = headers_of(&bytes);
-                times.push(from_line.or(time));
-                corpus.items.push(Item {
-                    key: relative(path, &file),
-                    name,
-                    label,
-                    arrival: 0,
-                    envelope,
-                    source: Source::File(file),
-                });
-                continue;
             }
             let (time, envelope) = headers_of(&bytes);
-            times.push(time);
+            times.push(from_line.or(time));
             corpus.items.push(Item {
                 key: relative(path, &file),
                 name,

@@ -104,11 +104,11 @@ pub struct Lane {
 }
 
 /// A feedback event: (time, sequence) orders the queue, the item says which message.
-type Event = Reverse<(u64, u64, usize, CounterKey)>;
+type Event = Reverse<(u64, u64, usize, EventKind)>;
 
-/// `Counter` in a form the event heap can order.
+/// What a feedback event does (ordered, for the event heap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum CounterKey {
+enum EventKind {
     Complaint,
     Rescue,
     /// The label reaches the classifier only (`Train::All`).
@@ -116,11 +116,11 @@ enum CounterKey {
     TrainHam,
 }
 
-impl CounterKey {
+impl EventKind {
     fn counter(self) -> Option<Counter> {
         match self {
-            CounterKey::Complaint => Some(Counter::Complaint),
-            CounterKey::Rescue => Some(Counter::Rescue),
+            EventKind::Complaint => Some(Counter::Complaint),
+            EventKind::Rescue => Some(Counter::Rescue),
             _ => None,
         }
     }
@@ -168,7 +168,7 @@ pub fn run(
     let started = Instant::now();
     for item in &corpus.items {
         // Feedback due before this message arrives trains the store first.
-        while let Some(&Reverse((at, _, index, counter))) = events.peek() {
+        while let Some(&Reverse((at, _, index, kind))) = events.peek() {
             if at > item.arrival {
                 break;
             }
@@ -176,17 +176,12 @@ pub fn run(
             clock.set(at);
             sweeper.advance(at);
             if let Ok(raw) = corpus.items[index].raw() {
-                match counter {
-                    CounterKey::Complaint | CounterKey::Rescue => {
-                        worker.learn(&raw, counter.counter().expect("a user's counter"));
-                    }
-                    CounterKey::TrainSpam => {
-                        worker.train(&raw, Class::Spam);
-                    }
-                    CounterKey::TrainHam => {
-                        worker.train(&raw, Class::Ham);
-                    }
-                }
+                match kind {
+                    EventKind::Complaint => worker.learn(&raw, Counter::Complaint),
+                    EventKind::Rescue => worker.learn(&raw, Counter::Rescue),
+                    EventKind::TrainSpam => worker.train(&raw, Class::Spam),
+                    EventKind::TrainHam => worker.train(&raw, Class::Ham),
+                };
             }
         }
         clock.set(item.arrival);
@@ -217,18 +212,17 @@ pub fn run(
             sequence += 1;
             events.push(Reverse((item.arrival + delay, sequence, index, counter)));
             match counter {
-                CounterKey::Complaint => lane.complaints += 1,
+                EventKind::Complaint => lane.complaints += 1,
                 _ => lane.rescues += 1,
             }
         }
         if feedback.train == Train::All && item.label != Label::Unlabeled {
             let class = if item.label == Label::Spam {
-                CounterKey::TrainSpam
+                EventKind::TrainSpam
             } else {
-                CounterKey::TrainHam
+                EventKind::TrainHam
             };
-            let delay = (feedback.delay_secs as f64
-                * (0.5 + unit(feedback.seed, &item.key, b"when"))) as u64;
+            let delay = feedback_delay(item, feedback);
             sequence += 1;
             events.push(Reverse((item.arrival + delay, sequence, index, class)));
         }
@@ -285,22 +279,27 @@ pub fn run_pair(
 /// Whether a simulated user files feedback about a delivered message, and after how long.
 /// Decided by a hash of the seed and the message's name, so a replay repeats exactly and two
 /// rule sets that treat a message alike get the same feedback for it.
-fn user_feedback(item: &Item, action: Action, feedback: &Feedback) -> Option<(CounterKey, u64)> {
+fn user_feedback(item: &Item, action: Action, feedback: &Feedback) -> Option<(EventKind, u64)> {
     let in_inbox = matches!(action, Action::NoAction | Action::Greylist);
     let in_junk = matches!(
         action,
         Action::AddHeader | Action::RewriteSubject | Action::Quarantine
     );
     let (counter, chance) = match item.label {
-        Label::Spam if in_inbox => (CounterKey::Complaint, feedback.complain),
-        l if l.is_ham() && in_junk => (CounterKey::Rescue, feedback.rescue),
+        Label::Spam if in_inbox => (EventKind::Complaint, feedback.complain),
+        l if l.is_ham() && in_junk => (EventKind::Rescue, feedback.rescue),
         _ => return None,
     };
     if unit(feedback.seed, &item.key, b"who") >= chance {
         return None;
     }
+    Some((counter, feedback_delay(item, feedback)))
+}
+
+/// How long after delivery feedback about `item` lands: half to one and a half times the delay.
+fn feedback_delay(item: &Item, feedback: &Feedback) -> u64 {
     let spread = 0.5 + unit(feedback.seed, &item.key, b"when");
-    Some((counter, (feedback.delay_secs as f64 * spread) as u64))
+    (feedback.delay_secs as f64 * spread) as u64
 }
 
 /// A stable number in [0, 1) for (seed, name, purpose).
@@ -363,10 +362,10 @@ mod tests {
         let spam = item("s", Label::Spam);
         let ham = item("h", Label::HardHam);
         let got = |i: &Item, a| user_feedback(i, a, &always).map(|(c, _)| c);
-        assert_eq!(got(&spam, Action::NoAction), Some(CounterKey::Complaint));
-        assert_eq!(got(&spam, Action::Greylist), Some(CounterKey::Complaint));
+        assert_eq!(got(&spam, Action::NoAction), Some(EventKind::Complaint));
+        assert_eq!(got(&spam, Action::Greylist), Some(EventKind::Complaint));
         assert_eq!(got(&spam, Action::AddHeader), None);
-        assert_eq!(got(&ham, Action::AddHeader), Some(CounterKey::Rescue));
+        assert_eq!(got(&ham, Action::AddHeader), Some(EventKind::Rescue));
         // Rejected ham never reaches a user: lost, not rescued.
         assert_eq!(got(&ham, Action::Reject), None);
         assert_eq!(got(&ham, Action::NoAction), None);

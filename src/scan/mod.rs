@@ -246,6 +246,8 @@ pub struct Scanned<'p> {
     pub times: StageTimes,
     /// The classifier's features as a rule weighed them (`msg:classify()`), if one did.
     pub features: Option<Features>,
+    /// What the store said of each shingle before the scan (aligned with the shingles).
+    pub stats: Vec<WindowCounts>,
 }
 
 /// Wall time of the stages of one scan (metrics).
@@ -326,6 +328,27 @@ impl Scanner {
         &self.classifier
     }
 
+    /// What the rules see of an analysed message.
+    fn message_data<'a>(
+        &'a self,
+        analysis: &'a Analysis<'_>,
+        stats: &'a [WindowCounts],
+        envelope: &'a Envelope,
+    ) -> MessageData<'a> {
+        MessageData {
+            message: &analysis.message,
+            entities: &analysis.entities,
+            shingles: &analysis.shingles,
+            stats,
+            anomalies: &analysis.anomalies,
+            envelope,
+            now: self.store.now(),
+            max_html_bytes: self.engine.config().max_html_bytes,
+            classifier: Some(&self.classifier),
+            reputation_window: self.reputation_window,
+        }
+    }
+
     /// A worker for one scan thread (owns a Lua state; not `Send`).
     pub fn worker(self: &Arc<Self>) -> ScanWorker {
         ScanWorker {
@@ -365,35 +388,11 @@ impl Scanner {
         increments.len()
     }
 
-    /// Trains the classifier on a scanned message: the features a rule weighed, or (when no
-    /// rule asked) the message's features with all applied symbols. A message (by Message-ID,
-    /// else exact body) trains once per class while remembered.
+    /// Trains the classifier on a scanned message (`features`). A message (by Message-ID, else
+    /// exact body) trains once per class while remembered.
     pub fn train(&self, scanned: &Scanned<'_>, class: Class) -> bool {
         let a = &scanned.analysis;
-        let built;
-        let features = match &scanned.features {
-            Some(f) => f,
-            None => {
-                let mut keys: Vec<StoreKey> = Vec::with_capacity(a.shingles.len());
-                keys.extend(a.shingles.iter().map(|s| self.key(s)));
-                let stats = self.store.lookup_many(&keys);
-                let data = MessageData {
-                    message: &a.message,
-                    entities: &a.entities,
-                    shingles: &a.shingles,
-                    stats: &stats,
-                    anomalies: &a.anomalies,
-                    envelope: &Envelope::default(),
-                    now: self.store.now(),
-                    max_html_bytes: 0,
-                    classifier: None,
-                    reputation_window: self.reputation_window,
-                };
-                built =
-                    data.classifier_features(scanned.verdict.symbols.keys().map(String::as_str));
-                &built
-            }
-        };
+        let features = self.features(scanned);
         let key = match &a.entities.message_id {
             Some(id) => Some(shingle::hash_bytes(id.as_bytes())),
             None => a
@@ -402,7 +401,22 @@ impl Scanner {
                 .find(|s| s.kind == Kind::BodyExact)
                 .map(|s| s.hash),
         };
-        self.classifier.train(features, class, key)
+        self.classifier.train(&features, class, key)
+    }
+
+    /// The classifier's features of a scanned message: those a rule weighed, or (when no rule
+    /// asked, or the model had no opinion yet) the message's features with all applied symbols.
+    pub fn features<'s>(&self, scanned: &'s Scanned<'_>) -> std::borrow::Cow<'s, Features> {
+        match &scanned.features {
+            Some(f) => std::borrow::Cow::Borrowed(f),
+            None => {
+                let envelope = Envelope::default();
+                std::borrow::Cow::Owned(
+                    self.message_data(&scanned.analysis, &scanned.stats, &envelope)
+                        .classifier_features(scanned.verdict.symbols.keys().map(String::as_str)),
+                )
+            }
+        }
     }
 }
 
@@ -463,18 +477,7 @@ impl ScanWorker {
             .extend(analysis.shingles.iter().map(|s| sc.key(s)));
         let stats: Vec<WindowCounts> = sc.store.lookup_many(&self.keys);
         let looked_up = std::time::Instant::now();
-        let data = MessageData {
-            message: &analysis.message,
-            entities: &analysis.entities,
-            shingles: &analysis.shingles,
-            stats: &stats,
-            anomalies: &analysis.anomalies,
-            envelope,
-            now: sc.store.now(),
-            max_html_bytes: sc.engine.config().max_html_bytes,
-            classifier: Some(&sc.classifier),
-            reputation_window: sc.reputation_window,
-        };
+        let data = sc.message_data(&analysis, &stats, envelope);
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
         let features = outcome.features.take();
         // Descriptions come from the generation that judged the message, even if a reload
@@ -495,6 +498,7 @@ impl ScanWorker {
             updates,
             times,
             features,
+            stats,
         }
     }
 
