@@ -12,7 +12,7 @@ use crate::shingle::{hash_bytes, Kind, Shingle};
 use crate::store::{Counter, WindowCounts};
 
 /// Version of the feature hashing; stored in classifier snapshots.
-pub const FEATURE_VERSION: u32 = 1;
+pub const FEATURE_VERSION: u32 = 2;
 
 /// Words taken from the subject and from the body at most.
 const MAX_SUBJECT_WORDS: usize = 40;
@@ -41,6 +41,9 @@ pub enum Family {
     Attachment = 12,
     Symbol = 13,
     Reputation = 14,
+    HeaderName = 15,
+    HeaderToken = 16,
+    HeaderShape = 17,
 }
 
 /// A message's feature hashes.
@@ -231,7 +234,112 @@ pub fn extract(
             f.add(Family::Attachment, ext.as_bytes());
         }
     }
+    add_headers(&mut f, message);
     f
+}
+
+/// Headers whose values are split into tokens, with the most tokens taken from each.
+const TOKENIZED_HEADERS: [(&str, usize); 18] = [
+    ("received", 24),
+    ("from", 8),
+    ("reply-to", 8),
+    ("sender", 8),
+    ("return-path", 4),
+    ("to", 8),
+    ("cc", 8),
+    ("x-mailer", 8),
+    ("user-agent", 8),
+    ("x-mimeole", 8),
+    ("list-id", 6),
+    ("precedence", 2),
+    ("content-type", 6),
+    ("content-transfer-encoding", 2),
+    ("mime-version", 4),
+    ("x-priority", 4),
+    ("x-msmail-priority", 2),
+    ("organization", 6),
+];
+/// Received headers tokenized (the nearest hops: ours and the sender's relay).
+const RECEIVED_HOPS: usize = 3;
+/// Header names taken at most.
+const MAX_HEADERS: usize = 64;
+
+/// Header tokens: which headers a message has (mailers and spamware have telltale sets), the
+/// tokens of the headers in `TOKENIZED_HEADERS` (hosts of the nearest Received hops, sender
+/// addresses, mailer, list, content type), and the character-class shapes of the Date and
+/// Message-ID values (generated ones have their own).
+fn add_headers(f: &mut Features, message: &ParsedMessage<'_>) {
+    let Some(mime) = &message.mime else {
+        return;
+    };
+    let raw = message.raw;
+    let mut received = 0;
+    let mut name = String::new();
+    let mut token = Vec::with_capacity(64);
+    for h in mime.headers().iter().take(MAX_HEADERS) {
+        name.clear();
+        name.push_str(h.name.as_str());
+        name.make_ascii_lowercase();
+        f.add(Family::HeaderName, name.as_bytes());
+        let (s, e) = (h.offset_start as usize, h.offset_end as usize);
+        if s > e || e > raw.len() {
+            continue;
+        }
+        let value = &raw[s..e];
+        match name.as_str() {
+            "date" | "message-id" => {
+                token.clear();
+                token.extend_from_slice(name.as_bytes());
+                token.push(b':');
+                shape(value, &mut token);
+                f.add(Family::HeaderShape, &token);
+                continue;
+            }
+            "received" => {
+                received += 1;
+                if received > RECEIVED_HOPS {
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        let Some(&(_, most)) = TOKENIZED_HEADERS.iter().find(|(n, _)| *n == name) else {
+            continue;
+        };
+        let tokens = value
+            .split(|b| b.is_ascii_whitespace() || b"()<>[];,\"=:".contains(b))
+            .filter(|t| (2..=40).contains(&t.len()))
+            .take(most);
+        for t in tokens {
+            token.clear();
+            token.extend_from_slice(name.as_bytes());
+            token.push(b':');
+            token.extend(t.iter().map(u8::to_ascii_lowercase));
+            f.add(Family::HeaderToken, &token);
+        }
+    }
+}
+
+/// Character classes of a header value, runs collapsed: `Sat, 07 Sep 2002 18:24:06 +0900`
+/// becomes `a, 9 a 9 9:9:9 +9`; the first 40 classes.
+fn shape(value: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    for &b in value.trim_ascii() {
+        let class = match b {
+            b'0'..=b'9' => b'9',
+            b'a'..=b'z' | b'A'..=b'Z' => b'a',
+            b' ' | b'\t' | b'\r' | b'\n' => b' ',
+            128.. => b'u',
+            other => other,
+        };
+        if out.len() > start && out.last() == Some(&class) {
+            continue;
+        }
+        if out.len() - start >= 40 {
+            break;
+        }
+        out.push(class);
+    }
 }
 
 /// Words of normalized text: runs of letters and digits, at least two bytes; long ones and long
@@ -260,6 +368,31 @@ mod tests {
             .map(|w| w.into_owned())
             .collect();
         assert_eq!(got, ["Buy", "#7", "now", "ray", "@4"]);
+    }
+
+    #[test]
+    fn header_shapes_and_tokens() {
+        let mut out = b"date:".to_vec();
+        shape(b" Sat, 07 Sep 2002 18:24:06 +0900\r\n", &mut out);
+        assert_eq!(out, b"date:a, 9 a 9 9:9:9 +9");
+        let raw = b"From: a@example.com\nList-Id: Irish Linux Users <ilug.linux.ie>\nX-Odd: 1\nSubject: hi\n\nbody text here\n";
+        let limits = crate::message::Limits::default();
+        let input = crate::message::prepare(raw, &limits);
+        let a = crate::scan::analyze(&input, &Default::default(), &limits);
+        let mut f = extract(&a.message, &a.entities, &a.anomalies);
+        f.finish();
+        let has = |family: Family, value: &[u8]| {
+            let mut x = Features::default();
+            x.add(family, value);
+            f.hashes().binary_search(&x.hashes()[0]).is_ok()
+        };
+        assert!(has(Family::HeaderName, b"x-odd"));
+        assert!(has(Family::HeaderToken, b"list-id:ilug.linux.ie"));
+        assert!(has(Family::HeaderToken, b"list-id:irish"));
+        assert!(
+            !has(Family::HeaderToken, b"x-odd:1"),
+            "only listed headers are tokenized"
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ impl Default for ClassifierConfig {
             table_bits: 20,
             alpha: 0.3,
             beta: 1.0,
-            l1: 0.1,
+            l1: 0.3,
             l2: 1.0,
             min_learned: 20,
             autolearn_spam_at: None,
