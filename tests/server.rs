@@ -348,3 +348,88 @@ fn learned_state_survives_sigterm_and_kill9() {
         "after kill -9 and restart"
     );
 }
+
+/// A message of one of two made-up streams, each copy with its own Message-ID.
+fn stream_message(spam: bool, i: usize) -> Vec<u8> {
+    let (from, subject, body) = if spam {
+        (
+            "Prize Desk <desk@winners-club.example>",
+            "claim your cash prize today",
+            "Congratulations winner! Claim your cash prize now, send your bank details to \
+             http://winners-club.example/claim before midnight.",
+        )
+    } else {
+        (
+            "Ann Lee <ann@builders.example.org>",
+            "minutes of the build meeting",
+            "Hi all, attached are the minutes of Tuesday's build meeting; the release branch \
+             is cut on Friday, please review the changelog.",
+        )
+    };
+    format!(
+        "From: {from}\r\nTo: bob@example.org\r\nSubject: {subject} {i}\r\n\
+         Message-ID: <{i}.{spam}@stream.example>\r\nDate: Mon, 2 Nov 2026 10:00:00 +0000\r\n\r\n\
+         {body} Ref {i}.\r\n"
+    )
+    .into_bytes()
+}
+
+fn classifier_learned(d: &Daemon) -> (u64, u64) {
+    let stat = d.get("/stat").json();
+    let c = &stat["classifier"];
+    (
+        c["learned_spam"].as_u64().expect("learned_spam"),
+        c["learned_ham"].as_u64().expect("learned_ham"),
+    )
+}
+
+#[test]
+fn classifier_learning_survives_kill9() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        config: Some("[persist]\nsnapshot_secs = 1\n".into()),
+        ..Options::default()
+    };
+    let mut d = Daemon::start(dir.path(), options.clone());
+    for i in 0..25 {
+        assert_eq!(
+            d.post("/learnspam", &[], &stream_message(true, i)).status,
+            200
+        );
+        assert_eq!(
+            d.post("/learnham", &[], &stream_message(false, i)).status,
+            200
+        );
+    }
+    assert_eq!(classifier_learned(&d), (25, 25));
+    assert_eq!(d.get("/stat").json()["classifier"]["ready"], true);
+    let model = d.data.join("classifier.bin");
+    wait_until("a periodic classifier snapshot", || model.exists());
+    // Let a snapshot taken after the last learn land (one interval), then crash.
+    std::thread::sleep(Duration::from_millis(2500));
+    d.kill9();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            ports: Some((d.http, d.milter)),
+            ..options
+        },
+    );
+    assert_eq!(
+        classifier_learned(&d),
+        (25, 25),
+        "after kill -9 and restart"
+    );
+    let r = d.post("/checkv2", &[], &stream_message(true, 99));
+    let symbols = r.json()["symbols"].clone();
+    assert!(
+        symbols.get("CLF_SPAM").is_some() || symbols.get("CLF_SPAM_HIGH").is_some(),
+        "the restored model knows the spam stream: {symbols}"
+    );
+    let r = d.post("/checkv2", &[], &stream_message(false, 99));
+    let symbols = r.json()["symbols"].clone();
+    assert!(
+        symbols.get("CLF_HAM").is_some() || symbols.get("CLF_HAM_HIGH").is_some(),
+        "the restored model knows the ham stream: {symbols}"
+    );
+}

@@ -12,7 +12,7 @@ use crate::shingle::{hash_bytes, Kind, Shingle};
 use crate::store::{Counter, WindowCounts};
 
 /// Version of the feature hashing; stored in classifier snapshots.
-pub const FEATURE_VERSION: u32 = 2;
+pub const FEATURE_VERSION: u32 = 3;
 
 /// Words taken from the subject and from the body at most.
 const MAX_SUBJECT_WORDS: usize = 40;
@@ -54,12 +54,14 @@ pub struct Features {
 }
 
 impl Features {
-    /// Adds one feature.
-    pub fn add(&mut self, family: Family, value: &[u8]) {
+    /// Adds one feature; returns its hash.
+    pub fn add(&mut self, family: Family, value: &[u8]) -> u64 {
         self.buf.clear();
         self.buf.push(family as u8);
         self.buf.extend_from_slice(value);
-        self.hashes.push(hash_bytes(&self.buf));
+        let h = hash_bytes(&self.buf);
+        self.hashes.push(h);
+        h
     }
 
     /// Adds a rule symbol that hit.
@@ -162,20 +164,22 @@ pub fn extract(
     } else {
         std::borrow::Cow::Borrowed(&message.body.normalized)
     };
-    let body_words: Vec<std::borrow::Cow<'_, str>> = words(&body).take(MAX_BODY_WORDS).collect();
-    let mut pair = Vec::with_capacity(2 * MAX_WORD_BYTES + 2);
-    for (i, w) in body_words.iter().enumerate() {
-        f.add(Family::Word, w.as_bytes());
+    // Each word is hashed once; a bigram hashes the pair of word hashes and their distance.
+    let word_hashes: Vec<u64> = words(&body)
+        .take(MAX_BODY_WORDS)
+        .map(|w| f.add(Family::Word, w.as_bytes()))
+        .collect();
+    let mut pair = [0u8; 18];
+    pair[0] = Family::Bigram as u8;
+    for (i, a) in word_hashes.iter().enumerate() {
+        pair[1..9].copy_from_slice(&a.to_le_bytes());
         for d in 1..OSB_WINDOW {
-            let Some(next) = body_words.get(i + d) else {
+            let Some(b) = word_hashes.get(i + d) else {
                 break;
             };
-            pair.clear();
-            pair.extend_from_slice(w.as_bytes());
-            pair.push(0);
-            pair.push(d as u8);
-            pair.extend_from_slice(next.as_bytes());
-            f.add(Family::Bigram, &pair);
+            pair[9] = d as u8;
+            pair[10..].copy_from_slice(&b.to_le_bytes());
+            f.hashes.push(hash_bytes(&pair));
         }
     }
     if let Some(from) = entities.from() {

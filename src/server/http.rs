@@ -404,6 +404,8 @@ fn stat(daemon: &Daemon) -> String {
     let scanned = m.total_scans();
     let (learned_spam, learned_ham) = (m.learned_spam.load(Relaxed), m.learned_ham.load(Relaxed));
     let store = daemon.store.stats();
+    let classifier = daemon.scanner.classifier();
+    let (clf_spam, clf_ham) = classifier.learned();
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime": daemon.started.elapsed().as_secs(),
@@ -422,6 +424,11 @@ fn stat(daemon: &Daemon) -> String {
         "statfiles": [],
         "fuzzy_hashes": {},
         "store": store,
+        "classifier": {
+            "ready": classifier.ready(),
+            "learned_spam": clf_spam,
+            "learned_ham": clf_ham,
+        },
         "rules_generation": daemon.scanner.engine().generation().id,
     })
     .to_string()

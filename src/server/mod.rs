@@ -204,6 +204,11 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     let classifier = Arc::new(load_classifier(&config, &classifier_path, s.salvage)?);
     let scanner = Scanner::with_classifier(&config, rules, shared, classifier.clone())
         .context("loading the rules")?;
+    let classifier_snapshots = ClassifierSnapshots::spawn(
+        classifier.clone(),
+        classifier_path.clone(),
+        config.persist.snapshot_secs,
+    )?;
     let watcher = crate::engine::watch::watch(scanner.engine()).map_err(anyhow::Error::msg)?;
     let metrics = Arc::new(Metrics::default());
     let pool = Pool::start(scanner.clone(), workers, queue, metrics.clone())
@@ -234,6 +239,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     drop(sweeper);
     let store_keys = daemon.store.stats().keys;
     drop(daemon);
+    drop(classifier_snapshots);
     classifier
         .save(&classifier_path)
         .context("saving the classifier at shutdown")?;
@@ -242,6 +248,64 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
         .context("writing the final snapshot at shutdown")?;
     tracing::info!(keys = store_keys, "state saved; bye");
     served
+}
+
+/// Saves the classifier every `persist.snapshot_secs` (with the store's snapshots) when it has
+/// learned since the last save, so a crash loses at most one interval of learning. Stops when
+/// dropped.
+struct ClassifierSnapshots {
+    stop: Option<crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ClassifierSnapshots {
+    fn spawn(
+        classifier: Arc<crate::classify::Classifier>,
+        path: std::path::PathBuf,
+        every_secs: u64,
+    ) -> anyhow::Result<ClassifierSnapshots> {
+        if every_secs == 0 || !classifier.config().enabled {
+            return Ok(ClassifierSnapshots {
+                stop: None,
+                thread: None,
+            });
+        }
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name("shrike-clf-snap".into())
+            .spawn(move || {
+                let mut saved = classifier.learned();
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(Duration::from_secs(every_secs))
+                {
+                    let learned = classifier.learned();
+                    if learned == saved {
+                        continue;
+                    }
+                    match classifier.save(&path) {
+                        Ok(()) => {
+                            saved = learned;
+                            tracing::debug!(spam = learned.0, ham = learned.1, "classifier saved");
+                        }
+                        Err(e) => tracing::error!(error = %e, "classifier snapshot failed"),
+                    }
+                }
+            })
+            .context("starting the classifier snapshots")?;
+        Ok(ClassifierSnapshots {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for ClassifierSnapshots {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// The classifier's weights in the data directory.
