@@ -511,6 +511,12 @@ pub async fn run(
     .await;
 }
 
+/// Whether an I/O error only means the peer closed the connection.
+fn went_away(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted)
+}
+
 /// Acknowledge what was read at once. With the no-reply bits, Postfix sends a message as a
 /// stream of small packets and waits only at end of message; its socket has Nagle on, so the
 /// last packet waits for the ACK of the one before, and a delayed ACK (40 ms on Linux) would
@@ -595,9 +601,11 @@ where
             }
         }
         if !out.is_empty() {
-            io.write_all(&out)
-                .await
-                .map_err(|e| format!("writing to the MTA: {e}"))?;
+            match io.write_all(&out).await {
+                Ok(()) => {}
+                Err(e) if went_away(&e) => return Ok(()),
+                Err(e) => return Err(format!("writing to the MTA: {e}")),
+            }
             out.clear();
         }
         if stopping && !session.in_message() {
@@ -606,6 +614,8 @@ where
         let n = tokio::select! {
             read = tokio::time::timeout(idle, io.read(&mut buf)) => match read {
                 Ok(Ok(n)) => n,
+                // A reset is the MTA going away (with our reply unread), not a protocol error.
+                Ok(Err(e)) if went_away(&e) => return Ok(()),
                 Ok(Err(e)) => return Err(format!("reading from the MTA: {e}")),
                 Err(_) => return Err(format!("no data from the MTA for {idle:?}")),
             },
