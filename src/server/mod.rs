@@ -253,10 +253,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
 /// Saves the classifier every `persist.snapshot_secs` (with the store's snapshots) when it has
 /// learned since the last save, so a crash loses at most one interval of learning. Stops when
 /// dropped.
-struct ClassifierSnapshots {
-    stop: Option<crossbeam_channel::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+struct ClassifierSnapshots(Option<(crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>)>);
 
 impl ClassifierSnapshots {
     fn spawn(
@@ -265,10 +262,7 @@ impl ClassifierSnapshots {
         every_secs: u64,
     ) -> anyhow::Result<ClassifierSnapshots> {
         if every_secs == 0 || !classifier.config().enabled {
-            return Ok(ClassifierSnapshots {
-                stop: None,
-                thread: None,
-            });
+            return Ok(ClassifierSnapshots(None));
         }
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let thread = std::thread::Builder::new()
@@ -292,18 +286,16 @@ impl ClassifierSnapshots {
                 }
             })
             .context("starting the classifier snapshots")?;
-        Ok(ClassifierSnapshots {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        Ok(ClassifierSnapshots(Some((stop, thread))))
     }
 }
 
 impl Drop for ClassifierSnapshots {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some((stop, thread)) = self.0.take() {
+            // Disconnecting the channel ends the thread's wait.
+            drop(stop);
+            let _ = thread.join();
         }
     }
 }
