@@ -133,7 +133,7 @@ fn main() {
         .first()
         .map_or(1, |c| c.runs.load(Ordering::Relaxed).max(1));
     println!("costliest rules (µs per message, hits):");
-    for (nanos, name, hits) in per_rule.iter().take(12) {
+    for (nanos, name, hits) in per_rule.iter().take(40) {
         println!(
             "  {name:28} {:7.2} {hits}",
             *nanos as f64 / runs as f64 / 1e3

@@ -1,5 +1,5 @@
 //! shrike: an anti-spam rules-engine daemon. See ARCHITECTURE.md for the module map.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod classify;
 pub mod config;

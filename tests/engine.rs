@@ -413,12 +413,32 @@ rule { name = 'RE', score = 1, check = function(msg)
     caps[2], caps[3], tostring(re.count("e", msg:subject()))
 end }
 rule { name = 'BADRE', score = 1, check = function(msg) return re.match("(", "x") end }
+local E = re.compile("e")
+local KV = re.compile("(\\w+)=(\\d+)|(\\w+):")
+local P = re.phrases({ { "hello", "there", "ell" }, { "hello there", "the" } })
+rule { name = 'RE2', score = 1, check = function(msg)
+  local s = msg:subject()
+  local a = E:find(s, 3)
+  local b = E:find(s, -2)
+  local c = E:find(s, 100)
+  local all = KV:all("a=1 b:2 c=3 d:", 2)
+  local counts, found = P:search("Hello there! hello, hello there, other")
+  return true, tostring(a), tostring(b), tostring(c), table.concat(all, ","),
+    counts[1] .. "/" .. counts[2], table.concat(found[1], ","), table.concat(found[2], ",")
+end }
 "#,
     );
     let s = scanner_with(dir.path(), &Config::default());
     let v = scan(&s, MSG);
     assert_eq!(v.symbols["LISTS"].options, ["42", "true"]);
     assert_eq!(v.symbols["RE"].options, ["7-11", "Hello", "there", "3"]);
+    // Subject "Hello there": `find` from a position (negative from the end, past the end
+    // none); `all` takes the first group that took part, up to `max`; phrases are whole
+    // words, counted once per list, listed in order of first appearance.
+    assert_eq!(
+        v.symbols["RE2"].options,
+        ["9", "11", "nil", "a,b", "2/1", "there,hello", "hello there"]
+    );
     assert!(v.symbols["RULE_ERROR"].options[0].contains("bad regular expression"));
     let e = load_error("list('missing')");
     assert!(e.contains("no such list"), "{e}");

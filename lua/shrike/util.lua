@@ -120,30 +120,22 @@ local function regex_escape(p)
 end
 M.regex_escape = regex_escape
 
---- A phrase list ready for `find_phrases`: the array plus one regex matching any of its
---- phrases (as substrings), so that a text with none of them costs one pass.
+--- A phrase list ready for `find_phrases`: the array plus its matcher (`re.phrases`), which
+--- finds every phrase of the list in one pass over a text.
 function M.phrase_set(phrases)
-  local alts = {}
-  for i = 1, #phrases do
-    local p = phrases[i]
-    -- whole words: an ASCII word boundary where the phrase starts or ends with a word character
-    local pre = is_word_byte(byte(p, 1)) and "(?-u:\\b)" or ""
-    local post = is_word_byte(byte(p, -1)) and "(?-u:\\b)" or ""
-    alts[i] = pre .. regex_escape(p) .. post
-  end
-  local any = table.concat(alts, "|")
-  return { phrases = phrases, any = any, re = re.compile(any) }
+  return { phrases = phrases, matcher = re.phrases({ phrases }) }
 end
 
 --- The phrases of `phrases` (a `phrase_set`, or an array of plain strings) found in `s` as
 --- whole words: count of distinct phrases, and an array of the first `max_opts` found (for
---- symbol options; nil when none found). A phrase set costs one regex pass over `s`.
+--- symbol options; nil when none found). A phrase set costs one pass over `s`.
 function M.find_phrases(s, phrases, max_opts)
   max_opts = max_opts or 3
-  if phrases.re then
-    local n, found = phrases.re:matches(s, max_opts)
+  if phrases.matcher then
+    local counts, found = phrases.matcher:search(s, max_opts)
+    local n = counts[1]
     if n == 0 then return 0, nil end
-    return n, found
+    return n, found[1]
   end
   local n, found = 0, nil
   for i = 1, #phrases do
@@ -282,16 +274,6 @@ M.sets = {
   pharma = M.phrase_set(M.pharma_phrases),
   finance = M.phrase_set(M.finance_phrases),
 }
-
--- One regex for all the body lists: a body with none of their phrases costs a single pass.
-do
-  local all = {}
-  for _, l in ipairs { M.body_money_phrases, M.urgency_phrases, M.bulk_phrases, M.fraud_phrases,
-                       M.adult_phrases, M.pharma_phrases, M.finance_phrases } do
-    for i = 1, #l do all[#all + 1] = l[i] end
-  end
-  M.sets.body_any = M.phrase_set(all)
-end
 
 ---------------------------------------------------------------------------------------------
 -- Domains

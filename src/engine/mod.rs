@@ -11,6 +11,7 @@
 //! finishes on the generation it started with.
 
 pub mod lists;
+mod phrases;
 pub mod source;
 mod state;
 pub mod view;

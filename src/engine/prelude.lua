@@ -62,7 +62,7 @@ end
 -- Regular expressions (Rust regex, cached).
 SANDBOX.re = {
   match = rust.re_match, find = rust.re_find, captures = rust.re_captures, count = rust.re_count,
-  compile = rust.re_compile,
+  compile = rust.re_compile, phrases = rust.re_phrases,
 }
 
 -- Lists, opened once per state.
@@ -104,7 +104,8 @@ end
 
 -- The message view. Field ids match `view::Field`.
 local NIL = {}
-local current, cache, fetch, stat, stats = nil, nil, nil, nil, nil
+local fetch, stat, stats = rust.fetch, rust.stat, rust.stats
+local current, cache = nil, nil
 local Msg = {}
 Msg.__index = Msg
 Msg.__metatable = false
@@ -186,16 +187,16 @@ function M.load_file(text, chunkname)
   return f()
 end
 
--- Starts a scan: installs the scan's fetch function and returns the new `msg`.
-function M.begin(f, st, sts)
-  fetch, stat, stats, cache = f, st, sts, {}
+-- Starts a scan and returns the new `msg` (the primitives read the scan's data from Rust).
+function M.begin()
+  cache = {}
   current = setmetatable({}, Msg)
   return current
 end
 
 -- Ends a scan: the old `msg` stops working.
 function M.finish()
-  current, cache, fetch, stat, stats = nil, nil, nil, nil, nil
+  current, cache = nil, nil
 end
 
 return M

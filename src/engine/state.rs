@@ -16,8 +16,9 @@ use mlua::{
 use regex::bytes::Regex;
 
 use super::lists::List;
+use super::phrases::PhraseSets;
 use super::source::{self, RuleLocation, Sources};
-use super::view::MessageData;
+use super::view::{MessageData, WindowNames};
 use super::{
     Action, Engine, EngineConfig, Generation, Hit, LoadError, RuleCounters, RuleMeta, RuleOutcome,
     SymbolMeta, RATELIMIT_KIND, RULE_ERROR, RULE_TIMEOUT,
@@ -58,11 +59,56 @@ struct Ctx {
     /// (second, lines written in it, lines dropped since the last written one)
     log_window: Cell<(u64, u32, u64)>,
     log_limit: u32,
-    regex: RefCell<LruCache<String, Regex>>,
+    /// Compiled patterns by source. `Rc`, not clones: cloning a `Regex` gives it a fresh
+    /// (empty) matching cache, so every call would rebuild its lazy DFA.
+    regex: RefCell<LruCache<String, Rc<Regex>>>,
     registered: RefCell<Vec<(RuleMeta, Function)>>,
+    /// The message being scanned: set by `RuleRunner::run` for the duration of the rules and
+    /// null otherwise (see `Ctx::scan`).
+    scan: Cell<*const ()>,
+    /// The generation whose rules run in this state (symbol names for `msg:classify()`).
+    generation: RefCell<Option<Arc<Generation>>>,
+    /// (rule, symbol) of the hits applied so far in the current scan, for `msg:classify()`.
+    applied: RefCell<Vec<(usize, usize)>>,
+    /// What `msg:classify()` computed in the current scan: its probability and features.
+    classified: RefCell<Option<(Option<f64>, crate::classify::Features)>>,
+    windows: WindowNames,
+    memory_limit: usize,
+}
+
+/// Publishes the scan's data to the state's primitives and withdraws it on drop, also when
+/// unwinding.
+struct ScanGuard<'c>(&'c Ctx);
+
+impl<'c> ScanGuard<'c> {
+    fn new(ctx: &'c Ctx, data: &MessageData<'_>) -> Self {
+        ctx.scan.set(data as *const MessageData<'_> as *const ());
+        ScanGuard(ctx)
+    }
+}
+
+impl Drop for ScanGuard<'_> {
+    fn drop(&mut self) {
+        self.0.scan.set(std::ptr::null());
+    }
 }
 
 impl Ctx {
+    /// The message being scanned, or an error when called outside a scan (a rule kept a
+    /// primitive and called it later).
+    #[allow(unsafe_code)]
+    fn scan(&self) -> mlua::Result<&MessageData<'_>> {
+        let p = self.scan.get() as *const MessageData<'_>;
+        if p.is_null() {
+            return Err(mlua::Error::runtime("msg used outside its scan"));
+        }
+        // SAFETY: `scan` is non-null only while a `ScanGuard` lives, which `RuleRunner::run`
+        // creates from a `&MessageData` that outlives it and drops before returning; the
+        // primitives that call this run only inside Lua calls made during that time (the state
+        // is single-threaded and not `Send`), and the reference does not leave the callback.
+        Ok(unsafe { &*p })
+    }
+
     fn rule_name(&self) -> String {
         let i = self.current_rule.get();
         self.rule_names
@@ -70,6 +116,27 @@ impl Ctx {
             .get(i)
             .cloned()
             .unwrap_or_else(|| format!("(loading {})", self.loading_file.borrow()))
+    }
+
+    /// `msg:classify()`: the classifier's probability over the message and the symbols hit
+    /// so far; nil during the cold start (then no features are extracted either: training
+    /// builds them itself when a scan has none).
+    fn classify(&self, data: &MessageData<'_>) -> mlua::Result<Value> {
+        let Some(model) = data.classifier.filter(|m| m.ready()) else {
+            return Ok(Value::Nil);
+        };
+        let generation = self.generation.borrow();
+        let Some(gen) = generation.as_ref() else {
+            return Ok(Value::Nil);
+        };
+        let applied = self.applied.borrow();
+        let names = applied
+            .iter()
+            .map(|&(r, s)| gen.rules[r].symbols[s].name.as_str());
+        let features = data.classifier_features(names);
+        let p = model.classify(&features);
+        *self.classified.borrow_mut() = Some((p, features));
+        Ok(p.map_or(Value::Nil, Value::Number))
     }
 
     /// Whether another log line may be written now; returns the number dropped before it.
@@ -88,16 +155,18 @@ impl Ctx {
         }
     }
 
-    fn regex(&self, pattern: &str) -> mlua::Result<Regex> {
+    fn regex(&self, pattern: &str) -> mlua::Result<Rc<Regex>> {
         let mut cache = self.regex.borrow_mut();
         if let Some(r) = cache.get(pattern) {
-            return Ok(r.clone());
+            return Ok(Rc::clone(r));
         }
-        let r = regex::bytes::RegexBuilder::new(pattern)
-            .size_limit(1 << 20)
-            .build()
-            .map_err(|e| mlua::Error::runtime(format!("bad regular expression: {e}")))?;
-        cache.put(pattern.to_string(), r.clone());
+        let r = Rc::new(
+            regex::bytes::RegexBuilder::new(pattern)
+                .size_limit(1 << 20)
+                .build()
+                .map_err(|e| mlua::Error::runtime(format!("bad regular expression: {e}")))?,
+        );
+        cache.put(pattern.to_string(), Rc::clone(&r));
         Ok(r)
     }
 }
@@ -127,7 +196,7 @@ impl Drop for Unlimited<'_> {
 
 /// A compiled regular expression (`re.compile`): the form to use on hot paths, since the
 /// string forms (`re.match(pattern, text)`) look the pattern up in the cache on every call.
-struct RegexHandle(Regex);
+struct RegexHandle(Rc<Regex>);
 
 /// How many times the methods of a compiled regex look for matches at most (`count`,
 /// `matches`): bounded work on hostile input.
@@ -138,13 +207,41 @@ impl UserData for RegexHandle {
         methods.add_method("match", |_, this, t: mlua::String| {
             Ok(this.0.is_match(&t.as_bytes()))
         });
-        methods.add_method("find", |_, this, t: mlua::String| Ok(find(&this.0, &t)));
+        methods.add_method("find", |_, this, (t, init): (mlua::String, Option<i64>)| {
+            Ok(find_from(&this.0, &t, init))
+        });
         methods.add_method("count", |_, this, t: mlua::String| {
             Ok(this.0.find_iter(&t.as_bytes()).take(MAX_MATCHES).count())
         });
         methods.add_method("captures", |lua, this, t: mlua::String| {
             captures(lua, &this.0, &t)
         });
+        // `list = R:all(text[, max])`: for each match, in order, the first capture group that
+        // took part in it (the whole match when the pattern has no groups); at most `max`
+        // (default 100). What a `string.gmatch` loop collects, in one regex pass.
+        methods.add_method(
+            "all",
+            |lua, this, (t, max): (mlua::String, Option<usize>)| {
+                let max = max.unwrap_or(100).min(MAX_MATCHES);
+                let bytes = t.as_bytes();
+                let list = lua.create_table()?;
+                let mut n = 0;
+                if this.0.captures_len() > 1 {
+                    for caps in this.0.captures_iter(&bytes).take(max) {
+                        if let Some(g) = caps.iter().skip(1).flatten().next() {
+                            n += 1;
+                            list.raw_set(n, lua.create_string(g.as_bytes())?)?;
+                        }
+                    }
+                } else {
+                    for m in this.0.find_iter(&bytes).take(max) {
+                        n += 1;
+                        list.raw_set(n, lua.create_string(m.as_bytes())?)?;
+                    }
+                }
+                Ok(list)
+            },
+        );
         // `n, list = R:matches(text[, max])`: the number of distinct matched strings and the
         // first `max` (default 3) of them, in order of appearance.
         methods.add_method(
@@ -173,7 +270,22 @@ impl UserData for RegexHandle {
 
 /// `start, end` of the first match, 1-based and inclusive as Lua's `string.find`; nils for none.
 fn find(re: &Regex, t: &mlua::String) -> (Option<usize>, Option<usize>) {
-    match re.find(&t.as_bytes()) {
+    find_from(re, t, None)
+}
+
+/// `find` from position `init` (1-based; negative counts from the end, as `string.find`).
+fn find_from(re: &Regex, t: &mlua::String, init: Option<i64>) -> (Option<usize>, Option<usize>) {
+    let bytes = t.as_bytes();
+    let len = bytes.len() as i64;
+    let start = match init.unwrap_or(1) {
+        i if i > 0 => i - 1,
+        0 => 0,
+        i => (len + i).max(0),
+    };
+    if start > len {
+        return (None, None);
+    }
+    match re.find_at(&bytes, start as usize) {
         Some(m) => (Some(m.start() + 1), Some(m.end())),
         None => (None, None),
     }
@@ -193,6 +305,42 @@ fn captures(lua: &Lua, re: &Regex, t: &mlua::String) -> mlua::Result<Value> {
             Ok(Value::Table(out))
         }
         None => Ok(Value::Nil),
+    }
+}
+
+/// Phrase lists behind one matcher (`re.phrases`), with the phrases to report.
+struct PhrasesHandle {
+    sets: PhraseSets,
+    phrases: Vec<Vec<Vec<u8>>>,
+}
+
+impl UserData for PhrasesHandle {
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        // `counts, found = P:search(text[, max])`: per list, the number of distinct phrases
+        // found as whole words, and the first `max` (default 3) of them in order of
+        // appearance (`false` for a list with none).
+        methods.add_method(
+            "search",
+            |lua, this, (t, max): (mlua::String, Option<usize>)| {
+                let max = max.unwrap_or(3);
+                let found = this.sets.search(&t.as_bytes());
+                let counts = lua.create_table_with_capacity(found.len(), 0)?;
+                let lists = lua.create_table_with_capacity(found.len(), 0)?;
+                for (i, (f, phrases)) in found.iter().zip(&this.phrases).enumerate() {
+                    counts.raw_set(i + 1, f.indices.len())?;
+                    if f.indices.is_empty() {
+                        lists.raw_set(i + 1, false)?;
+                        continue;
+                    }
+                    let l = lua.create_table_with_capacity(f.indices.len().min(max), 0)?;
+                    for (j, &k) in f.indices.iter().take(max).enumerate() {
+                        l.raw_set(j + 1, lua.create_string(&phrases[k])?)?;
+                    }
+                    lists.raw_set(i + 1, l)?;
+                }
+                Ok((counts, lists))
+            },
+        );
     }
 }
 
@@ -435,6 +583,7 @@ struct BuildEnv<'a> {
     config: &'a EngineConfig,
     store: &'a Arc<dyn ReputationStore>,
     namespace: u8,
+    windows: &'a WindowNames,
 }
 
 /// Builds a Lua state and loads `sources` into it.
@@ -465,6 +614,12 @@ fn build_state(
             NonZeroUsize::new(env.config.regex_cache.max(1)).unwrap_or(NonZeroUsize::MIN),
         )),
         registered: RefCell::new(Vec::new()),
+        scan: Cell::new(std::ptr::null()),
+        generation: RefCell::new(None),
+        applied: RefCell::new(Vec::new()),
+        classified: RefCell::new(None),
+        windows: env.windows.clone(),
+        memory_limit: limit,
     });
 
     let rust = lua.create_table().map_err(lua_err)?;
@@ -544,6 +699,17 @@ fn build_state(
             lua.create_function(move |lua, p: mlua::String| {
                 let re = c.regex(&p.to_str()?)?;
                 lua.create_userdata(RegexHandle(re))
+            }),
+        )?;
+        set(
+            "re_phrases",
+            lua.create_function(|lua, lists: Vec<Vec<mlua::String>>| {
+                let phrases: Vec<Vec<Vec<u8>>> = lists
+                    .iter()
+                    .map(|l| l.iter().map(|p| p.as_bytes().to_vec()).collect())
+                    .collect();
+                let sets = PhraseSets::new(&phrases).map_err(mlua::Error::runtime)?;
+                lua.create_userdata(PhrasesHandle { sets, phrases })
             }),
         )?;
         let c = Rc::clone(&ctx);
@@ -646,6 +812,40 @@ fn build_state(
         )?;
     }
 
+    {
+        // The message view's primitives (`msg` methods in the prelude). Created once per state:
+        // they read the scan's data through `Ctx::scan`.
+        let c = Rc::clone(&ctx);
+        set(
+            "fetch",
+            lua.create_function(move |lua, (id, a): (u8, Value)| {
+                let data = c.scan()?;
+                let _unlimited = Unlimited::new(lua, c.memory_limit);
+                if id == CLASSIFY_FIELD {
+                    return c.classify(data);
+                }
+                data.fetch(lua, id, a)
+            }),
+        )?;
+        let c = Rc::clone(&ctx);
+        set(
+            "stat",
+            lua.create_function(move |_, (k, w, how): (Value, Value, Value)| {
+                let r = c.scan()?.stat(&c.windows, &k, &w, &how)?;
+                Ok((r[0], r[1], r[2], r[3], r[4]))
+            }),
+        )?;
+        let c = Rc::clone(&ctx);
+        set(
+            "stats",
+            lua.create_function(move |lua, k: Value| {
+                let data = c.scan()?;
+                let _unlimited = Unlimited::new(lua, c.memory_limit);
+                data.stats_table(lua, &c.windows, &k)
+            }),
+        )?;
+    }
+
     let prelude: Table = lua
         .load(PRELUDE)
         .set_name("@engine/prelude.lua")
@@ -744,10 +944,13 @@ pub(super) fn build_generation(
 ) -> Result<Generation, LoadError> {
     let start = Instant::now();
     let sources = source::read(location)?;
+    // A state built only to read the declarations never scans: no windows needed.
+    let windows = WindowNames::default();
     let env = BuildEnv {
         config,
         store,
         namespace,
+        windows: &windows,
     };
     let (_lua, _ctx, registered, _, _) = build_state(&sources, None, &env)?;
     let rules: Vec<RuleMeta> = registered.into_iter().map(|(m, _)| m).collect();
@@ -795,9 +998,6 @@ pub struct RuleRunner {
     loaded: Option<LoadedState>,
     counters: Vec<LocalCounters>,
     scans: u32,
-    /// (rule, symbol) of the hits applied so far in the current scan, for `msg:classify()`;
-    /// kept between scans so it does not allocate each time.
-    applied: Vec<(usize, usize)>,
 }
 
 impl RuleRunner {
@@ -807,7 +1007,6 @@ impl RuleRunner {
             loaded: None,
             counters: Vec::new(),
             scans: 0,
-            applied: Vec::new(),
         }
     }
 
@@ -851,9 +1050,11 @@ impl RuleRunner {
             config: self.engine.config(),
             store: self.engine.store(),
             namespace: self.engine.namespace(),
+            windows: self.engine.windows(),
         };
         match build_state(&current.sources, Some(&current), &env) {
             Ok((lua, ctx, registered, begin, finish)) => {
+                *ctx.generation.borrow_mut() = Some(Arc::clone(&current));
                 let rule_seeds = registered
                     .iter()
                     .map(|(m, _)| hash_bytes(m.name.as_bytes()))
@@ -887,7 +1088,6 @@ impl RuleRunner {
         };
         out.generation = st.generation.id;
         let cfg = self.engine.config();
-        let windows = self.engine.windows();
         let gen = &st.generation;
         let ctx = &st.ctx;
         let counters = &mut self.counters;
@@ -897,42 +1097,11 @@ impl RuleRunner {
             rule_limit: cfg.rule_instructions,
             ..Budget::default()
         });
-        let limit = cfg.memory_limit_mb.max(1).saturating_mul(1024 * 1024);
-        // Symbols applied so far: `msg:classify()` weighs the rules that ran before it.
-        let mut applied = std::mem::take(&mut self.applied);
-        applied.clear();
-        let applied_symbols = std::cell::RefCell::new(applied);
-        let classified: std::cell::RefCell<Option<(Option<f64>, crate::classify::Features)>> =
-            std::cell::RefCell::new(None);
-        let result = st.lua.scope(|scope| {
-            let fetch = scope.create_function(|lua, (id, a): (u8, Value)| {
-                let _unlimited = Unlimited::new(lua, limit);
-                if id == CLASSIFY_FIELD {
-                    // No opinion during the cold start: skip the feature extraction too
-                    // (training builds the features itself when a scan has none).
-                    let Some(model) = data.classifier.filter(|m| m.ready()) else {
-                        return Ok(Value::Nil);
-                    };
-                    let applied = applied_symbols.borrow();
-                    let names = applied
-                        .iter()
-                        .map(|&(r, s)| gen.rules[r].symbols[s].name.as_str());
-                    let features = data.classifier_features(names);
-                    let p = model.classify(&features);
-                    *classified.borrow_mut() = Some((p, features));
-                    return Ok(p.map_or(Value::Nil, Value::Number));
-                }
-                data.fetch(lua, id, a)
-            })?;
-            let stat = scope.create_function(|_, (k, w, how): (Value, Value, Value)| {
-                let r = data.stat(windows, &k, &w, &how)?;
-                Ok((r[0], r[1], r[2], r[3], r[4]))
-            })?;
-            let stats = scope.create_function(|lua, k: Value| {
-                let _unlimited = Unlimited::new(lua, limit);
-                data.stats_table(lua, windows, &k)
-            })?;
-            let msg: Table = st.begin.call((fetch, stat, stats))?;
+        ctx.applied.borrow_mut().clear();
+        *ctx.classified.borrow_mut() = None;
+        let guard = ScanGuard::new(ctx, data);
+        let result = (|| -> mlua::Result<()> {
+            let msg: Table = st.begin.call(())?;
             let mut skipped = 0usize;
             for (i, check) in st.rules.iter().enumerate() {
                 let meta = &gen.rules[i];
@@ -969,7 +1138,7 @@ impl RuleRunner {
                             for (si, weight, options) in hits {
                                 let s = &meta.symbols[si];
                                 if applied {
-                                    applied_symbols.borrow_mut().push((i, si));
+                                    ctx.applied.borrow_mut().push((i, si));
                                 }
                                 out.hits.push(Hit {
                                     symbol: s.name.clone(),
@@ -1011,12 +1180,12 @@ impl RuleRunner {
             }
             st.finish.call::<()>(())?;
             Ok(())
-        });
+        })();
+        drop(guard);
         if let Err(e) = result {
             out.errors.push(("(engine)".into(), describe(&e)));
         }
-        self.applied = applied_symbols.into_inner();
-        if let Some((p, features)) = classified.into_inner() {
+        if let Some((p, features)) = ctx.classified.borrow_mut().take() {
             out.probability = p;
             out.features = Some(features);
         }
