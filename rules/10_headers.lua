@@ -4,8 +4,8 @@
 local util = require("shrike.util")
 
 local find, lower, match = string.find, string.lower, string.match
-local received_time, is_private_ip, big_provider_of =
-  util.received_time, util.is_private_ip, util.big_provider_of
+local received_time, is_private_ip, big_providers =
+  util.received_time, util.is_private_ip, util.big_providers
 
 local DAY = 86400
 
@@ -216,20 +216,19 @@ rule {
     -- A big provider's own relays hand mail on from public addresses; a host that names one
     -- of them but connected from a private address is a forged hop. Only the hops outside
     -- the receiving side's network count: skip those from private addresses at the top.
+    -- (`domain` is the registrable domain of the hop's host name)
     local ips = msg:ips()
     for i = 1, #ips do
       local h = ips[i]
-      if h.source ~= "client" and h.host then
-        local provider = big_provider_of(h.host)
-        if provider and is_private_ip(h.ip) and not find(lower(h.host), "localhost", 1, true) then
-          -- the provider's internal hops sit under a public hop of the same provider
-          local prev = ips[i - 1]
-          local inside = prev and prev.host and big_provider_of(prev.host) == provider
-          if not inside then
-            hits = hits or {}
-            hits.RCVD_FORGED_PROVIDER = { h.host .. " [" .. h.ip .. "]" }
-            break
-          end
+      local provider = h.domain
+      if provider and big_providers[provider] and h.source ~= "client" and is_private_ip(h.ip)
+        and not find(lower(h.host), "localhost", 1, true) then
+        -- the provider's internal hops sit under a public hop of the same provider
+        local prev = ips[i - 1]
+        if not (prev and prev.domain == provider) then
+          hits = hits or {}
+          hits.RCVD_FORGED_PROVIDER = { h.host .. " [" .. h.ip .. "]" }
+          break
         end
       end
     end

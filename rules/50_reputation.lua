@@ -56,11 +56,11 @@ rule {
     -- (the per-key table is built only when the most-seen values are not mostly ham)
     seen, spam, ham = msg:stat("body_fuzzy", "1h")
     if seen >= BULK_SEEN and not known_good(seen, spam, ham) then
-      local keys = msg:stats("body_fuzzy")
+      local keys = msg:stats("body_fuzzy", "1h")
       local bulk, total, s_sum, h_sum, n_sum = 0, #keys, 0, 0, 0
       for i = 1, total do
-        local w = keys[i]["1h"]
-        if w and w.seen >= BULK_SEEN then
+        local w = keys[i]
+        if w.seen >= BULK_SEEN then
           bulk = bulk + 1
           n_sum, s_sum, h_sum = n_sum + w.seen, s_sum + w.spam, h_sum + w.ham
         end
@@ -123,16 +123,13 @@ local function check_each(msg, kind, hits, spam_sym, complaint_sym)
   local _, spam, ham, complaints = msg:stat(kind, "7d")
   if spam + ham < SPAM_MIN_LABELLED and complaints < COMPLAINTS_MIN then return hits end
   local best, best_weight
-  for _, key in ipairs(msg:stats(kind)) do
-    local w = key["7d"]
-    if w then
-      local found = add_reputation(nil, w.seen, w.spam, w.ham, w.complaints, w.rescues,
-        spam_sym, complaint_sym)
-      if found then
-        local total = 0
-        for _, h in pairs(found) do total = total + h.weight end
-        if not best or total > best_weight then best, best_weight = found, total end
-      end
+  for _, w in ipairs(msg:stats(kind, "7d")) do
+    local found = add_reputation(nil, w.seen, w.spam, w.ham, w.complaints, w.rescues,
+      spam_sym, complaint_sym)
+    if found then
+      local total = 0
+      for _, h in pairs(found) do total = total + h.weight end
+      if not best or total > best_weight then best, best_weight = found, total end
     end
   end
   if best then

@@ -335,9 +335,14 @@ end }
 fn reputation_stats_unique_counts_and_ratelimit() {
     let (_d, s) = rules(
         r#"
-rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UNIQUE = 1 },
+rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UNIQUE = 1, STATS = 1 },
   check = function(msg)
     local seen = msg:stat("subject", "1h")
+    -- per key: all windows, or one
+    local all, one = msg:stats("subject"), msg:stats("subject", "1h")
+    local stats = { tostring(#all), tostring(all[1]["1h"].seen), tostring(all[1]["14d"].ham),
+      tostring(#one), tostring(one[1].seen), tostring(one[1].hash == all[1].hash),
+      tostring(one[1]["1h"]) }
     local _, _, _, complaints = msg:stat("url_domain", "7d")
     local count, over = ratelimit("sender", (msg:from()), 3, 3600)
     local uniq = msg:stat("unique_sender", "24h")
@@ -346,6 +351,7 @@ rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UN
       URL_COMPLAINTS = complaints > 0 and { tostring(complaints) } or nil,
       RATE = over and { tostring(count) } or nil,
       UNIQUE = { tostring(uniq) },
+      STATS = stats,
     }
   end }
 "#,
@@ -364,6 +370,10 @@ rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UN
     }
     let v = last.unwrap();
     assert_eq!(v.symbols["SUBJ_SEEN"].options, ["4"], "four earlier copies");
+    // One subject key, seen four times in the hour (the 14-day ham count, the third option,
+    // depends on the verdicts and is not checked); the one-window form has the same key.
+    assert_eq!(v.symbols["STATS"].options[..2], ["1", "4"]);
+    assert_eq!(v.symbols["STATS"].options[3..], ["1", "4", "true", "nil"]);
     assert_eq!(
         v.symbols["UNIQUE"].options,
         ["2"],

@@ -169,12 +169,32 @@ end
 function Msg:has_anomaly(name)
   return get(self, 22)[name] == true
 end
-function Msg:header(name) check(self); return fetch(40, name) end
-function Msg:headers(name) check(self); return fetch(41, name) end
-function Msg:raw_header(name) check(self); return fetch(42, name) end
-function Msg:header_count(name) check(self); return fetch(43, name) end
+-- Header lookups are cached per scan by field and name: rules ask for the same few headers.
+local function header_field(self, id, name)
+  if self ~= current or current == nil then
+    raw_error("msg used outside its scan", 3)
+  end
+  local c = cache[id]
+  if c == nil then
+    c = {}
+    cache[id] = c
+  end
+  local v = c[name]
+  if v == nil then
+    v = fetch(id, name)
+    if v == nil then c[name] = NIL else c[name] = v end
+    return v
+  elseif v == NIL then
+    return nil
+  end
+  return v
+end
+function Msg:header(name) return header_field(self, 40, name) end
+function Msg:headers(name) return header_field(self, 41, name) end
+function Msg:raw_header(name) return header_field(self, 42, name) end
+function Msg:header_count(name) return header_field(self, 43, name) end
 function Msg:stat(kind, window, how) check(self); return stat(kind, window, how) end
-function Msg:stats(kind) check(self); return stats(kind) end
+function Msg:stats(kind, window) check(self); return stats(kind, window) end
 function Msg:shingles(kind) check(self); return fetch(46, kind) end
 function Msg:classify() check(self); return fetch(47) end
 

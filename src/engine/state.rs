@@ -838,10 +838,10 @@ fn build_state(
         let c = Rc::clone(&ctx);
         set(
             "stats",
-            lua.create_function(move |lua, k: Value| {
+            lua.create_function(move |lua, (k, w): (Value, Value)| {
                 let data = c.scan()?;
                 let _unlimited = Unlimited::new(lua, c.memory_limit);
-                data.stats_table(lua, &c.windows, &k)
+                data.stats_table(lua, &c.windows, &k, &w)
             }),
         )?;
     }

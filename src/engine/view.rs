@@ -273,7 +273,7 @@ impl MessageData<'_> {
             19 => {
                 let t = lua.create_table_with_capacity(e.ips.len(), 0)?;
                 for (i, ip) in e.ips.iter().enumerate() {
-                    let r = lua.create_table_with_capacity(0, 4)?;
+                    let r = lua.create_table_with_capacity(0, 5)?;
                     r.raw_set("ip", ip.ip.to_string())?;
                     r.raw_set(
                         "source",
@@ -287,6 +287,10 @@ impl MessageData<'_> {
                     }
                     if let Some(h) = &ip.host {
                         r.raw_set("host", h.as_str())?;
+                        let lower = h.to_ascii_lowercase();
+                        if let Some(d) = crate::entities::url::registrable_domain(&lower) {
+                            r.raw_set("domain", d)?;
+                        }
                     }
                     t.raw_set(i + 1, r)?;
                 }
@@ -448,9 +452,26 @@ impl MessageData<'_> {
         Ok(out)
     }
 
-    /// `msg:stats(type)`: one table per key.
-    pub fn stats_table(&self, lua: &Lua, windows: &WindowNames, kind: &Value) -> Result<Table> {
+    /// `msg:stats(type[, window])`: one table per key, with a table per window, or with
+    /// the counts of the one window asked for.
+    pub fn stats_table(
+        &self,
+        lua: &Lua,
+        windows: &WindowNames,
+        kind: &Value,
+        window: &Value,
+    ) -> Result<Table> {
         let kind = kind_arg(kind)?;
+        let only = match window {
+            Value::Nil => None,
+            Value::String(s) => Some(windows.index(&s.to_str()?).ok_or_else(|| {
+                mlua::Error::runtime(format!(
+                    "unknown window {window:?}; configured: {}",
+                    windows.names().join(", ")
+                ))
+            })?),
+            _ => return Err(mlua::Error::runtime("msg:stats: window must be a string")),
+        };
         let t = lua.create_table()?;
         let mut n = 0;
         for (s, c) in self.shingles.iter().zip(self.stats) {
@@ -459,21 +480,15 @@ impl MessageData<'_> {
             }
             let k = lua.create_table()?;
             k.raw_set("hash", format!("{:016x}", s.hash))?;
-            for (name, counts) in windows.names().iter().zip(&c.windows) {
-                let w = lua.create_table_with_capacity(0, 6)?;
-                w.raw_set("seen", counts[Counter::Seen as usize])?;
-                w.raw_set("spam", counts[Counter::Spam as usize])?;
-                w.raw_set("ham", counts[Counter::Ham as usize])?;
-                w.raw_set("complaints", counts[Counter::Complaint as usize])?;
-                w.raw_set("rescues", counts[Counter::Rescue as usize])?;
-                let judged = counts[Counter::Spam as usize] + counts[Counter::Ham as usize];
-                let ratio = if judged == 0 {
-                    0.0
-                } else {
-                    counts[Counter::Spam as usize] as f64 / judged as f64
-                };
-                w.raw_set("spam_ratio", ratio)?;
-                k.raw_set(name.as_str(), w)?;
+            match only {
+                Some(w) => set_counts(&k, &c.windows.get(w).copied().unwrap_or_default())?,
+                None => {
+                    for (name, counts) in windows.names().iter().zip(&c.windows) {
+                        let w = lua.create_table_with_capacity(0, 6)?;
+                        set_counts(&w, counts)?;
+                        k.raw_set(name.as_str(), w)?;
+                    }
+                }
             }
             n += 1;
             t.raw_set(n, k)?;
@@ -522,6 +537,22 @@ impl MessageData<'_> {
         }
         Ok(Value::Table(t))
     }
+}
+
+/// The counters of one window as fields of `t`, and the spam ratio.
+fn set_counts(t: &Table, counts: &[u64; 5]) -> Result<()> {
+    t.raw_set("seen", counts[Counter::Seen as usize])?;
+    t.raw_set("spam", counts[Counter::Spam as usize])?;
+    t.raw_set("ham", counts[Counter::Ham as usize])?;
+    t.raw_set("complaints", counts[Counter::Complaint as usize])?;
+    t.raw_set("rescues", counts[Counter::Rescue as usize])?;
+    let judged = counts[Counter::Spam as usize] + counts[Counter::Ham as usize];
+    let ratio = if judged == 0 {
+        0.0
+    } else {
+        counts[Counter::Spam as usize] as f64 / judged as f64
+    };
+    t.raw_set("spam_ratio", ratio)
 }
 
 fn unfold(s: &str) -> String {
