@@ -117,19 +117,24 @@ local function check(self)
   end
 end
 
-local function get(self, id)
-  if self ~= current or current == nil then
-    raw_error("msg used outside its scan", 3)
-  end
-  local v = cache[id]
+-- `fetch(id, arg)`, cached in table `c` under `key` (NIL stands for a nil value).
+local function cached(c, key, id, arg)
+  local v = c[key]
   if v == nil then
-    v = fetch(id)
-    if v == nil then cache[id] = NIL else cache[id] = v end
+    v = fetch(id, arg)
+    if v == nil then c[key] = NIL else c[key] = v end
     return v
   elseif v == NIL then
     return nil
   end
   return v
+end
+
+local function get(self, id)
+  if self ~= current or current == nil then
+    raw_error("msg used outside its scan", 3)
+  end
+  return cached(cache, id, id)
 end
 
 local simple = {
@@ -179,15 +184,7 @@ local function header_field(self, id, name)
     c = {}
     cache[id] = c
   end
-  local v = c[name]
-  if v == nil then
-    v = fetch(id, name)
-    if v == nil then c[name] = NIL else c[name] = v end
-    return v
-  elseif v == NIL then
-    return nil
-  end
-  return v
+  return cached(c, name, id, name)
 end
 function Msg:header(name) return header_field(self, 40, name) end
 function Msg:headers(name) return header_field(self, 41, name) end
