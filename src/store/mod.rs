@@ -6,15 +6,19 @@
 //! knows nothing of what was hashed.
 //!
 //! Layout (ARCHITECTURE.md has the details): many small shards, each a mutex around a
-//! `hashbrown::HashTable` of 24-byte entries (`timeline.rs`) plus an arena for timelines that
-//! outgrew one inline bucket, and a table of rate counters. The shard count is a power of two
-//! sized so a shard holds a few hundred keys at the configured maximum: a sweeper batch is one
-//! shard, locked once, and there is no iteration to resume inside it.
+//! `hashbrown::HashTable` of 24-byte entries (`timeline.rs`) plus, boxed on first use, an arena
+//! for timelines that outgrew one inline bucket, a table of rate counters and the WAL buffer;
+//! a shard is one 64-byte cache line. The shard count is a power of two sized so a shard holds
+//! a few hundred keys at the configured maximum: a sweeper batch is one shard, locked once, and
+//! there is no iteration to resume inside it. Batch calls lock their shards in small groups and
+//! touch every line they will need before using any (`Store::for_each_shard`), so that the
+//! cache misses of a call's keys overlap.
 
 pub mod clock;
 mod features;
 pub mod persist;
 mod rate;
+mod sums;
 pub mod sweeper;
 pub mod timeline;
 
@@ -22,19 +26,24 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use features::{DistinctResult, SumResult};
 pub use persist::{Durable, FsyncPolicy, PersistConfig, PersistError, Recovery};
 pub use rate::RateResult;
+pub use sums::{WindowSums, INLINE_WINDOWS};
 pub use sweeper::Sweeper;
 pub use timeline::Bucket;
 use timeline::{Arena, Entry};
 
 /// Counters per bucket.
 pub const COUNTERS: usize = 5;
+
+/// Shards `record_many` and `lookup_many` hold at once: enough keys for their cache misses to
+/// overlap, few enough that a hot shard is not held for a whole call.
+const LOCK_GROUP: usize = 16;
 
 /// Keys compared when one must be evicted.
 const EVICTION_SAMPLE: usize = 32;
@@ -220,7 +229,8 @@ impl Layout {
 /// Sums of one key over the configured windows, in `StoreConfig::windows_secs` order.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct WindowCounts {
-    pub windows: Vec<Counts>,
+    /// Reads as a `[Counts]`; up to `INLINE_WINDOWS` windows take no heap allocation.
+    pub windows: WindowSums,
 }
 
 /// A key's full timeline.
@@ -261,6 +271,10 @@ impl Shard {
     }
 }
 
+/// One shard: its lock and everything a lookup or an increment reads before reaching the
+/// entry (the table's header) in one 64-byte cache line (`Slot`), so that touching the line of
+/// each shard a call needs, before taking the first lock, brings them all in together. The
+/// rest is boxed and allocated on first use.
 #[derive(Default)]
 struct Shard {
     table: HashTable<Entry>,
@@ -268,10 +282,38 @@ struct Shard {
     /// Rate counters and windowed features, allocated on first use: most shards never have
     /// any, and the shard array stays small.
     extras: Option<Box<Extras>>,
-    /// Sequence number of the last change logged (persistence).
+    /// The WAL side (persistence), allocated on first use.
+    log: Option<Box<ShardLog>>,
+}
+
+#[derive(Default)]
+struct ShardLog {
+    /// Sequence number of the last change logged.
     seq: u64,
     /// Framed WAL records not yet handed to the WAL writer.
-    log: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Shard {
+    fn seq(&self) -> u64 {
+        self.log.as_ref().map_or(0, |l| l.seq)
+    }
+
+    fn log_mut(&mut self) -> &mut ShardLog {
+        self.log.get_or_insert_with(Box::default)
+    }
+}
+
+/// A shard on a cache line of its own.
+#[repr(align(64))]
+struct Slot(Mutex<Shard>);
+
+impl std::ops::Deref for Slot {
+    type Target = Mutex<Shard>;
+
+    fn deref(&self) -> &Mutex<Shard> {
+        &self.0
+    }
 }
 
 /// The store. Shared between threads (`Arc<Store>`); every method takes `&self`.
@@ -279,7 +321,7 @@ pub struct Store {
     layout: Layout,
     windows_secs: Vec<u64>,
     max_keys: usize,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Slot]>,
     shard_mask: u64,
     clock: Arc<dyn Clock>,
     keys: AtomicUsize,
@@ -348,6 +390,19 @@ fn table_hash(hash: u64, kind: u16, namespace: u8) -> u64 {
     k ^ (k >> 33)
 }
 
+fn key_hash(key: &StoreKey) -> u64 {
+    table_hash(key.hash, key.kind, key.namespace)
+}
+
+/// Loads the table's control byte at the start of `hash`'s probe sequence, and the entry there
+/// if there is one: the lines a lookup of `hash` will most likely read. The result means
+/// nothing; it is only there so the loads are not optimized away.
+fn touch_entry(table: &HashTable<Entry>, hash: u64) -> u64 {
+    // hashbrown starts probing at `hash & (buckets - 1)`.
+    let at = (hash as usize) & table.num_buckets().wrapping_sub(1);
+    table.get_bucket(at).map_or(0, |e| e.hash)
+}
+
 fn entry_hash(e: &Entry) -> u64 {
     table_hash(e.hash, e.kind, e.namespace)
 }
@@ -375,7 +430,9 @@ impl Store {
             layout,
             windows_secs: config.windows_secs.clone(),
             max_keys: config.max_keys,
-            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..shards)
+                .map(|_| Slot(Mutex::new(Shard::default())))
+                .collect(),
             shard_mask: shards as u64 - 1,
             clock,
             keys: AtomicUsize::new(0),
@@ -407,34 +464,102 @@ impl Store {
     pub fn record_many(&self, increments: &[Increment]) {
         let now = self.now();
         let id = self.layout.bucket_id(now);
-        let mut order: Vec<(usize, &Increment)> = increments
+        // (shard, table hash, key, counts), one per distinct key.
+        let mut ops: Vec<(usize, u64, StoreKey, Counts)> = increments
             .iter()
-            .map(|inc| (self.shard_of(inc.key.hash), inc))
+            .map(|inc| {
+                let key = inc.key;
+                (self.shard_of(key.hash), key_hash(&key), key, inc.counts)
+            })
             .collect();
-        order.sort_unstable_by_key(|(shard, inc)| (*shard, inc.key));
-        let mut i = 0;
-        while i < order.len() {
-            let shard_index = order[i].0;
-            let logging = self.logging.load(Ordering::Relaxed);
-            let mut logged: Vec<(StoreKey, Counts)> = Vec::new();
-            let mut shard = self.shards[shard_index].lock();
-            while i < order.len() && order[i].0 == shard_index {
-                let key = order[i].1.key;
-                let mut delta = order[i].1.counts;
-                i += 1;
-                while i < order.len() && order[i].1.key == key {
-                    for (a, d) in delta.iter_mut().zip(&order[i].1.counts) {
-                        *a = a.saturating_add(*d);
+        ops.sort_unstable_by_key(|op| (op.0, op.2));
+        ops.dedup_by(|later, kept| {
+            if later.2 != kept.2 {
+                return false;
+            }
+            for (a, d) in kept.3.iter_mut().zip(&later.3) {
+                *a = a.saturating_add(*d);
+            }
+            true
+        });
+        let logging = self.logging.load(Ordering::Relaxed);
+        let mut logged: Vec<(StoreKey, Counts)> = Vec::new();
+        self.for_each_shard(
+            &ops,
+            |op| (op.0, op.1),
+            |shard_index, shard, ops| {
+                for (_, hash, key, delta) in ops {
+                    self.add(shard, key, *hash, id, delta, now);
+                    if logging {
+                        logged.push((*key, *delta));
                     }
-                    i += 1;
                 }
-                self.add(&mut shard, &key, id, &delta, now);
                 if logging {
-                    logged.push((key, delta));
+                    Self::log(shard, shard_index, now, &logged);
+                    logged.clear();
+                }
+            },
+        );
+    }
+
+    /// Runs `apply(shard index, shard, its ops)` for each shard of `ops`, which are sorted by
+    /// shard (`place` gives an op's shard and table hash), under that shard's lock, once per
+    /// shard.
+    ///
+    /// A random key costs three dependent cache misses (the shard, the table's control bytes,
+    /// the entry), and a lock instruction lets no earlier load pass it, so taking the shards
+    /// one after another pays the misses in series. Instead: the lines of all the shards are
+    /// touched before the first lock; then up to `LOCK_GROUP` shards are locked together, the
+    /// control bytes and entries of their ops touched, and each shard released as soon as its
+    /// ops are applied. The misses overlap. Group locks are only tried: a shard held elsewhere
+    /// (a hot key's, or one being swept) is not waited for while others are held, but taken
+    /// alone after the groups, so no lock is held while waiting for another (no deadlock) and
+    /// a hot shard is not kept waiting on other shards' misses.
+    fn for_each_shard<T>(
+        &self,
+        ops: &[T],
+        place: impl Fn(&T) -> (usize, u64),
+        mut apply: impl FnMut(usize, &mut Shard, &[T]),
+    ) {
+        let mut busy = false;
+        for op in ops {
+            if let Some(slot) = self.shards.get(place(op).0) {
+                busy |= slot.is_locked();
+            }
+        }
+        std::hint::black_box(busy);
+        let mut group: Vec<(usize, std::ops::Range<usize>, MutexGuard<'_, Shard>)> =
+            Vec::with_capacity(LOCK_GROUP.min(ops.len()));
+        let mut deferred: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        let mut start = 0;
+        while start < ops.len() {
+            let mut end = start;
+            while end < ops.len() && group.len() < LOCK_GROUP {
+                let (index, _) = place(&ops[end]);
+                let first = end;
+                while end < ops.len() && place(&ops[end]).0 == index {
+                    end += 1;
+                }
+                match self.shards.get(index).and_then(|slot| slot.try_lock()) {
+                    Some(guard) => group.push((index, first..end, guard)),
+                    None => deferred.push((index, first..end)),
                 }
             }
-            if logging {
-                Self::log(&mut shard, shard_index, now, &logged);
+            let mut touched = 0u64;
+            for (_, range, shard) in &group {
+                for op in &ops[range.clone()] {
+                    touched ^= touch_entry(&shard.table, place(op).1);
+                }
+            }
+            std::hint::black_box(touched);
+            for (index, range, mut shard) in group.drain(..) {
+                apply(index, &mut shard, &ops[range]);
+            }
+            start = end;
+        }
+        for (index, range) in deferred {
+            if let Some(slot) = self.shards.get(index) {
+                apply(index, &mut slot.lock(), &ops[range]);
             }
         }
     }
@@ -442,12 +567,13 @@ impl Store {
     /// Appends a change to the shard's log, under the shard's lock: a shard's log order is its
     /// apply order, which is what lets snapshots run without stopping writers.
     fn log(shard: &mut Shard, index: usize, now: u64, changes: &[(StoreKey, Counts)]) {
-        shard.seq += 1;
-        persist::encode_record(&mut shard.log, index as u32, shard.seq, now, changes);
+        let log = shard.log_mut();
+        log.seq += 1;
+        persist::encode_record(&mut log.buf, index as u32, log.seq, now, changes);
     }
 
-    fn add(&self, shard: &mut Shard, key: &StoreKey, id: u32, delta: &Counts, now: u64) {
-        let hash = table_hash(key.hash, key.kind, key.namespace);
+    /// Adds `delta` to `key` (whose table hash is `hash`) in bucket `id`.
+    fn add(&self, shard: &mut Shard, key: &StoreKey, hash: u64, id: u32, delta: &Counts, now: u64) {
         let Shard { table, arena, .. } = shard;
         if let Some(entry) = table.find_mut(hash, matches(key)) {
             entry.add(id, delta, arena);
@@ -499,39 +625,50 @@ impl Store {
     }
 
     /// Window sums for each key, in order. Unknown keys give zeros. Keys are grouped by shard:
-    /// one lock per shard touched.
+    /// one lock per shard touched, taken as `for_each_shard` explains.
     pub fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
         let now = self.now();
-        let mut out = vec![WindowCounts::default(); keys.len()];
-        let mut order: Vec<(usize, usize)> = keys
+        let mut out = vec![
+            WindowCounts {
+                windows: WindowSums::zeros(self.windows_secs.len()),
+            };
+            keys.len()
+        ];
+        // (shard, table hash, index in `keys`)
+        let mut order: Vec<(usize, u64, usize)> = keys
             .iter()
             .enumerate()
-            .map(|(i, key)| (self.shard_of(key.hash), i))
+            .map(|(i, key)| (self.shard_of(key.hash), key_hash(key), i))
             .collect();
         order.sort_unstable();
-        let mut i = 0;
-        while i < order.len() {
-            let shard_index = order[i].0;
-            let shard = self.shards[shard_index].lock();
-            while i < order.len() && order[i].0 == shard_index {
-                let key = &keys[order[i].1];
-                let hash = table_hash(key.hash, key.kind, key.namespace);
-                out[order[i].1] = match shard.table.find(hash, matches(key)) {
-                    Some(e) => self.window_sums(e.buckets(&shard.arena).as_slice(), now),
-                    None => WindowCounts {
-                        windows: vec![[0; COUNTERS]; self.windows_secs.len()],
-                    },
-                };
-                i += 1;
-            }
-        }
+        self.for_each_shard(
+            &order,
+            |op| (op.0, op.1),
+            |_, shard, ops| {
+                for &(_, hash, i) in ops {
+                    let (Some(key), Some(slot)) = (keys.get(i), out.get_mut(i)) else {
+                        continue;
+                    };
+                    if let Some(e) = shard.table.find(hash, matches(key)) {
+                        let buckets = e.buckets(&shard.arena);
+                        self.add_window_sums(buckets.as_slice(), now, &mut slot.windows);
+                    }
+                }
+            },
+        );
         out
     }
 
     /// Sums buckets that overlap each window `[now - w, now]`, after settling each bucket where
     /// it belongs now (an unswept bucket counts as the sweeper would leave it).
-    fn window_sums(&self, buckets: &[Bucket], now: u64) -> WindowCounts {
-        let mut windows = vec![[0u64; COUNTERS]; self.windows_secs.len()];
+    fn window_sums(&self, buckets: &[Bucket], now: u64) -> WindowSums {
+        let mut windows = WindowSums::zeros(self.windows_secs.len());
+        self.add_window_sums(buckets, now, &mut windows);
+        windows
+    }
+
+    /// Adds to `windows` (one per configured window) the buckets that overlap each window.
+    fn add_window_sums(&self, buckets: &[Bucket], now: u64, windows: &mut [Counts]) {
         for b in buckets {
             let Some((resolution, id)) = self.layout.settle(b.resolution as usize, b.id, now)
             else {
@@ -547,7 +684,6 @@ impl Store {
                 }
             }
         }
-        WindowCounts { windows }
     }
 
     /// A key's buckets and window sums, or `None` for an unknown key.
@@ -576,7 +712,9 @@ impl Store {
         }
         settled.sort_unstable_by_key(|(r, s, _)| (*r, *s));
         Some(Timeline {
-            windows: self.window_sums(buckets.as_slice(), now),
+            windows: WindowCounts {
+                windows: self.window_sums(buckets.as_slice(), now),
+            },
             buckets: settled,
         })
     }
@@ -603,9 +741,9 @@ impl Store {
                 })
             });
         let one = Increment::one(pair, Counter::Seen).counts;
-        self.add(&mut shard, &pair, id, &one, now);
+        self.add(&mut shard, &pair, pair_hash, id, &one, now);
         if !seen_in_period {
-            self.add(&mut shard, &unique, id, &one, now);
+            self.add(&mut shard, &unique, key_hash(&unique), id, &one, now);
         }
         if self.logging.load(Ordering::Relaxed) {
             let shard_index = self.shard_of(unique.hash);
@@ -704,10 +842,10 @@ impl Store {
         for shard in self.shards.iter() {
             let pending = {
                 let mut shard = shard.lock();
-                if shard.log.is_empty() {
-                    continue;
+                match shard.log.as_mut() {
+                    Some(log) if !log.buf.is_empty() => std::mem::take(&mut log.buf),
+                    _ => continue,
                 }
-                std::mem::take(&mut shard.log)
             };
             f(&pending);
         }
@@ -728,14 +866,16 @@ impl Store {
                 (key, e.buckets(&shard.arena).as_slice().to_vec())
             })
             .collect();
-        persist::encode_shard_block(out, index as u32, shard.seq, &keys);
+        persist::encode_shard_block(out, index as u32, shard.seq(), &keys);
         keys.len() as u64
     }
 
     /// Restores one shard from a snapshot block.
     pub(crate) fn load_shard(&self, index: usize, seq: u64, entries: Vec<(StoreKey, Vec<Bucket>)>) {
         let mut shard = self.shards[index].lock();
-        shard.seq = seq;
+        if seq != shard.seq() {
+            shard.log_mut().seq = seq;
+        }
         let added = entries.len();
         for (key, buckets) in entries {
             let hash = table_hash(key.hash, key.kind, key.namespace);
@@ -756,9 +896,18 @@ impl Store {
         let id = self.layout.bucket_id(time);
         let mut shard = self.shards[index].lock();
         for inc in increments {
-            self.add(&mut shard, &inc.key, id, &inc.counts, time);
+            self.add(
+                &mut shard,
+                &inc.key,
+                key_hash(&inc.key),
+                id,
+                &inc.counts,
+                time,
+            );
         }
-        shard.seq = shard.seq.max(seq);
+        if seq > shard.seq() {
+            shard.log_mut().seq = seq;
+        }
     }
 
     /// Drops every key (salvage after a damaged snapshot).
@@ -787,7 +936,10 @@ impl Store {
             };
             approx_bytes += buckets * (std::mem::size_of::<Entry>() + 1)
                 + shard.arena.bytes()
-                + shard.log.capacity();
+                + shard
+                    .log
+                    .as_ref()
+                    .map_or(0, |l| std::mem::size_of::<ShardLog>() + l.buf.capacity());
             if let Some(x) = &shard.extras {
                 approx_bytes +=
                     std::mem::size_of::<Extras>() + x.rates.bytes() + x.features.bytes();
@@ -830,6 +982,12 @@ mod tests {
 
     fn seen(w: &WindowCounts, window: usize) -> u64 {
         w.windows[window][Counter::Seen as usize]
+    }
+
+    #[test]
+    fn a_shard_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        assert_eq!(std::mem::align_of::<Slot>(), 64);
     }
 
     #[test]

@@ -44,42 +44,67 @@ pub struct Bucket {
     pub counts: Counts,
 }
 
-/// Timelines that outgrew their inline bucket, with slot reuse.
+/// Timelines that outgrew their inline bucket, with slot reuse. Boxed on first use so that a
+/// shard whose keys all fit inline pays one pointer for it (and the shard fits a cache line).
 #[derive(Debug, Default)]
-pub(crate) struct Arena {
+pub(crate) struct Arena(Option<Box<Slots>>);
+
+#[derive(Debug, Default)]
+struct Slots {
     slots: Vec<Vec<Bucket>>,
     free: Vec<u32>,
 }
 
 impl Arena {
     fn alloc(&mut self, buckets: Vec<Bucket>) -> u32 {
-        match self.free.pop() {
+        let a = self.0.get_or_insert_with(Box::default);
+        match a.free.pop() {
             Some(i) => {
-                self.slots[i as usize] = buckets;
+                if let Some(slot) = a.slots.get_mut(i as usize) {
+                    *slot = buckets;
+                }
                 i
             }
             None => {
-                self.slots.push(buckets);
-                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+                a.slots.push(buckets);
+                u32::try_from(a.slots.len() - 1).unwrap_or(u32::MAX)
             }
         }
     }
 
     fn release(&mut self, index: u32) {
-        if let Some(slot) = self.slots.get_mut(index as usize) {
+        let Some(a) = self.0.as_mut() else {
+            return;
+        };
+        if let Some(slot) = a.slots.get_mut(index as usize) {
             *slot = Vec::new();
-            self.free.push(index);
+            a.free.push(index);
         }
+        // Give the box back when nothing is left in it (a shard after a sweep).
+        if a.free.len() == a.slots.len() {
+            self.0 = None;
+        }
+    }
+
+    fn get(&self, index: u32) -> Option<&Vec<Bucket>> {
+        self.0.as_ref()?.slots.get(index as usize)
+    }
+
+    fn get_mut(&mut self, index: u32) -> Option<&mut Vec<Bucket>> {
+        self.0.as_mut()?.slots.get_mut(index as usize)
     }
 
     /// Heap bytes held by the arena's buckets.
     pub fn bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Vec<Bucket>>()
-            + self
-                .slots
-                .iter()
-                .map(|s| s.capacity() * std::mem::size_of::<Bucket>())
-                .sum::<usize>()
+        self.0.as_ref().map_or(0, |a| {
+            std::mem::size_of::<Slots>()
+                + a.slots.capacity() * std::mem::size_of::<Vec<Bucket>>()
+                + a.free.capacity() * std::mem::size_of::<u32>()
+                + a.slots
+                    .iter()
+                    .map(|s| s.capacity() * std::mem::size_of::<Bucket>())
+                    .sum::<usize>()
+        })
     }
 }
 
@@ -186,12 +211,7 @@ impl Entry {
     pub fn buckets<'a>(&self, arena: &'a Arena) -> BucketsRef<'a> {
         match self.inline_bucket() {
             Some(b) => BucketsRef::Inline(b),
-            None => BucketsRef::Arena(
-                arena
-                    .slots
-                    .get(self.word as usize)
-                    .map_or(&[][..], Vec::as_slice),
-            ),
+            None => BucketsRef::Arena(arena.get(self.word).map_or(&[][..], Vec::as_slice)),
         }
     }
 
@@ -211,7 +231,7 @@ impl Entry {
             self.move_to_arena(buckets, arena);
             return;
         }
-        if let Some(buckets) = arena.slots.get_mut(self.word as usize) {
+        if let Some(buckets) = arena.get_mut(self.word) {
             insert_bucket(buckets, 0, id, delta);
         }
     }
@@ -229,7 +249,7 @@ impl Entry {
                 None => false,
             };
         }
-        let Some(buckets) = arena.slots.get_mut(self.word as usize) else {
+        let Some(buckets) = arena.get_mut(self.word) else {
             return false;
         };
         if buckets.iter().all(|b| {
@@ -360,6 +380,6 @@ mod tests {
             !e.age(t0 + 20 * 86_400, &layout, &mut arena),
             "gone after 14 days"
         );
-        assert!(arena.free.len() <= arena.slots.len());
+        assert!(arena.0.is_none(), "the arena box is given back when empty");
     }
 }
