@@ -67,7 +67,8 @@ struct Ctx {
     /// null otherwise (see `Ctx::scan`).
     scan: Cell<*const ()>,
     /// The generation whose rules run in this state (symbol names for `msg:classify()`).
-    generation: RefCell<Option<Arc<Generation>>>,
+    /// None in the state built only to validate a new generation's declarations.
+    generation: Option<Arc<Generation>>,
     /// (rule, symbol) of the hits applied so far in the current scan, for `msg:classify()`.
     applied: RefCell<Vec<(usize, usize)>>,
     /// What `msg:classify()` computed in the current scan: its probability and features.
@@ -125,8 +126,7 @@ impl Ctx {
         let Some(model) = data.classifier.filter(|m| m.ready()) else {
             return Ok(Value::Nil);
         };
-        let generation = self.generation.borrow();
-        let Some(gen) = generation.as_ref() else {
+        let Some(gen) = &self.generation else {
             return Ok(Value::Nil);
         };
         let applied = self.applied.borrow();
@@ -615,7 +615,7 @@ fn build_state(
         )),
         registered: RefCell::new(Vec::new()),
         scan: Cell::new(std::ptr::null()),
-        generation: RefCell::new(None),
+        generation: generation.cloned(),
         applied: RefCell::new(Vec::new()),
         classified: RefCell::new(None),
         windows: env.windows.clone(),
@@ -1054,7 +1054,6 @@ impl RuleRunner {
         };
         match build_state(&current.sources, Some(&current), &env) {
             Ok((lua, ctx, registered, begin, finish)) => {
-                *ctx.generation.borrow_mut() = Some(Arc::clone(&current));
                 let rule_seeds = registered
                     .iter()
                     .map(|(m, _)| hash_bytes(m.name.as_bytes()))

@@ -132,6 +132,20 @@ fn opt_str(lua: &Lua, s: Option<&str>) -> Result<Value> {
     }
 }
 
+/// The index of a window given by name (`"1h"`).
+fn window_arg(windows: &WindowNames, window: &Value) -> Result<usize> {
+    match window {
+        Value::String(s) => windows.index(&s.to_str()?),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        mlua::Error::runtime(format!(
+            "unknown window {window:?}; configured: {}",
+            windows.names().join(", ")
+        ))
+    })
+}
+
 /// An argument given as a shingle type name or number.
 fn kind_arg(v: &Value) -> Result<Kind> {
     let k = match v {
@@ -391,16 +405,7 @@ impl MessageData<'_> {
         how: &Value,
     ) -> Result<[u64; 5]> {
         let kind = kind_arg(kind)?;
-        let w = match window {
-            Value::String(s) => windows.index(&s.to_str()?),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            mlua::Error::runtime(format!(
-                "unknown window {window:?}; configured: {}",
-                windows.names().join(", ")
-            ))
-        })?;
+        let w = window_arg(windows, window)?;
         let bad_how = || {
             mlua::Error::runtime("msg:stat: `how` must be \"max\", \"sum\", \"min\" or \"median\"")
         };
@@ -464,13 +469,7 @@ impl MessageData<'_> {
         let kind = kind_arg(kind)?;
         let only = match window {
             Value::Nil => None,
-            Value::String(s) => Some(windows.index(&s.to_str()?).ok_or_else(|| {
-                mlua::Error::runtime(format!(
-                    "unknown window {window:?}; configured: {}",
-                    windows.names().join(", ")
-                ))
-            })?),
-            _ => return Err(mlua::Error::runtime("msg:stats: window must be a string")),
+            w => Some(window_arg(windows, w)?),
         };
         let t = lua.create_table()?;
         let mut n = 0;
