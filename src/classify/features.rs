@@ -12,13 +12,15 @@ use crate::shingle::{hash_bytes, Kind, Shingle};
 use crate::store::{Counter, WindowCounts};
 
 /// Version of the feature hashing; stored in classifier snapshots.
-pub const FEATURE_VERSION: u32 = 3;
+pub const FEATURE_VERSION: u32 = 4;
 
 /// Words taken from the subject and from the body at most.
 const MAX_SUBJECT_WORDS: usize = 40;
 const MAX_BODY_WORDS: usize = 600;
 /// Bigrams pair a word with the next `OSB_WINDOW - 1` words, the distance part of the feature.
-const OSB_WINDOW: usize = 4;
+/// Adjacent pairs only: wider windows tripled the body's share of a message's features and the
+/// model ranked worse (replay, BENCHMARKS.md).
+const OSB_WINDOW: usize = 2;
 /// Longest word kept, in bytes; longer ones become a length class.
 const MAX_WORD_BYTES: usize = 24;
 
@@ -44,6 +46,7 @@ pub enum Family {
     HeaderName = 15,
     HeaderToken = 16,
     HeaderShape = 17,
+    Part = 18,
 }
 
 /// A message's feature hashes.
@@ -232,6 +235,7 @@ pub fn extract(
     for d in entities.domains.iter().take(20) {
         f.add(Family::UrlDomain, d.as_bytes());
     }
+    add_parts(&mut f, message);
     for a in entities.attachments.iter().take(10) {
         f.add(Family::Attachment, a.content_type.as_bytes());
         if let Some(ext) = &a.extension {
@@ -240,6 +244,39 @@ pub fn extract(
     }
     add_headers(&mut f, message);
     f
+}
+
+/// MIME parts looked at for their content types and charsets.
+const MAX_PARTS: usize = 20;
+
+/// The content type and charset of every MIME part (the top-level header names only the
+/// outermost): `text/html` inside `multipart/alternative`, `ks_c_5601-1987` in a part. Charsets
+/// tell the languages a deployment's mail is written in.
+fn add_parts(f: &mut Features, message: &ParsedMessage<'_>) {
+    use mail_parser::MimeHeaders;
+    let Some(mime) = &message.mime else {
+        return;
+    };
+    let mut v = Vec::with_capacity(48);
+    for part in mime.parts.iter().take(MAX_PARTS) {
+        let Some(ct) = part.content_type() else {
+            continue;
+        };
+        v.clear();
+        v.extend_from_slice(b"type:");
+        v.extend_from_slice(ct.ctype().as_bytes());
+        v.push(b'/');
+        v.extend_from_slice(ct.subtype().unwrap_or("").as_bytes());
+        v.make_ascii_lowercase();
+        f.add(Family::Part, &v);
+        if let Some(charset) = ct.attribute("charset") {
+            v.clear();
+            v.extend_from_slice(b"charset:");
+            v.extend_from_slice(charset.trim().as_bytes());
+            v.make_ascii_lowercase();
+            f.add(Family::Part, &v);
+        }
+    }
 }
 
 /// Headers whose values are split into tokens, with the most tokens taken from each.
@@ -263,8 +300,9 @@ const TOKENIZED_HEADERS: [(&str, usize); 18] = [
     ("x-msmail-priority", 2),
     ("organization", 6),
 ];
-/// Received headers tokenized (the nearest hops: ours and the sender's relay).
-const RECEIVED_HOPS: usize = 3;
+/// Received headers tokenized, nearest first: ours, the sender's relay, and on mailing-list mail
+/// the hops before the list server, where the message really came from.
+const RECEIVED_HOPS: usize = 8;
 /// Header names taken at most.
 const MAX_HEADERS: usize = 64;
 
@@ -347,19 +385,69 @@ fn shape(value: &[u8], out: &mut Vec<u8>) {
 }
 
 /// Words of normalized text: runs of letters and digits, at least two bytes; long ones and long
-/// numbers become classes (`#len` and `@len`), so identifiers don't flood the table.
+/// numbers become classes (`#len` and `@len`), so identifiers don't flood the table. Scripts
+/// written without spaces between words (Chinese, Japanese; Korean too, whose words run long)
+/// give overlapping pairs of characters instead, as CJK search indexes do.
 fn words(text: &str) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
     text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() >= 2)
-        .map(|w| {
-            if w.bytes().all(|b| b.is_ascii_digit()) && w.len() > 4 {
-                std::borrow::Cow::Owned(format!("#{}", w.len()))
-            } else if w.len() > MAX_WORD_BYTES {
-                std::borrow::Cow::Owned(format!("@{}", w.len() / 8))
-            } else {
-                std::borrow::Cow::Borrowed(w)
+        .filter(|w| !w.is_empty())
+        .flat_map(split_cjk)
+        .filter_map(|piece| match piece {
+            Piece::Word(w) if w.len() < 2 => None,
+            Piece::Word(w) if w.bytes().all(|b| b.is_ascii_digit()) && w.len() > 4 => {
+                Some(std::borrow::Cow::Owned(format!("#{}", w.len())))
             }
+            Piece::Word(w) if w.len() > MAX_WORD_BYTES => {
+                Some(std::borrow::Cow::Owned(format!("@{}", w.len() / 8)))
+            }
+            Piece::Word(w) | Piece::Cjk(w) => Some(std::borrow::Cow::Borrowed(w)),
         })
+}
+
+/// A piece of a run of letters: a word, or one or two CJK characters.
+enum Piece<'a> {
+    Word(&'a str),
+    Cjk(&'a str),
+}
+
+/// Whether a character belongs to a script written without spaces between words.
+fn is_cjk(c: char) -> bool {
+    matches!(c,
+        '\u{1100}'..='\u{11FF}'     // Hangul Jamo
+        | '\u{3040}'..='\u{30FF}'   // Hiragana, Katakana
+        | '\u{3130}'..='\u{318F}'   // Hangul compatibility Jamo
+        | '\u{3400}'..='\u{4DBF}'   // CJK extension A
+        | '\u{4E00}'..='\u{9FFF}'   // CJK unified ideographs
+        | '\u{AC00}'..='\u{D7AF}'   // Hangul syllables
+        | '\u{F900}'..='\u{FAFF}'   // CJK compatibility ideographs
+        | '\u{FF66}'..='\u{FF9F}') // half-width Katakana
+}
+
+/// Splits a run of letters into its non-CJK words and the overlapping character pairs of its CJK
+/// stretches (a lone CJK character stands for itself).
+fn split_cjk(run: &str) -> impl Iterator<Item = Piece<'_>> {
+    let mut rest = run;
+    std::iter::from_fn(move || {
+        let first = rest.chars().next()?;
+        if !is_cjk(first) {
+            let end = rest.find(is_cjk).unwrap_or(rest.len());
+            let (word, tail) = rest.split_at(end);
+            rest = tail;
+            return Some(Piece::Word(word));
+        }
+        let one = first.len_utf8();
+        let second = rest[one..].chars().next().filter(|&c| is_cjk(c));
+        let piece = &rest[..one + second.map_or(0, char::len_utf8)];
+        // Step one character, so pairs overlap; past a pair that ends the CJK stretch, step two
+        // (its last character is in the pair already).
+        rest = &rest[one..];
+        if let Some(c) = second {
+            if !rest[c.len_utf8()..].starts_with(is_cjk) {
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        Some(Piece::Cjk(piece))
+    })
 }
 
 #[cfg(test)]
@@ -372,6 +460,16 @@ mod tests {
             .map(|w| w.into_owned())
             .collect();
         assert_eq!(got, ["Buy", "#7", "now", "ray", "@4"]);
+        let got: Vec<String> = words("未承諾広告※灼熱!出会いのvip広場 x日 한국어")
+            .map(|w| w.into_owned())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "未承", "承諾", "諾広", "広告", "灼熱", "出会", "会い", "いの", "vip", "広場",
+                "日", "한국", "국어"
+            ]
+        );
     }
 
     #[test]
