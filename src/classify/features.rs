@@ -1,9 +1,9 @@
 //! The classifier's features: what of a scanned message the model weighs, each a 64-bit hash
 //! of a family tag and a value (the shingles' stable XXH3), folded into the table by the model.
 //!
-//! Owns: tokenization for the model (words and sparse bigrams of the normalized subject and
-//! body, rspamd's OSB window), header, URL and attachment tokens, rule symbols, reputation
-//! buckets, and the per-message limits. Bump `FEATURE_VERSION` whenever any of it changes
+//! Owns: tokenization for the model (words of the normalized subject and body, CJK character
+//! pairs, adjacent word pairs of the body), header, MIME part, URL and attachment tokens, rule
+//! symbols, reputation buckets, and the per-message limits. Bump `FEATURE_VERSION` whenever any of it changes
 //! what a message hashes to: snapshots trained under another version are refused.
 
 use crate::entities::{Entities, IpSource};
