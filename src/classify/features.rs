@@ -3,8 +3,9 @@
 //!
 //! Owns: tokenization for the model (words of the normalized subject and body, CJK character
 //! pairs, adjacent word pairs of the body), header, MIME part, URL and attachment tokens, rule
-//! symbols, reputation buckets, and the per-message limits. Bump `FEATURE_VERSION` whenever any of it changes
-//! what a message hashes to: snapshots trained under another version are refused.
+//! symbols, reputation buckets, and the per-message limits. Bump `FEATURE_VERSION` whenever
+//! any of it changes what a message hashes to: snapshots trained under another version are
+//! refused.
 
 use crate::entities::{Entities, IpSource};
 use crate::message::{Anomalies, ParsedMessage};
