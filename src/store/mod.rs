@@ -36,7 +36,7 @@ pub use rate::RateResult;
 pub use sums::{WindowSums, INLINE_WINDOWS};
 pub use sweeper::Sweeper;
 pub use timeline::Bucket;
-use timeline::{Arena, Entry};
+use timeline::{Arena, BucketsRef, Entry};
 
 /// Counters per bucket.
 pub const COUNTERS: usize = 5;
@@ -624,39 +624,133 @@ impl Store {
         }
     }
 
-    /// Window sums for each key, in order. Unknown keys give zeros. Keys are grouped by shard:
-    /// one lock per shard touched, taken as `for_each_shard` explains.
+    /// Window sums for each key, in order. Unknown keys give zeros.
+    ///
+    /// Like `for_each_shard`, but without sorting the keys by shard: the lines of all the
+    /// keys' shards are touched first, then the keys are taken `LOCK_GROUP` at a time in call
+    /// order, their shards tried (a shard this group already holds serves every key of it; a
+    /// shard held elsewhere is locked alone afterwards), their entries touched, and only then
+    /// read.
     pub fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
         let now = self.now();
+        let windows = self.windows_secs.len();
+        // (`vec!` clones one zero value: much faster here than building each element anew.)
         let mut out = vec![
             WindowCounts {
-                windows: WindowSums::zeros(self.windows_secs.len()),
+                windows: WindowSums::zeros(windows),
             };
             keys.len()
         ];
-        // (shard, table hash, index in `keys`)
-        let mut order: Vec<(usize, u64, usize)> = keys
+        // (shard, table hash) of each key.
+        let places: Vec<(usize, u64)> = keys
             .iter()
-            .enumerate()
-            .map(|(i, key)| (self.shard_of(key.hash), key_hash(key), i))
+            .map(|key| (self.shard_of(key.hash), key_hash(key)))
             .collect();
-        order.sort_unstable();
-        self.for_each_shard(
-            &order,
-            |op| (op.0, op.1),
-            |_, shard, ops| {
-                for &(_, hash, i) in ops {
-                    let (Some(key), Some(slot)) = (keys.get(i), out.get_mut(i)) else {
-                        continue;
-                    };
-                    if let Some(e) = shard.table.find(hash, matches(key)) {
-                        let buckets = e.buckets(&shard.arena);
-                        self.add_window_sums(buckets.as_slice(), now, &mut slot.windows);
+        let mut busy = false;
+        for &(index, _) in &places {
+            if let Some(slot) = self.shards.get(index) {
+                busy |= slot.is_locked();
+            }
+        }
+        std::hint::black_box(busy);
+        let mut deferred: Vec<usize> = Vec::new();
+        let mut held: [Option<(usize, MutexGuard<'_, Shard>)>; LOCK_GROUP] =
+            std::array::from_fn(|_| None);
+        // For each key of the group, the entry of `held` that serves it (`NOT_HELD`: none).
+        const NOT_HELD: u8 = u8::MAX;
+        let mut served = [NOT_HELD; LOCK_GROUP];
+        for (g, group) in places.chunks(LOCK_GROUP).enumerate() {
+            let first = g * LOCK_GROUP;
+            let mut n = 0;
+            for (j, &(index, _)) in group.iter().enumerate() {
+                let Some(slot) = self.shards.get(index) else {
+                    continue;
+                };
+                if let Some(guard) = slot.try_lock() {
+                    if let (Some(h), Some(s)) = (held.get_mut(n), served.get_mut(j)) {
+                        *h = Some((index, guard));
+                        *s = n as u8;
+                        n += 1;
+                    }
+                    continue;
+                }
+                // Held by this group (an earlier key of the same shard), or elsewhere.
+                match held[..n]
+                    .iter()
+                    .position(|h| h.as_ref().is_some_and(|(i, _)| *i == index))
+                {
+                    Some(h) => served[j] = h as u8,
+                    None => {
+                        served[j] = NOT_HELD;
+                        deferred.push(first + j);
                     }
                 }
-            },
-        );
+            }
+            let mut touched = 0u64;
+            for (&(_, hash), &s) in group.iter().zip(&served) {
+                if let Some(Some((_, shard))) = held.get(usize::from(s)) {
+                    touched ^= touch_entry(&shard.table, hash);
+                }
+            }
+            std::hint::black_box(touched);
+            for (j, (&(_, hash), &s)) in group.iter().zip(&served).enumerate() {
+                if let (Some(Some((_, shard))), Some(key), Some(sums)) = (
+                    held.get(usize::from(s)),
+                    keys.get(first + j),
+                    out.get_mut(first + j),
+                ) {
+                    self.read_sums(shard, key, hash, now, &mut sums.windows);
+                }
+            }
+            for h in held.iter_mut().take(n) {
+                *h = None;
+            }
+        }
+        for i in deferred {
+            if let (Some(&(index, hash)), Some(key), Some(sums)) =
+                (places.get(i), keys.get(i), out.get_mut(i))
+            {
+                if let Some(slot) = self.shards.get(index) {
+                    self.read_sums(&slot.lock(), key, hash, now, &mut sums.windows);
+                }
+            }
+        }
         out
+    }
+
+    /// Adds a key's window sums to `windows` (all zeros), if the shard has the key.
+    fn read_sums(
+        &self,
+        shard: &Shard,
+        key: &StoreKey,
+        hash: u64,
+        now: u64,
+        windows: &mut [Counts],
+    ) {
+        if let Some(e) = shard.table.find(hash, matches(key)) {
+            match e.buckets(&shard.arena) {
+                BucketsRef::Inline(b) => self.set_window_sums(&b, now, windows),
+                BucketsRef::Arena(buckets) => self.add_window_sums(buckets, now, windows),
+            }
+        }
+    }
+
+    /// Sets `windows`, all zeros, to the sums of a key whose only bucket is `b`: its counts in
+    /// the windows it overlaps.
+    fn set_window_sums(&self, b: &Bucket, now: u64, windows: &mut [Counts]) {
+        if let Some(end) = self.settled_end(b, now) {
+            for (w, sums) in self.windows_secs.iter().zip(windows.iter_mut()) {
+                if end > now.saturating_sub(*w) {
+                    *sums = b.counts;
+                }
+            }
+        }
+    }
+
+    /// The end time of bucket `b` where it belongs at `now`, or `None` if it has expired.
+    fn settled_end(&self, b: &Bucket, now: u64) -> Option<u64> {
+        let (resolution, id) = self.layout.settle(b.resolution as usize, b.id, now)?;
+        Some(self.layout.start(resolution, id) + self.layout.resolutions[resolution].bucket_secs)
     }
 
     /// Sums buckets that overlap each window `[now - w, now]`, after settling each bucket where
@@ -670,12 +764,9 @@ impl Store {
     /// Adds to `windows` (one per configured window) the buckets that overlap each window.
     fn add_window_sums(&self, buckets: &[Bucket], now: u64, windows: &mut [Counts]) {
         for b in buckets {
-            let Some((resolution, id)) = self.layout.settle(b.resolution as usize, b.id, now)
-            else {
+            let Some(end) = self.settled_end(b, now) else {
                 continue;
             };
-            let end =
-                self.layout.start(resolution, id) + self.layout.resolutions[resolution].bucket_secs;
             for (w, sums) in self.windows_secs.iter().zip(windows.iter_mut()) {
                 if end > now.saturating_sub(*w) {
                     for (s, c) in sums.iter_mut().zip(&b.counts) {
