@@ -45,6 +45,10 @@ pub const COUNTERS: usize = 5;
 /// overlap, few enough that a hot shard is not held for a whole call.
 const LOCK_GROUP: usize = 16;
 
+/// Keys `lookup_many` takes together: one message's worth, so that a call's cache misses
+/// overlap in one round.
+const LOOKUP_GROUP: usize = 64;
+
 /// Keys compared when one must be evicted.
 const EVICTION_SAMPLE: usize = 32;
 
@@ -403,6 +407,14 @@ fn touch_entry(table: &HashTable<Entry>, hash: u64) -> u64 {
     table.get_bucket(at).map_or(0, |e| e.hash)
 }
 
+/// Loads the control bytes of the first group `hash`'s probe reads (16 bytes, which may span
+/// two cache lines) without branching on them.
+fn touch_control(table: &HashTable<Entry>, hash: u64) -> bool {
+    let mask = table.num_buckets().wrapping_sub(1);
+    let at = (hash as usize) & mask;
+    table.get_bucket(at).is_some() ^ table.get_bucket((at + 15) & mask).is_some()
+}
+
 fn entry_hash(e: &Entry) -> u64 {
     table_hash(e.hash, e.kind, e.namespace)
 }
@@ -654,13 +666,13 @@ impl Store {
         }
         std::hint::black_box(busy);
         let mut deferred: Vec<usize> = Vec::new();
-        let mut held: [Option<(usize, MutexGuard<'_, Shard>)>; LOCK_GROUP] =
+        let mut held: [Option<(usize, MutexGuard<'_, Shard>)>; LOOKUP_GROUP] =
             std::array::from_fn(|_| None);
         // For each key of the group, the entry of `held` that serves it (`NOT_HELD`: none).
         const NOT_HELD: u8 = u8::MAX;
-        let mut served = [NOT_HELD; LOCK_GROUP];
-        for (g, group) in places.chunks(LOCK_GROUP).enumerate() {
-            let first = g * LOCK_GROUP;
+        let mut served = [NOT_HELD; LOOKUP_GROUP];
+        for (g, group) in places.chunks(LOOKUP_GROUP).enumerate() {
+            let first = g * LOOKUP_GROUP;
             let mut n = 0;
             for (j, &(index, _)) in group.iter().enumerate() {
                 let Some(slot) = self.shards.get(index) else {
@@ -686,20 +698,49 @@ impl Store {
                     }
                 }
             }
-            let mut touched = 0u64;
-            for (&(_, hash), &s) in group.iter().zip(&served) {
-                if let Some(Some((_, shard))) = held.get(usize::from(s)) {
-                    touched ^= touch_entry(&shard.table, hash);
+            {
+                // Each key's shard (table and arena), if this group holds it.
+                let mut shards: [Option<&Shard>; LOOKUP_GROUP] = [None; LOOKUP_GROUP];
+                for (shard, &s) in shards.iter_mut().zip(&served).take(group.len()) {
+                    *shard = held.get(usize::from(s)).and_then(|h| h.as_ref()).map(|h| &*h.1);
                 }
-            }
-            std::hint::black_box(touched);
-            for (j, (&(_, hash), &s)) in group.iter().zip(&served).enumerate() {
-                if let (Some(Some((_, shard))), Some(key), Some(sums)) = (
-                    held.get(usize::from(s)),
-                    keys.get(first + j),
-                    out.get_mut(first + j),
-                ) {
-                    self.read_sums(shard, key, hash, now, &mut sums.windows);
+                // The loops that load what misses are kept short, so that the processor holds
+                // the loads of many keys in flight at once.
+                let mut full = false;
+                for (shard, &(_, hash)) in shards.iter().zip(group) {
+                    if let Some(shard) = shard {
+                        full ^= touch_control(&shard.table, hash);
+                    }
+                }
+                std::hint::black_box(full);
+                // The slot of each key's first tag match: its own, as a rule.
+                let mut slots = [usize::MAX; LOOKUP_GROUP];
+                for ((slot, shard), &(_, hash)) in slots.iter_mut().zip(&shards).zip(group) {
+                    if let Some(shard) = shard {
+                        *slot = shard.table.iter_hash_buckets(hash).next().unwrap_or(usize::MAX);
+                    }
+                }
+                let mut touched = 0u64;
+                for (&slot, shard) in slots.iter().zip(&shards) {
+                    if let Some(shard) = shard {
+                        touched ^= shard.table.get_bucket(slot).map_or(0, |e| e.hash);
+                    }
+                }
+                std::hint::black_box(touched);
+                for (j, ((&slot, shard), &(_, hash))) in
+                    slots.iter().zip(&shards).zip(group).enumerate()
+                {
+                    if let (Some(shard), Some(key), Some(sums)) =
+                        (shard, keys.get(first + j), out.get_mut(first + j))
+                    {
+                        let found = match shard.table.get_bucket(slot) {
+                            Some(e) if matches(key)(e) => Some(e),
+                            _ => shard.table.find(hash, matches(key)),
+                        };
+                        if let Some(e) = found {
+                            self.entry_sums(e, &shard.arena, now, &mut sums.windows);
+                        }
+                    }
                 }
             }
             for h in held.iter_mut().take(n) {
@@ -728,10 +769,15 @@ impl Store {
         windows: &mut [Counts],
     ) {
         if let Some(e) = shard.table.find(hash, matches(key)) {
-            match e.buckets(&shard.arena) {
-                BucketsRef::Inline(b) => self.set_window_sums(&b, now, windows),
-                BucketsRef::Arena(buckets) => self.add_window_sums(buckets, now, windows),
-            }
+            self.entry_sums(e, &shard.arena, now, windows);
+        }
+    }
+
+    /// Adds an entry's window sums to `windows` (all zeros).
+    fn entry_sums(&self, e: &Entry, arena: &Arena, now: u64, windows: &mut [Counts]) {
+        match e.buckets(arena) {
+            BucketsRef::Inline(b) => self.set_window_sums(&b, now, windows),
+            BucketsRef::Arena(buckets) => self.add_window_sums(buckets, now, windows),
         }
     }
 
