@@ -702,7 +702,10 @@ impl Store {
                 // Each key's shard (table and arena), if this group holds it.
                 let mut shards: [Option<&Shard>; LOOKUP_GROUP] = [None; LOOKUP_GROUP];
                 for (shard, &s) in shards.iter_mut().zip(&served).take(group.len()) {
-                    *shard = held.get(usize::from(s)).and_then(|h| h.as_ref()).map(|h| &*h.1);
+                    *shard = held
+                        .get(usize::from(s))
+                        .and_then(|h| h.as_ref())
+                        .map(|h| &*h.1);
                 }
                 // The loops that load what misses are kept short, so that the processor holds
                 // the loads of many keys in flight at once.
@@ -717,7 +720,11 @@ impl Store {
                 let mut slots = [usize::MAX; LOOKUP_GROUP];
                 for ((slot, shard), &(_, hash)) in slots.iter_mut().zip(&shards).zip(group) {
                     if let Some(shard) = shard {
-                        *slot = shard.table.iter_hash_buckets(hash).next().unwrap_or(usize::MAX);
+                        *slot = shard
+                            .table
+                            .iter_hash_buckets(hash)
+                            .next()
+                            .unwrap_or(usize::MAX);
                     }
                 }
                 let mut touched = 0u64;
@@ -1294,6 +1301,73 @@ mod tests {
             "tables shrink after expiry"
         );
         assert_eq!(s.lookup_many(&[key(0), key(500 * 0x1_0000_0001)]), before);
+    }
+
+    /// A spread of keys: few shards (so a call's keys share them), some keys with one small
+    /// bucket (inline), some in the arena (two buckets, or a count past 12 bits).
+    fn varied_store() -> (Store, Vec<StoreKey>) {
+        let (s, clock) = store(100_000);
+        let keys: Vec<StoreKey> = (0..200u64)
+            .map(|h| key(h.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            let n = if i % 7 == 0 { 5_000 } else { i + 1 };
+            s.record_many(&vec![Increment::one(*k, Counter::ALL[i % COUNTERS]); n]);
+        }
+        clock.advance(2 * 3_600);
+        s.record_many(
+            &keys
+                .iter()
+                .step_by(3)
+                .map(|k| Increment::one(*k, Counter::Seen))
+                .collect::<Vec<_>>(),
+        );
+        (s, keys)
+    }
+
+    #[test]
+    fn lookups_of_any_call_match_single_lookups() {
+        let (s, keys) = varied_store();
+        // Repeats, unknown keys, keys of one shard far apart, longer than a lock group.
+        let mut call: Vec<StoreKey> = Vec::new();
+        for i in 0..300u64 {
+            let k = match i % 5 {
+                0 => key(1_000_000 + i),
+                _ => keys[(i * 37 % keys.len() as u64) as usize],
+            };
+            call.push(k);
+        }
+        call.extend_from_slice(&call.clone()[..50]);
+        let got = s.lookup_many(&call);
+        assert_eq!(got.len(), call.len());
+        for (k, w) in call.iter().zip(&got) {
+            assert_eq!(w, &s.lookup_many(std::slice::from_ref(k))[0], "{k:?}");
+            match s.timeline(k) {
+                Some(t) => assert_eq!(w, &t.windows),
+                None => assert!(w.windows.iter().all(|c| *c == [0; COUNTERS])),
+            }
+        }
+        assert!(s.lookup_many(&[]).is_empty());
+    }
+
+    #[test]
+    fn lookups_wait_for_a_shard_held_elsewhere() {
+        let (s, keys) = varied_store();
+        let s = Arc::new(s);
+        let expected = s.lookup_many(&keys);
+        let busy = s.shard_of(keys[3].hash);
+        let guard = s.shards[busy].lock();
+        let reader = {
+            let (s, keys) = (s.clone(), keys.clone());
+            std::thread::spawn(move || s.lookup_many(&keys))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !reader.is_finished(),
+            "a lookup read a shard held elsewhere"
+        );
+        drop(guard);
+        assert_eq!(reader.join().unwrap(), expected);
     }
 
     #[test]
