@@ -253,6 +253,19 @@ pub struct SweepReport {
     pub removed: usize,
 }
 
+/// A lookup call's time, and what places its finest-resolution buckets quickly.
+struct SumPlan {
+    now: u64,
+    fine: Option<FinePlan>,
+}
+
+/// A resolution-0 bucket `id` is still at resolution 0 when `id >= live`, and then in window
+/// `i` when `id >= first[i]` (`Store::sum_plan`).
+struct FinePlan {
+    live: u64,
+    first: [u64; INLINE_WINDOWS],
+}
+
 /// Store-wide numbers for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StoreStats {
@@ -644,7 +657,7 @@ impl Store {
     /// shard held elsewhere is locked alone afterwards), their entries touched, and only then
     /// read.
     pub fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
-        let now = self.now();
+        let plan = self.sum_plan(self.now());
         let windows = self.windows_secs.len();
         // (`vec!` clones one zero value: much faster here than building each element anew.)
         let mut out = vec![
@@ -745,7 +758,7 @@ impl Store {
                             _ => shard.table.find(hash, matches(key)),
                         };
                         if let Some(e) = found {
-                            self.entry_sums(e, &shard.arena, now, &mut sums.windows);
+                            self.entry_sums(e, &shard.arena, &plan, &mut sums.windows);
                         }
                     }
                 }
@@ -759,7 +772,7 @@ impl Store {
                 (places.get(i), keys.get(i), out.get_mut(i))
             {
                 if let Some(slot) = self.shards.get(index) {
-                    self.read_sums(&slot.lock(), key, hash, now, &mut sums.windows);
+                    self.read_sums(&slot.lock(), key, hash, &plan, &mut sums.windows);
                 }
             }
         }
@@ -772,25 +785,65 @@ impl Store {
         shard: &Shard,
         key: &StoreKey,
         hash: u64,
-        now: u64,
+        plan: &SumPlan,
         windows: &mut [Counts],
     ) {
         if let Some(e) = shard.table.find(hash, matches(key)) {
-            self.entry_sums(e, &shard.arena, now, windows);
+            self.entry_sums(e, &shard.arena, plan, windows);
         }
     }
 
     /// Adds an entry's window sums to `windows` (all zeros).
-    fn entry_sums(&self, e: &Entry, arena: &Arena, now: u64, windows: &mut [Counts]) {
+    fn entry_sums(&self, e: &Entry, arena: &Arena, plan: &SumPlan, windows: &mut [Counts]) {
         match e.buckets(arena) {
-            BucketsRef::Inline(b) => self.set_window_sums(&b, now, windows),
-            BucketsRef::Arena(buckets) => self.add_window_sums(buckets, now, windows),
+            BucketsRef::Inline(b) => self.set_window_sums(&b, plan, windows),
+            BucketsRef::Arena(buckets) => self.add_window_sums(buckets, plan.now, windows),
         }
+    }
+
+    /// What a lookup call at `now` needs to place finest-resolution buckets in windows by
+    /// comparing bucket ids alone (`SumPlan`).
+    fn sum_plan(&self, now: u64) -> SumPlan {
+        let mut plan = SumPlan { now, fine: None };
+        let Some(r) = self.layout.resolutions.first() else {
+            return plan;
+        };
+        // Wider buckets could make `(id + 1) * width` overflow, where `settle` saturates.
+        if self.windows_secs.len() > INLINE_WINDOWS || r.bucket_secs > u64::from(u32::MAX) {
+            return plan;
+        }
+        // `settle` keeps bucket `id` at resolution 0 while `(id + 1) * width + keep > now`,
+        // and a window `w` includes it when `(id + 1) * width > now - w`: for integers, `id`
+        // at least `(now - keep) / width` and `(now - w) / width`.
+        let mut first = [u64::MAX; INLINE_WINDOWS];
+        for (f, w) in first.iter_mut().zip(&self.windows_secs) {
+            *f = now.saturating_sub(*w) / r.bucket_secs;
+        }
+        plan.fine = Some(FinePlan {
+            live: now.saturating_sub(r.keep_secs) / r.bucket_secs,
+            first,
+        });
+        plan
     }
 
     /// Sets `windows`, all zeros, to the sums of a key whose only bucket is `b`: its counts in
     /// the windows it overlaps.
-    fn set_window_sums(&self, b: &Bucket, now: u64, windows: &mut [Counts]) {
+    fn set_window_sums(&self, b: &Bucket, plan: &SumPlan, windows: &mut [Counts]) {
+        let id = u64::from(b.id);
+        match &plan.fine {
+            Some(fine) if b.resolution == 0 && id >= fine.live => {
+                for (first, sums) in fine.first.iter().zip(windows.iter_mut()) {
+                    if id >= *first {
+                        *sums = b.counts;
+                    }
+                }
+            }
+            _ => self.set_window_sums_settled(b, plan.now, windows),
+        }
+    }
+
+    /// `set_window_sums` for any bucket: settled first, then compared with each window.
+    fn set_window_sums_settled(&self, b: &Bucket, now: u64, windows: &mut [Counts]) {
         if let Some(end) = self.settled_end(b, now) {
             for (w, sums) in self.windows_secs.iter().zip(windows.iter_mut()) {
                 if end > now.saturating_sub(*w) {
@@ -1348,6 +1401,39 @@ mod tests {
             }
         }
         assert!(s.lookup_many(&[]).is_empty());
+    }
+
+    /// Window sums from a timeline's settled buckets, as the windows are defined.
+    fn sums_from_timeline(s: &Store, t: &Timeline) -> Vec<Counts> {
+        let now = s.now();
+        s.windows_secs()
+            .iter()
+            .map(|w| {
+                let mut sum = [0u64; COUNTERS];
+                for (r, start, counts) in &t.buckets {
+                    if start + s.layout().resolutions()[*r].bucket_secs > now.saturating_sub(*w) {
+                        for (a, c) in sum.iter_mut().zip(counts) {
+                            *a += c;
+                        }
+                    }
+                }
+                sum
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_one_bucket_key_ages_through_every_window_edge() {
+        let (s, clock) = store(1_000);
+        s.record_many(&[Increment::one(key(5), Counter::Spam)]);
+        for step in 0..(16 * DAY / 300) {
+            clock.set(T0 + step * 300 + step % 7);
+            let got = s.lookup_many(&[key(5)]);
+            let expected = s
+                .timeline(&key(5))
+                .map_or(vec![[0; COUNTERS]; 5], |t| sums_from_timeline(&s, &t));
+            assert_eq!(&*got[0].windows, expected.as_slice(), "{step}");
+        }
     }
 
     #[test]
