@@ -652,10 +652,11 @@ impl Store {
     /// Window sums for each key, in order. Unknown keys give zeros.
     ///
     /// Like `for_each_shard`, but without sorting the keys by shard: the lines of all the
-    /// keys' shards are touched first, then the keys are taken `LOCK_GROUP` at a time in call
-    /// order, their shards tried (a shard this group already holds serves every key of it; a
-    /// shard held elsewhere is locked alone afterwards), their entries touched, and only then
-    /// read.
+    /// keys' shards are touched first, then the keys are taken `LOOKUP_GROUP` at a time in
+    /// call order and their shards tried (a shard this group already holds serves every key
+    /// of it; a shard held elsewhere is locked alone afterwards). Then, in short passes over
+    /// the group so that many keys' misses are in flight at once: each key's control bytes,
+    /// the slot of its first tag match, that slot's entry; and only then are the keys read.
     pub fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
         let plan = self.sum_plan(self.now());
         let windows = self.windows_secs.len();
