@@ -36,7 +36,7 @@ pub use rate::RateResult;
 pub use sums::{WindowSums, INLINE_WINDOWS};
 pub use sweeper::Sweeper;
 pub use timeline::Bucket;
-use timeline::{Arena, Entry};
+use timeline::{Arena, BucketsRef, Entry};
 
 /// Counters per bucket.
 pub const COUNTERS: usize = 5;
@@ -44,6 +44,10 @@ pub const COUNTERS: usize = 5;
 /// Shards `record_many` and `lookup_many` hold at once: enough keys for their cache misses to
 /// overlap, few enough that a hot shard is not held for a whole call.
 const LOCK_GROUP: usize = 16;
+
+/// Keys `lookup_many` takes together: one message's worth, so that a call's cache misses
+/// overlap in one round.
+const LOOKUP_GROUP: usize = 64;
 
 /// Keys compared when one must be evicted.
 const EVICTION_SAMPLE: usize = 32;
@@ -249,6 +253,19 @@ pub struct SweepReport {
     pub removed: usize,
 }
 
+/// A lookup call's time, and what places its finest-resolution buckets quickly.
+struct SumPlan {
+    now: u64,
+    fine: Option<FinePlan>,
+}
+
+/// A resolution-0 bucket `id` is still at resolution 0 when `id >= live`, and then in window
+/// `i` when `id >= first[i]` (`Store::sum_plan`).
+struct FinePlan {
+    live: u64,
+    first: [u64; INLINE_WINDOWS],
+}
+
 /// Store-wide numbers for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StoreStats {
@@ -401,6 +418,14 @@ fn touch_entry(table: &HashTable<Entry>, hash: u64) -> u64 {
     // hashbrown starts probing at `hash & (buckets - 1)`.
     let at = (hash as usize) & table.num_buckets().wrapping_sub(1);
     table.get_bucket(at).map_or(0, |e| e.hash)
+}
+
+/// Loads the control bytes of the first group `hash`'s probe reads (16 bytes, which may span
+/// two cache lines) without branching on them.
+fn touch_control(table: &HashTable<Entry>, hash: u64) -> bool {
+    let mask = table.num_buckets().wrapping_sub(1);
+    let at = (hash as usize) & mask;
+    table.get_bucket(at).is_some() ^ table.get_bucket((at + 15) & mask).is_some()
 }
 
 fn entry_hash(e: &Entry) -> u64 {
@@ -624,39 +649,215 @@ impl Store {
         }
     }
 
-    /// Window sums for each key, in order. Unknown keys give zeros. Keys are grouped by shard:
-    /// one lock per shard touched, taken as `for_each_shard` explains.
+    /// Window sums for each key, in order. Unknown keys give zeros.
+    ///
+    /// Like `for_each_shard`, but without sorting the keys by shard: the lines of all the
+    /// keys' shards are touched first, then the keys are taken `LOOKUP_GROUP` at a time in
+    /// call order and their shards tried (a shard this group already holds serves every key
+    /// of it; a shard held elsewhere is locked alone afterwards). Then, in short passes over
+    /// the group so that many keys' misses are in flight at once: each key's control bytes,
+    /// the slot of its first tag match, that slot's entry; and only then are the keys read.
     pub fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
-        let now = self.now();
+        let plan = self.sum_plan(self.now());
+        let windows = self.windows_secs.len();
+        // (`vec!` clones one zero value: much faster here than building each element anew.)
         let mut out = vec![
             WindowCounts {
-                windows: WindowSums::zeros(self.windows_secs.len()),
+                windows: WindowSums::zeros(windows),
             };
             keys.len()
         ];
-        // (shard, table hash, index in `keys`)
-        let mut order: Vec<(usize, u64, usize)> = keys
+        // (shard, table hash) of each key.
+        let places: Vec<(usize, u64)> = keys
             .iter()
-            .enumerate()
-            .map(|(i, key)| (self.shard_of(key.hash), key_hash(key), i))
+            .map(|key| (self.shard_of(key.hash), key_hash(key)))
             .collect();
-        order.sort_unstable();
-        self.for_each_shard(
-            &order,
-            |op| (op.0, op.1),
-            |_, shard, ops| {
-                for &(_, hash, i) in ops {
-                    let (Some(key), Some(slot)) = (keys.get(i), out.get_mut(i)) else {
-                        continue;
-                    };
-                    if let Some(e) = shard.table.find(hash, matches(key)) {
-                        let buckets = e.buckets(&shard.arena);
-                        self.add_window_sums(buckets.as_slice(), now, &mut slot.windows);
+        let mut busy = false;
+        for &(index, _) in &places {
+            if let Some(slot) = self.shards.get(index) {
+                busy |= slot.is_locked();
+            }
+        }
+        std::hint::black_box(busy);
+        let mut deferred: Vec<usize> = Vec::new();
+        let mut held: [Option<(usize, MutexGuard<'_, Shard>)>; LOOKUP_GROUP] =
+            std::array::from_fn(|_| None);
+        // For each key of the group, the entry of `held` that serves it (`NOT_HELD`: none).
+        const NOT_HELD: u8 = u8::MAX;
+        let mut served = [NOT_HELD; LOOKUP_GROUP];
+        for (g, group) in places.chunks(LOOKUP_GROUP).enumerate() {
+            let first = g * LOOKUP_GROUP;
+            let mut n = 0;
+            for (j, &(index, _)) in group.iter().enumerate() {
+                let Some(slot) = self.shards.get(index) else {
+                    continue;
+                };
+                if let Some(guard) = slot.try_lock() {
+                    if let (Some(h), Some(s)) = (held.get_mut(n), served.get_mut(j)) {
+                        *h = Some((index, guard));
+                        *s = n as u8;
+                        n += 1;
+                    }
+                    continue;
+                }
+                // Held by this group (an earlier key of the same shard), or elsewhere.
+                match held[..n]
+                    .iter()
+                    .position(|h| h.as_ref().is_some_and(|(i, _)| *i == index))
+                {
+                    Some(h) => served[j] = h as u8,
+                    None => {
+                        served[j] = NOT_HELD;
+                        deferred.push(first + j);
                     }
                 }
-            },
-        );
+            }
+            {
+                // Each key's shard (table and arena), if this group holds it.
+                let mut shards: [Option<&Shard>; LOOKUP_GROUP] = [None; LOOKUP_GROUP];
+                for (shard, &s) in shards.iter_mut().zip(&served).take(group.len()) {
+                    *shard = held
+                        .get(usize::from(s))
+                        .and_then(|h| h.as_ref())
+                        .map(|h| &*h.1);
+                }
+                // The loops that load what misses are kept short, so that the processor holds
+                // the loads of many keys in flight at once.
+                let mut full = false;
+                for (shard, &(_, hash)) in shards.iter().zip(group) {
+                    if let Some(shard) = shard {
+                        full ^= touch_control(&shard.table, hash);
+                    }
+                }
+                std::hint::black_box(full);
+                // The slot of each key's first tag match: its own, as a rule.
+                let mut slots = [usize::MAX; LOOKUP_GROUP];
+                for ((slot, shard), &(_, hash)) in slots.iter_mut().zip(&shards).zip(group) {
+                    if let Some(shard) = shard {
+                        *slot = shard
+                            .table
+                            .iter_hash_buckets(hash)
+                            .next()
+                            .unwrap_or(usize::MAX);
+                    }
+                }
+                let mut touched = 0u64;
+                for (&slot, shard) in slots.iter().zip(&shards) {
+                    if let Some(shard) = shard {
+                        touched ^= shard.table.get_bucket(slot).map_or(0, |e| e.hash);
+                    }
+                }
+                std::hint::black_box(touched);
+                for (j, ((&slot, shard), &(_, hash))) in
+                    slots.iter().zip(&shards).zip(group).enumerate()
+                {
+                    if let (Some(shard), Some(key), Some(sums)) =
+                        (shard, keys.get(first + j), out.get_mut(first + j))
+                    {
+                        let found = match shard.table.get_bucket(slot) {
+                            Some(e) if matches(key)(e) => Some(e),
+                            _ => shard.table.find(hash, matches(key)),
+                        };
+                        if let Some(e) = found {
+                            self.entry_sums(e, &shard.arena, &plan, &mut sums.windows);
+                        }
+                    }
+                }
+            }
+            for h in held.iter_mut().take(n) {
+                *h = None;
+            }
+        }
+        for i in deferred {
+            if let (Some(&(index, hash)), Some(key), Some(sums)) =
+                (places.get(i), keys.get(i), out.get_mut(i))
+            {
+                if let Some(slot) = self.shards.get(index) {
+                    self.read_sums(&slot.lock(), key, hash, &plan, &mut sums.windows);
+                }
+            }
+        }
         out
+    }
+
+    /// Adds a key's window sums to `windows` (all zeros), if the shard has the key.
+    fn read_sums(
+        &self,
+        shard: &Shard,
+        key: &StoreKey,
+        hash: u64,
+        plan: &SumPlan,
+        windows: &mut [Counts],
+    ) {
+        if let Some(e) = shard.table.find(hash, matches(key)) {
+            self.entry_sums(e, &shard.arena, plan, windows);
+        }
+    }
+
+    /// Adds an entry's window sums to `windows` (all zeros).
+    fn entry_sums(&self, e: &Entry, arena: &Arena, plan: &SumPlan, windows: &mut [Counts]) {
+        match e.buckets(arena) {
+            BucketsRef::Inline(b) => self.set_window_sums(&b, plan, windows),
+            BucketsRef::Arena(buckets) => self.add_window_sums(buckets, plan.now, windows),
+        }
+    }
+
+    /// What a lookup call at `now` needs to place finest-resolution buckets in windows by
+    /// comparing bucket ids alone (`SumPlan`).
+    fn sum_plan(&self, now: u64) -> SumPlan {
+        let mut plan = SumPlan { now, fine: None };
+        let Some(r) = self.layout.resolutions.first() else {
+            return plan;
+        };
+        // Wider buckets could make `(id + 1) * width` overflow, where `settle` saturates.
+        if self.windows_secs.len() > INLINE_WINDOWS || r.bucket_secs > u64::from(u32::MAX) {
+            return plan;
+        }
+        // `settle` keeps bucket `id` at resolution 0 while `(id + 1) * width + keep > now`,
+        // and a window `w` includes it when `(id + 1) * width > now - w`: for integers, `id`
+        // at least `(now - keep) / width` and `(now - w) / width`.
+        let mut first = [u64::MAX; INLINE_WINDOWS];
+        for (f, w) in first.iter_mut().zip(&self.windows_secs) {
+            *f = now.saturating_sub(*w) / r.bucket_secs;
+        }
+        plan.fine = Some(FinePlan {
+            live: now.saturating_sub(r.keep_secs) / r.bucket_secs,
+            first,
+        });
+        plan
+    }
+
+    /// Sets `windows`, all zeros, to the sums of a key whose only bucket is `b`: its counts in
+    /// the windows it overlaps.
+    fn set_window_sums(&self, b: &Bucket, plan: &SumPlan, windows: &mut [Counts]) {
+        let id = u64::from(b.id);
+        match &plan.fine {
+            Some(fine) if b.resolution == 0 && id >= fine.live => {
+                for (first, sums) in fine.first.iter().zip(windows.iter_mut()) {
+                    if id >= *first {
+                        *sums = b.counts;
+                    }
+                }
+            }
+            _ => self.set_window_sums_settled(b, plan.now, windows),
+        }
+    }
+
+    /// `set_window_sums` for any bucket: settled first, then compared with each window.
+    fn set_window_sums_settled(&self, b: &Bucket, now: u64, windows: &mut [Counts]) {
+        if let Some(end) = self.settled_end(b, now) {
+            for (w, sums) in self.windows_secs.iter().zip(windows.iter_mut()) {
+                if end > now.saturating_sub(*w) {
+                    *sums = b.counts;
+                }
+            }
+        }
+    }
+
+    /// The end time of bucket `b` where it belongs at `now`, or `None` if it has expired.
+    fn settled_end(&self, b: &Bucket, now: u64) -> Option<u64> {
+        let (resolution, id) = self.layout.settle(b.resolution as usize, b.id, now)?;
+        Some(self.layout.start(resolution, id) + self.layout.resolutions[resolution].bucket_secs)
     }
 
     /// Sums buckets that overlap each window `[now - w, now]`, after settling each bucket where
@@ -670,12 +871,9 @@ impl Store {
     /// Adds to `windows` (one per configured window) the buckets that overlap each window.
     fn add_window_sums(&self, buckets: &[Bucket], now: u64, windows: &mut [Counts]) {
         for b in buckets {
-            let Some((resolution, id)) = self.layout.settle(b.resolution as usize, b.id, now)
-            else {
+            let Some(end) = self.settled_end(b, now) else {
                 continue;
             };
-            let end =
-                self.layout.start(resolution, id) + self.layout.resolutions[resolution].bucket_secs;
             for (w, sums) in self.windows_secs.iter().zip(windows.iter_mut()) {
                 if end > now.saturating_sub(*w) {
                     for (s, c) in sums.iter_mut().zip(&b.counts) {
@@ -1157,6 +1355,106 @@ mod tests {
             "tables shrink after expiry"
         );
         assert_eq!(s.lookup_many(&[key(0), key(500 * 0x1_0000_0001)]), before);
+    }
+
+    /// A spread of keys: few shards (so a call's keys share them), some keys with one small
+    /// bucket (inline), some in the arena (two buckets, or a count past 12 bits).
+    fn varied_store() -> (Store, Vec<StoreKey>) {
+        let (s, clock) = store(100_000);
+        let keys: Vec<StoreKey> = (0..200u64)
+            .map(|h| key(h.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            let n = if i % 7 == 0 { 5_000 } else { i + 1 };
+            s.record_many(&vec![Increment::one(*k, Counter::ALL[i % COUNTERS]); n]);
+        }
+        clock.advance(2 * 3_600);
+        s.record_many(
+            &keys
+                .iter()
+                .step_by(3)
+                .map(|k| Increment::one(*k, Counter::Seen))
+                .collect::<Vec<_>>(),
+        );
+        (s, keys)
+    }
+
+    #[test]
+    fn lookups_of_any_call_match_single_lookups() {
+        let (s, keys) = varied_store();
+        // Repeats, unknown keys, keys of one shard far apart, longer than a lock group.
+        let mut call: Vec<StoreKey> = Vec::new();
+        for i in 0..300u64 {
+            let k = match i % 5 {
+                0 => key(1_000_000 + i),
+                _ => keys[(i * 37 % keys.len() as u64) as usize],
+            };
+            call.push(k);
+        }
+        call.extend_from_slice(&call.clone()[..50]);
+        let got = s.lookup_many(&call);
+        assert_eq!(got.len(), call.len());
+        for (k, w) in call.iter().zip(&got) {
+            assert_eq!(w, &s.lookup_many(std::slice::from_ref(k))[0], "{k:?}");
+            match s.timeline(k) {
+                Some(t) => assert_eq!(w, &t.windows),
+                None => assert!(w.windows.iter().all(|c| *c == [0; COUNTERS])),
+            }
+        }
+        assert!(s.lookup_many(&[]).is_empty());
+    }
+
+    /// Window sums from a timeline's settled buckets, as the windows are defined.
+    fn sums_from_timeline(s: &Store, t: &Timeline) -> Vec<Counts> {
+        let now = s.now();
+        s.windows_secs()
+            .iter()
+            .map(|w| {
+                let mut sum = [0u64; COUNTERS];
+                for (r, start, counts) in &t.buckets {
+                    if start + s.layout().resolutions()[*r].bucket_secs > now.saturating_sub(*w) {
+                        for (a, c) in sum.iter_mut().zip(counts) {
+                            *a += c;
+                        }
+                    }
+                }
+                sum
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_one_bucket_key_ages_through_every_window_edge() {
+        let (s, clock) = store(1_000);
+        s.record_many(&[Increment::one(key(5), Counter::Spam)]);
+        for step in 0..(16 * DAY / 300) {
+            clock.set(T0 + step * 300 + step % 7);
+            let got = s.lookup_many(&[key(5)]);
+            let expected = s
+                .timeline(&key(5))
+                .map_or(vec![[0; COUNTERS]; 5], |t| sums_from_timeline(&s, &t));
+            assert_eq!(&*got[0].windows, expected.as_slice(), "{step}");
+        }
+    }
+
+    #[test]
+    fn lookups_wait_for_a_shard_held_elsewhere() {
+        let (s, keys) = varied_store();
+        let s = Arc::new(s);
+        let expected = s.lookup_many(&keys);
+        let busy = s.shard_of(keys[3].hash);
+        let guard = s.shards[busy].lock();
+        let reader = {
+            let (s, keys) = (s.clone(), keys.clone());
+            std::thread::spawn(move || s.lookup_many(&keys))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !reader.is_finished(),
+            "a lookup read a shard held elsewhere"
+        );
+        drop(guard);
+        assert_eq!(reader.join().unwrap(), expected);
     }
 
     #[test]

@@ -28,16 +28,22 @@ enum Repr {
 
 impl WindowSums {
     /// `len` windows of zeros.
+    #[inline]
     pub fn zeros(len: usize) -> WindowSums {
         if len <= INLINE_WINDOWS {
             WindowSums(Repr::Inline {
                 // len <= INLINE_WINDOWS < 256
                 len: len as u8,
-                sums: Default::default(),
+                sums: [[0; super::COUNTERS]; INLINE_WINDOWS],
             })
         } else {
-            WindowSums(Repr::Heap(vec![Counts::default(); len]))
+            Self::heap(len)
         }
+    }
+
+    #[cold]
+    fn heap(len: usize) -> WindowSums {
+        WindowSums(Repr::Heap(vec![Counts::default(); len]))
     }
 }
 
