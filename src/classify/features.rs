@@ -390,25 +390,20 @@ fn shape(value: &[u8], out: &mut Vec<u8>) {
 /// written without spaces between words (Chinese, Japanese; Korean too, whose words run long)
 /// give overlapping pairs of characters instead, as CJK search indexes do.
 fn words(text: &str) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    // (A CJK piece, one or two characters of three bytes or more, passes these filters as is.)
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .flat_map(split_cjk)
-        .filter_map(|piece| match piece {
-            Piece::Word(w) if w.len() < 2 => None,
-            Piece::Word(w) if w.bytes().all(|b| b.is_ascii_digit()) && w.len() > 4 => {
-                Some(std::borrow::Cow::Owned(format!("#{}", w.len())))
+        .filter(|w| w.len() >= 2)
+        .map(|w| {
+            if w.bytes().all(|b| b.is_ascii_digit()) && w.len() > 4 {
+                std::borrow::Cow::Owned(format!("#{}", w.len()))
+            } else if w.len() > MAX_WORD_BYTES {
+                std::borrow::Cow::Owned(format!("@{}", w.len() / 8))
+            } else {
+                std::borrow::Cow::Borrowed(w)
             }
-            Piece::Word(w) if w.len() > MAX_WORD_BYTES => {
-                Some(std::borrow::Cow::Owned(format!("@{}", w.len() / 8)))
-            }
-            Piece::Word(w) | Piece::Cjk(w) => Some(std::borrow::Cow::Borrowed(w)),
         })
-}
-
-/// A piece of a run of letters: a word, or one or two CJK characters.
-enum Piece<'a> {
-    Word(&'a str),
-    Cjk(&'a str),
 }
 
 /// Whether a character belongs to a script written without spaces between words.
@@ -426,7 +421,7 @@ fn is_cjk(c: char) -> bool {
 
 /// Splits a run of letters into its non-CJK words and the overlapping character pairs of its CJK
 /// stretches (a lone CJK character stands for itself).
-fn split_cjk(run: &str) -> impl Iterator<Item = Piece<'_>> {
+fn split_cjk(run: &str) -> impl Iterator<Item = &str> {
     let mut rest = run;
     std::iter::from_fn(move || {
         let first = rest.chars().next()?;
@@ -434,7 +429,7 @@ fn split_cjk(run: &str) -> impl Iterator<Item = Piece<'_>> {
             let end = rest.find(is_cjk).unwrap_or(rest.len());
             let (word, tail) = rest.split_at(end);
             rest = tail;
-            return Some(Piece::Word(word));
+            return Some(word);
         }
         let one = first.len_utf8();
         let second = rest[one..].chars().next().filter(|&c| is_cjk(c));
@@ -447,7 +442,7 @@ fn split_cjk(run: &str) -> impl Iterator<Item = Piece<'_>> {
                 rest = &rest[c.len_utf8()..];
             }
         }
-        Some(Piece::Cjk(piece))
+        Some(piece)
     })
 }
 
