@@ -527,6 +527,18 @@ impl Store {
         );
     }
 
+    /// Loads the cache line of every shard in `indices` (reading its lock state), so that
+    /// their misses overlap before any is locked.
+    fn touch_shards(&self, indices: impl Iterator<Item = usize>) {
+        let mut busy = false;
+        for index in indices {
+            if let Some(slot) = self.shards.get(index) {
+                busy |= slot.is_locked();
+            }
+        }
+        std::hint::black_box(busy);
+    }
+
     /// Runs `apply(shard index, shard, its ops)` for each shard of `ops`, which are sorted by
     /// shard (`place` gives an op's shard and table hash), under that shard's lock, once per
     /// shard.
@@ -546,13 +558,7 @@ impl Store {
         place: impl Fn(&T) -> (usize, u64),
         mut apply: impl FnMut(usize, &mut Shard, &[T]),
     ) {
-        let mut busy = false;
-        for op in ops {
-            if let Some(slot) = self.shards.get(place(op).0) {
-                busy |= slot.is_locked();
-            }
-        }
-        std::hint::black_box(busy);
+        self.touch_shards(ops.iter().map(|op| place(op).0));
         let mut group: Vec<(usize, std::ops::Range<usize>, MutexGuard<'_, Shard>)> =
             Vec::with_capacity(LOCK_GROUP.min(ops.len()));
         let mut deferred: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
@@ -672,13 +678,7 @@ impl Store {
             .iter()
             .map(|key| (self.shard_of(key.hash), key_hash(key)))
             .collect();
-        let mut busy = false;
-        for &(index, _) in &places {
-            if let Some(slot) = self.shards.get(index) {
-                busy |= slot.is_locked();
-            }
-        }
-        std::hint::black_box(busy);
+        self.touch_shards(places.iter().map(|p| p.0));
         let mut deferred: Vec<usize> = Vec::new();
         let mut held: [Option<(usize, MutexGuard<'_, Shard>)>; LOOKUP_GROUP] =
             std::array::from_fn(|_| None);
