@@ -4,8 +4,7 @@
 local util = require("shrike.util")
 
 local find, lower, match = string.find, string.lower, string.match
-local received_time, is_private_ip, big_providers =
-  util.received_time, util.is_private_ip, util.big_providers
+local big_providers = util.big_providers
 
 local DAY = 86400
 
@@ -76,8 +75,7 @@ rule {
     end
     -- The topmost Received header is written by the receiving side: a sender's clock that runs
     -- hours ahead of it is a forged or careless bulk mailer.
-    local rcvd = msg:headers("Received")[1]
-    local rtime = received_time(rcvd)
+    local rtime = msg:received_time()
     if rtime and date > rtime + 3 * 3600 and date < rtime + 365 * DAY then
       hits = hits or {}
       hits.DATE_AHEAD_OF_RCVD = { string.format("%dh", (date - rtime) // 3600) }
@@ -203,13 +201,13 @@ rule {
     if n == 0 then return end
     local hits
     if n >= 20 then hits = { RCVD_TOO_MANY = { tostring(n) } } end
-    -- A client that greets with its bare address (not the [address] literal) is spamware.
-    local rcvd = msg:headers("Received")
-    for i = 1, #rcvd do
-      local ip = match(rcvd[i], "^%s*from%s+(%d+%.%d+%.%d+%.%d+)%s+%(%[%1%]%)")
-      if ip then
+    -- A client that greets with its bare address (not the [address] literal) is spamware:
+    -- `helo_ip` marks a hop written "from 192.0.2.7 ([192.0.2.7])".
+    local ips = msg:ips()
+    for i = 1, #ips do
+      if ips[i].helo_ip then
         hits = hits or {}
-        hits.RCVD_HELO_IP = { ip }
+        hits.RCVD_HELO_IP = { ips[i].ip }
         break
       end
     end
@@ -217,11 +215,10 @@ rule {
     -- of them but connected from a private address is a forged hop. Only the hops outside
     -- the receiving side's network count: skip those from private addresses at the top.
     -- (`domain` is the registrable domain of the hop's host name)
-    local ips = msg:ips()
     for i = 1, #ips do
       local h = ips[i]
       local provider = h.domain
-      if provider and big_providers[provider] and h.source ~= "client" and is_private_ip(h.ip)
+      if provider and big_providers[provider] and h.source ~= "client" and h.private
         and not find(lower(h.host), "localhost", 1, true) then
         -- the provider's internal hops sit under a public hop of the same provider
         local prev = ips[i - 1]

@@ -228,7 +228,7 @@ rule {
       local u = urls[i]
       if u.is_ip and not ip_host then ip_host = u.host end
       if not shortener and is_shortener(u.host, u.domain) then shortener = u.host end
-      if not userinfo and find(u.url, "^%a[%w+.-]*://[^/?#]*@") then userinfo = u.url end
+      if not userinfo and u.userinfo then userinfo = u.url end
     end
     if userinfo then hits = { URL_USERINFO = { userinfo } } end
     if ip_host then

@@ -157,20 +157,6 @@ function Msg:reply_to()
   local t = get(self, 4)
   if t then return unpack(t, 1, 2) end
 end
-function Msg:emails(role)
-  local all = get(self, 30)
-  if role == nil then return all end
-  local key = "emails:" .. role
-  local v = cache[key]
-  if v == nil then
-    v = {}
-    for _, e in ipairs(all) do
-      if e.role == role then v[#v + 1] = e end
-    end
-    cache[key] = v
-  end
-  return v
-end
 function Msg:has_anomaly(name)
   return get(self, 22)[name] == true
 end
@@ -186,6 +172,9 @@ local function header_field(self, id, name)
   end
   return cached(c, name, id, name)
 end
+-- Addresses of one role are picked out in Rust ("" stands for all of them).
+function Msg:emails(role) return header_field(self, 30, role or "") end
+function Msg:received_time(n) return header_field(self, 31, n or 1) end
 function Msg:header(name) return header_field(self, 40, name) end
 function Msg:headers(name) return header_field(self, 41, name) end
 function Msg:raw_header(name) return header_field(self, 42, name) end

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use mail_parser::{HeaderValue, MimeHeaders, PartType};
-use mlua::{IntoLua, Lua, Result, Table, Value};
+use mlua::{Either, IntoLua, Lua, Result, Table, Value};
 
 use crate::entities::{EmailRole, Entities, IpSource, UrlSource};
 use crate::message::{Anomalies, Envelope, ParsedMessage};
@@ -118,11 +118,49 @@ pub fn role_name(r: EmailRole) -> &'static str {
 }
 
 fn strings<'s>(lua: &Lua, items: impl Iterator<Item = &'s str>) -> Result<Value> {
-    let t = lua.create_table()?;
-    for (i, s) in items.enumerate() {
-        t.raw_set(i + 1, s)?;
+    Ok(Value::Table(lua.create_sequence_from(items)?))
+}
+
+/// A field of a record built for Lua: pushed straight onto the Lua stack (no intermediate
+/// handle per value); `None` leaves the field out.
+type Field<'s> = Option<Either<&'s str, Either<i64, Either<bool, f64>>>>;
+
+fn text(s: &str) -> Field<'_> {
+    Some(Either::Left(s))
+}
+
+fn opt_text(s: Option<&str>) -> Field<'_> {
+    s.map(Either::Left)
+}
+
+fn int(i: impl TryInto<i64>) -> Field<'static> {
+    Some(Either::Right(Either::Left(
+        i.try_into().unwrap_or(i64::MAX),
+    )))
+}
+
+fn flag(b: bool) -> Field<'static> {
+    Some(Either::Right(Either::Right(Either::Left(b))))
+}
+
+fn number(n: f64) -> Field<'static> {
+    Some(Either::Right(Either::Right(Either::Right(n))))
+}
+
+/// A record table from its fields. mlua's `Table::raw_set` takes the state's lock, guards
+/// the stack and moves a handle for every value (about a thousand instructions a field);
+/// `create_table_from` does that once per table, sized for all its fields up front.
+fn record<'s, const N: usize>(lua: &Lua, fields: [(&'static str, Field<'s>); N]) -> Result<Table> {
+    lua.create_table_from(fields)
+}
+
+/// An array of records.
+fn records<T>(lua: &Lua, items: &[T], mut build: impl FnMut(&T) -> Result<Table>) -> Result<Value> {
+    let mut rows = Vec::with_capacity(items.len());
+    for item in items {
+        rows.push(build(item)?);
     }
-    Ok(Value::Table(t))
+    Ok(Value::Table(lua.create_sequence_from(rows)?))
 }
 
 fn opt_str(lua: &Lua, s: Option<&str>) -> Result<Value> {
@@ -203,23 +241,19 @@ impl MessageData<'_> {
             1 => m.subject.display.as_str().into_lua(lua),
             2 => m.subject.normalized.as_str().into_lua(lua),
             3 => match e.from() {
-                Some(f) => {
-                    let t = lua.create_table()?;
-                    t.raw_set(1, f.address.as_str())?;
-                    t.raw_set(2, f.domain.as_str())?;
-                    if let Some(n) = &f.name {
-                        t.raw_set(3, n.as_str())?;
-                    }
-                    Ok(Value::Table(t))
-                }
+                Some(f) => Ok(Value::Table(lua.create_sequence_from([
+                    Some(f.address.as_str()),
+                    Some(f.domain.as_str()),
+                    f.name.as_deref(),
+                ])?)),
                 None => Ok(Value::Boolean(false)),
             },
             4 => match e.emails_with(EmailRole::ReplyTo).next() {
                 Some(r) => {
-                    let t = lua.create_table()?;
-                    t.raw_set(1, r.address.as_str())?;
-                    t.raw_set(2, r.domain.as_str())?;
-                    Ok(Value::Table(t))
+                    Ok(Value::Table(lua.create_sequence_from([
+                        r.address.as_str(),
+                        r.domain.as_str(),
+                    ])?))
                 }
                 None => Ok(Value::Boolean(false)),
             },
@@ -252,89 +286,82 @@ impl MessageData<'_> {
             12 => m.html_text.as_str().into_lua(lua),
             13 => self.html_source().into_lua(lua),
             14 => self.parts(lua),
-            15 => {
-                let t = lua.create_table_with_capacity(e.urls.len(), 0)?;
-                for (i, u) in e.urls.iter().enumerate() {
-                    let r = lua.create_table_with_capacity(0, 6)?;
-                    r.raw_set("url", u.url.as_str())?;
-                    r.raw_set("host", u.host.as_str())?;
-                    if let Some(d) = &u.domain {
-                        r.raw_set("domain", d.as_str())?;
-                    }
-                    r.raw_set("is_ip", u.host_is_ip)?;
-                    r.raw_set("source", url_source(u.source))?;
-                    if let Some(text) = &u.text {
-                        r.raw_set("text", text.as_str())?;
-                    }
-                    t.raw_set(i + 1, r)?;
-                }
-                Ok(Value::Table(t))
-            }
+            15 => records(lua, &e.urls, |u| {
+                record(
+                    lua,
+                    [
+                        ("url", text(&u.url)),
+                        ("host", text(&u.host)),
+                        ("domain", opt_text(u.domain.as_deref())),
+                        ("is_ip", flag(u.host_is_ip)),
+                        ("source", text(url_source(u.source))),
+                        ("text", opt_text(u.text.as_deref())),
+                        ("userinfo", flag(has_userinfo(&u.url))),
+                    ],
+                )
+            }),
             16 => strings(lua, e.hosts.iter().map(String::as_str)),
             17 => strings(lua, e.domains.iter().map(String::as_str)),
-            18 => {
-                let t = lua.create_table_with_capacity(e.anchors.len(), 0)?;
-                for (i, a) in e.anchors.iter().enumerate() {
-                    let r = lua.create_table_with_capacity(0, 4)?;
-                    r.raw_set("text", a.text.as_str())?;
-                    r.raw_set("text_domain", a.text_domain.as_str())?;
-                    r.raw_set("target_domain", a.target_domain.as_str())?;
-                    r.raw_set("mismatch", a.mismatch)?;
-                    t.raw_set(i + 1, r)?;
-                }
-                Ok(Value::Table(t))
-            }
+            18 => records(lua, &e.anchors, |a| {
+                record(
+                    lua,
+                    [
+                        ("text", text(&a.text)),
+                        ("text_domain", text(&a.text_domain)),
+                        ("target_domain", text(&a.target_domain)),
+                        ("mismatch", flag(a.mismatch)),
+                    ],
+                )
+            }),
             19 => {
-                let t = lua.create_table_with_capacity(e.ips.len(), 0)?;
-                for (i, ip) in e.ips.iter().enumerate() {
-                    let r = lua.create_table_with_capacity(0, 5)?;
-                    r.raw_set("ip", ip.ip.to_string())?;
-                    r.raw_set(
-                        "source",
-                        match ip.source {
-                            IpSource::Client => "client",
-                            IpSource::Received => "received",
-                        },
-                    )?;
-                    if let Some(h) = ip.hop {
-                        r.raw_set("hop", h)?;
-                    }
-                    if let Some(h) = &ip.host {
-                        r.raw_set("host", h.as_str())?;
-                        let lower = h.to_ascii_lowercase();
-                        if let Some(d) = crate::entities::url::registrable_domain(&lower) {
-                            r.raw_set("domain", d)?;
-                        }
-                    }
-                    t.raw_set(i + 1, r)?;
-                }
-                Ok(Value::Table(t))
+                let received: Vec<_> = self.named("received").collect();
+                records(lua, &e.ips, |ip| {
+                    let addr = ip.ip.to_string();
+                    let helo_ip = ip
+                        .hop
+                        .and_then(|h| received.get(h))
+                        .is_some_and(|h| helo_is_bare_ip(&self.raw_value(h)));
+                    let domain = ip.host.as_ref().and_then(|h| {
+                        crate::entities::url::registrable_domain(&h.to_ascii_lowercase())
+                    });
+                    record(
+                        lua,
+                        [
+                            ("ip", text(&addr)),
+                            (
+                                "source",
+                                text(match ip.source {
+                                    IpSource::Client => "client",
+                                    IpSource::Received => "received",
+                                }),
+                            ),
+                            ("hop", ip.hop.and_then(int)),
+                            ("host", opt_text(ip.host.as_deref())),
+                            ("domain", opt_text(domain.as_deref())),
+                            ("private", flag(is_private(ip.ip))),
+                            ("helo_ip", flag(helo_ip)),
+                        ],
+                    )
+                })
             }
             20 => Ok(Value::Integer(self.named("received").count() as i64)),
-            21 => {
-                let t = lua.create_table_with_capacity(e.attachments.len(), 0)?;
-                for (i, a) in e.attachments.iter().enumerate() {
-                    let r = lua.create_table_with_capacity(0, 7)?;
-                    r.raw_set("name", a.name.as_str())?;
-                    if let Some(x) = &a.extension {
-                        r.raw_set("ext", x.as_str())?;
-                    }
-                    r.raw_set("content_type", a.content_type.as_str())?;
-                    r.raw_set("size", a.size)?;
-                    r.raw_set("hash", a.hash.as_str())?;
-                    r.raw_set("executable", a.flags.executable)?;
-                    r.raw_set("double_extension", a.flags.double_extension)?;
-                    t.raw_set(i + 1, r)?;
-                }
-                Ok(Value::Table(t))
-            }
-            22 => {
-                let t = lua.create_table()?;
-                for a in self.anomalies.iter() {
-                    t.raw_set(a.as_str(), true)?;
-                }
-                Ok(Value::Table(t))
-            }
+            21 => records(lua, &e.attachments, |a| {
+                record(
+                    lua,
+                    [
+                        ("name", text(&a.name)),
+                        ("ext", opt_text(a.extension.as_deref())),
+                        ("content_type", text(&a.content_type)),
+                        ("size", int(a.size)),
+                        ("hash", text(&a.hash)),
+                        ("executable", flag(a.flags.executable)),
+                        ("double_extension", flag(a.flags.double_extension)),
+                    ],
+                )
+            }),
+            22 => Ok(Value::Table(lua.create_table_from(
+                self.anomalies.iter().map(|a| (a.as_str(), true)),
+            )?)),
             23 => strings(lua, m.mixed_script_words.iter().map(String::as_str)),
             24 => match m.mime.as_ref().and_then(|x| x.date()) {
                 Some(d) if d.is_valid() => Ok(Value::Integer(d.to_timestamp())),
@@ -346,18 +373,42 @@ impl MessageData<'_> {
             28 => Ok(Value::Integer(m.raw.len() as i64)),
             29 => Ok(Value::Integer(self.now as i64)),
             30 => {
-                let t = lua.create_table_with_capacity(e.emails.len(), 0)?;
-                for (i, x) in e.emails.iter().enumerate() {
-                    let r = lua.create_table_with_capacity(0, 4)?;
-                    r.raw_set("address", x.address.as_str())?;
-                    r.raw_set("domain", x.domain.as_str())?;
-                    if let Some(n) = &x.name {
-                        r.raw_set("name", n.as_str())?;
+                // all addresses, or those of one role
+                let role = match &a {
+                    Value::Nil => None,
+                    Value::String(r) if r.as_bytes().is_empty() => None,
+                    Value::String(r) => Some(r.to_str()?.to_string()),
+                    _ => return Err(mlua::Error::runtime("msg:emails: role must be a string")),
+                };
+                let mut rows = Vec::new();
+                for x in &e.emails {
+                    let name = role_name(x.role);
+                    if role.as_deref().is_some_and(|r| r != name) {
+                        continue;
                     }
-                    r.raw_set("role", role_name(x.role))?;
-                    t.raw_set(i + 1, r)?;
+                    rows.push(record(
+                        lua,
+                        [
+                            ("address", text(&x.address)),
+                            ("domain", text(&x.domain)),
+                            ("name", opt_text(x.name.as_deref())),
+                            ("role", text(name)),
+                        ],
+                    )?);
                 }
-                Ok(Value::Table(t))
+                Ok(Value::Table(lua.create_sequence_from(rows)?))
+            }
+            31 => {
+                let n = match a {
+                    Value::Integer(n) if n >= 1 => n as usize,
+                    Value::Nil => 1,
+                    _ => return Err(mlua::Error::runtime("msg:received_time: n must be >= 1")),
+                };
+                Ok(self
+                    .named("received")
+                    .nth(n - 1)
+                    .and_then(|h| received_time(&self.raw_value(h)))
+                    .map_or(Value::Nil, Value::Integer))
             }
             40..=43 => {
                 let Value::String(name) = a else {
@@ -369,13 +420,9 @@ impl MessageData<'_> {
                         Some(h) => self.header_text(h).into_lua(lua),
                         None => Ok(Value::Nil),
                     },
-                    41 => {
-                        let t = lua.create_table()?;
-                        for (i, h) in self.named(&name).enumerate() {
-                            t.raw_set(i + 1, self.header_text(h))?;
-                        }
-                        Ok(Value::Table(t))
-                    }
+                    41 => Ok(Value::Table(lua.create_sequence_from(
+                        self.named(&name).map(|h| self.header_text(h)),
+                    )?)),
                     42 => match self.named(&name).next() {
                         Some(h) => self.raw_value(h).trim().into_lua(lua),
                         None => Ok(Value::Nil),
@@ -385,11 +432,14 @@ impl MessageData<'_> {
             }
             46 => {
                 let kind = kind_arg(&a)?;
-                let t = lua.create_table()?;
-                for (i, sh) in self.shingles.iter().filter(|s| s.kind == kind).enumerate() {
-                    t.raw_set(i + 1, format!("{:016x}", sh.hash))?;
-                }
-                Ok(Value::Table(t))
+                Ok(Value::Table(
+                    lua.create_sequence_from(
+                        self.shingles
+                            .iter()
+                            .filter(|s| s.kind == kind)
+                            .map(|sh| format!("{:016x}", sh.hash)),
+                    )?,
+                ))
             }
             _ => Err(mlua::Error::runtime(format!("unknown msg field {id}"))),
         }
@@ -471,28 +521,39 @@ impl MessageData<'_> {
             Value::Nil => None,
             w => Some(window_arg(windows, w)?),
         };
-        let t = lua.create_table()?;
-        let mut n = 0;
+        let mut rows = Vec::new();
         for (s, c) in self.shingles.iter().zip(self.stats) {
             if s.kind != kind {
                 continue;
             }
-            let k = lua.create_table()?;
-            k.raw_set("hash", format!("{:016x}", s.hash))?;
-            match only {
-                Some(w) => set_counts(&k, &c.windows.get(w).copied().unwrap_or_default())?,
+            let hash = format!("{:016x}", s.hash);
+            let k = match only {
+                Some(w) => counts_record(
+                    lua,
+                    &c.windows.get(w).copied().unwrap_or_default(),
+                    Some(&hash),
+                )?,
                 None => {
-                    for (name, counts) in windows.names().iter().zip(&c.windows) {
-                        let w = lua.create_table_with_capacity(0, 6)?;
-                        set_counts(&w, counts)?;
-                        k.raw_set(name.as_str(), w)?;
-                    }
+                    let k = lua.create_table_from(
+                        windows
+                            .names()
+                            .iter()
+                            .zip(&c.windows)
+                            .map(|(name, counts)| {
+                                Ok::<_, mlua::Error>((
+                                    name.as_str(),
+                                    counts_record(lua, counts, None)?,
+                                ))
+                            })
+                            .collect::<Result<Vec<_>>>()?,
+                    )?;
+                    k.raw_set("hash", hash)?;
+                    k
                 }
-            }
-            n += 1;
-            t.raw_set(n, k)?;
+            };
+            rows.push(k);
         }
-        Ok(t)
+        lua.create_sequence_from(rows)
     }
 
     fn html_source(&self) -> String {
@@ -517,12 +578,10 @@ impl MessageData<'_> {
     }
 
     fn parts(&self, lua: &Lua) -> Result<Value> {
-        let t = lua.create_table()?;
         let Some(mime) = &self.message.mime else {
-            return Ok(Value::Table(t));
+            return Ok(Value::Table(lua.create_table()?));
         };
-        for (i, part) in mime.parts.iter().enumerate() {
-            let r = lua.create_table_with_capacity(0, 2)?;
+        records(lua, &mime.parts, |part| {
             let ct = match part.content_type() {
                 Some(c) => match c.subtype() {
                     Some(s) => format!("{}/{}", c.ctype(), s).to_ascii_lowercase(),
@@ -530,28 +589,183 @@ impl MessageData<'_> {
                 },
                 None => "text/plain".to_string(),
             };
-            r.raw_set("content_type", ct)?;
-            r.raw_set("size", part.len())?;
-            t.raw_set(i + 1, r)?;
-        }
-        Ok(Value::Table(t))
+            record(
+                lua,
+                [("content_type", text(&ct)), ("size", int(part.len()))],
+            )
+        })
     }
 }
 
-/// The counters of one window as fields of `t`, and the spam ratio.
-fn set_counts(t: &Table, counts: &[u64; 5]) -> Result<()> {
-    t.raw_set("seen", counts[Counter::Seen as usize])?;
-    t.raw_set("spam", counts[Counter::Spam as usize])?;
-    t.raw_set("ham", counts[Counter::Ham as usize])?;
-    t.raw_set("complaints", counts[Counter::Complaint as usize])?;
-    t.raw_set("rescues", counts[Counter::Rescue as usize])?;
+/// The counters of one window as a record, with the spam ratio (and the key's hash).
+fn counts_record(lua: &Lua, counts: &[u64; 5], hash: Option<&str>) -> Result<Table> {
     let judged = counts[Counter::Spam as usize] + counts[Counter::Ham as usize];
     let ratio = if judged == 0 {
         0.0
     } else {
         counts[Counter::Spam as usize] as f64 / judged as f64
     };
-    t.raw_set("spam_ratio", ratio)
+    record(
+        lua,
+        [
+            ("seen", int(counts[Counter::Seen as usize])),
+            ("spam", int(counts[Counter::Spam as usize])),
+            ("ham", int(counts[Counter::Ham as usize])),
+            ("complaints", int(counts[Counter::Complaint as usize])),
+            ("rescues", int(counts[Counter::Rescue as usize])),
+            ("spam_ratio", number(ratio)),
+            ("hash", opt_text(hash)),
+        ],
+    )
+}
+
+/// Loopback, private (RFC 1918), link-local, CGNAT, unspecified, and IPv6 unique-local,
+/// link-local, loopback and unspecified addresses: hops inside someone's own network.
+fn is_private(ip: std::net::IpAddr) -> bool {
+    match crate::entities::canonical_ip(ip) {
+        std::net::IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_private()
+                || v4.is_loopback()
+                || v4.is_link_local()
+                || a == 0
+                || (a == 100 && (64..=127).contains(&b))
+        }
+        std::net::IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// A Received header (its value) whose client greeted with its bare address:
+/// `from 192.0.2.7 ([192.0.2.7])`, the address not in the `[...]` literal form HELO asks for.
+fn helo_is_bare_ip(value: &str) -> bool {
+    let Some(rest) = value.trim_start().strip_prefix("from") else {
+        return false;
+    };
+    let rest = rest.trim_start();
+    if rest.len() == value.trim_start().len() - 4 {
+        return false; // "from" not followed by white space
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (ip, after) = rest.split_at(end);
+    if ip.parse::<std::net::Ipv4Addr>().is_err() || ip.split('.').count() != 4 {
+        return false;
+    }
+    let after_ws = after.trim_start();
+    after_ws.len() < after.len()
+        && after_ws
+            .strip_prefix("([")
+            .and_then(|r| r.strip_prefix(ip))
+            .is_some_and(|r| r.starts_with("])"))
+}
+
+/// A URL whose authority carries a user name (`http://www.bank.example@198.51.100.7/`).
+fn has_userinfo(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    if !chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'))
+    {
+        return false;
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.contains('@')
+}
+
+/// The time stamp of a Received header's value: the date after its last `;`, Unix seconds.
+fn received_time(value: &str) -> Option<i64> {
+    parse_date(value.rsplit_once(';')?.1)
+}
+
+/// An RFC 5322 date ("Thu, 22 Aug 2002 18:26:25 -0700"; weekday and seconds optional,
+/// two-digit years and obsolete zone names accepted), as the rule library's
+/// `util.parse_date` reads it, in Unix seconds. (mail-parser's parser wants the seconds.)
+fn parse_date(s: &str) -> Option<i64> {
+    static DATE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(\d\d?)\s+([A-Za-z]{3})[A-Za-z]*\s+(\d{2,4})\s+(\d\d?):(\d\d)(?::(\d\d))?(?:\s*([+-])(\d\d)(\d\d)|\s*([A-Za-z]+))?",
+        )
+        .expect("date pattern")
+    });
+    let c = DATE.captures(s)?;
+    let num = |i: usize| c.get(i).and_then(|m| m.as_str().parse::<i64>().ok());
+    let (d, mut y, hh, mm) = (num(1)?, num(3)?, num(4)?, num(5)?);
+    let ss = num(6).unwrap_or(0);
+    let month = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ]
+    .iter()
+    .position(|m| m.eq_ignore_ascii_case(&c[2]))? as i64
+        + 1;
+    if y < 50 {
+        y += 2000;
+    } else if y < 1000 {
+        y += 1900;
+    }
+    let offset = if let Some(sign) = c.get(7) {
+        let o = num(8)? * 60 + num(9)?;
+        if sign.as_str() == "-" {
+            -o
+        } else {
+            o
+        }
+    } else {
+        c.get(10).map_or(0, |z| zone_minutes(z.as_str()))
+    };
+    if !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    Some(((days_from_civil(y, month, d) * 24 + hh) * 60 + mm) * 60 + ss - offset * 60)
+}
+
+/// Obsolete zone names of RFC 5322, minutes east of UTC (unknown names count as UTC).
+fn zone_minutes(name: &str) -> i64 {
+    const ZONES: [(&str, i64); 20] = [
+        ("ut", 0),
+        ("gmt", 0),
+        ("utc", 0),
+        ("z", 0),
+        ("est", -300),
+        ("edt", -240),
+        ("cst", -360),
+        ("cdt", -300),
+        ("mst", -420),
+        ("mdt", -360),
+        ("pst", -480),
+        ("pdt", -420),
+        ("bst", 60),
+        ("cet", 60),
+        ("cest", 120),
+        ("met", 60),
+        ("mest", 120),
+        ("eet", 120),
+        ("eest", 180),
+        ("jst", 540),
+    ];
+    ZONES
+        .iter()
+        .find(|(z, _)| z.eq_ignore_ascii_case(name))
+        .map_or(0, |&(_, m)| m)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 fn unfold(s: &str) -> String {
@@ -586,5 +800,46 @@ mod tests {
             .collect();
         assert_eq!(w, ["10m", "1h", "24h", "7d", "14d", "90s"]);
         assert_eq!(unfold(" a\r\n\tb\r\n  c "), "a b c");
+    }
+
+    #[test]
+    fn received_facts() {
+        assert!(helo_is_bare_ip(" from 192.0.2.7 ([192.0.2.7]) by mx"));
+        assert!(helo_is_bare_ip("from 192.0.2.7\r\n\t([192.0.2.7])"));
+        assert!(!helo_is_bare_ip("from 192.0.2.7 ([192.0.2.8]) by mx"));
+        assert!(!helo_is_bare_ip("from host.example ([192.0.2.7]) by mx"));
+        assert!(!helo_is_bare_ip("from 192.0.2.7 (host [192.0.2.7])"));
+        assert!(!helo_is_bare_ip("from192.0.2.7 ([192.0.2.7])"));
+        assert!(!helo_is_bare_ip("from 1.2.3 ([1.2.3])"));
+        assert_eq!(
+            received_time("from a by b; Thu, 22 Aug 2002 18:26:25 -0700"),
+            Some(1_030_065_985)
+        );
+        assert_eq!(
+            received_time("from a by b; 22 Aug 02 18:26 GMT"),
+            Some(1_030_040_760)
+        );
+        assert_eq!(received_time("from a by b (no date)"), None);
+        assert!(has_userinfo("http://www.bank.example@198.51.100.7/login"));
+        assert!(!has_userinfo("http://example.com/a@b"));
+        assert!(!has_userinfo("mailto:a@b.example"));
+        for (ip, private) in [
+            ("10.1.2.3", true),
+            ("172.16.0.1", true),
+            ("172.32.0.1", false),
+            ("192.168.1.1", true),
+            ("127.0.0.1", true),
+            ("169.254.1.1", true),
+            ("100.64.0.1", true),
+            ("0.0.0.0", true),
+            ("8.8.8.8", false),
+            ("::1", true),
+            ("fd00::1", true),
+            ("fe80::1", true),
+            ("2001:db8::1", false),
+            ("::ffff:10.0.0.1", true),
+        ] {
+            assert_eq!(is_private(ip.parse().unwrap()), private, "{ip}");
+        }
     }
 }

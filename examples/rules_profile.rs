@@ -1,0 +1,115 @@
+//! Runs only the Lua rules over pre-analyzed corpus messages: the target for instruction counts
+//! of the rules engine without the scan core around it.
+//! `valgrind --tool=callgrind --toggle-collect=rules_profile::measured target/release/examples/rules_profile 1 5`
+//! (ROUNDS, STRIDE: every STRIDE-th message; RULES_DIR optional third argument). Prints the
+//! rules' wall time per message too (noisy on a shared machine; compare instruction counts).
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use shrike::config::Config;
+use shrike::engine::{MessageData, RuleLocation};
+use shrike::message::{parse, prepare, Envelope};
+use shrike::scan::Scanner;
+use shrike::store::{ManualClock, ReputationStore, Store, StoreKey};
+
+/// The calls callgrind counts (`--toggle-collect=rules_profile::measured`).
+#[inline(never)]
+fn measured(
+    rules: &mut shrike::engine::RuleRunner,
+    data: &MessageData<'_>,
+    sample: u64,
+) -> shrike::engine::RuleOutcome {
+    rules.run(data, sample)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
+    let stride: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1).max(1);
+    let location = args
+        .next()
+        .map_or(RuleLocation::Embedded, |d| RuleLocation::Dir(d.into()));
+    let corpus: Vec<_> = common::load_corpus().into_iter().step_by(stride).collect();
+    let config = Config::default();
+    let store: Arc<dyn ReputationStore> =
+        Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());
+    let scanner = Scanner::new(&config, location, Arc::clone(&store)).expect("rules load");
+    let mut worker = scanner.worker();
+    let env = Envelope::default();
+    let inputs: Vec<_> = corpus
+        .iter()
+        .map(|m| prepare(&m.raw, &config.limits))
+        .collect();
+    let parsed: Vec<_> = inputs.iter().map(|i| parse(i, &config.limits)).collect();
+    let entities: Vec<_> = parsed
+        .iter()
+        .map(|p| shrike::entities::extract(p, &env))
+        .collect();
+    let shingles: Vec<_> = parsed
+        .iter()
+        .zip(&entities)
+        .map(|(p, e)| shrike::shingle::compute(p, e, &env))
+        .collect();
+    let stats: Vec<_> = shingles
+        .iter()
+        .map(|s| {
+            let keys: Vec<StoreKey> = s
+                .iter()
+                .map(|s| StoreKey {
+                    namespace: 0,
+                    kind: s.kind.id(),
+                    hash: s.hash,
+                })
+                .collect();
+            store.lookup_many(&keys)
+        })
+        .collect();
+    // Build the worker's Lua state outside the measured calls.
+    let warm = MessageData {
+        message: &parsed[0],
+        entities: &entities[0],
+        shingles: &shingles[0],
+        stats: &stats[0],
+        anomalies: &parsed[0].anomalies,
+        envelope: &env,
+        now: store.now(),
+        max_html_bytes: config.engine.max_html_bytes,
+        classifier: None,
+        reputation_window: 3,
+    };
+    worker.rules().run(&warm, 0);
+    let mut hits = 0usize;
+    let mut times = Vec::with_capacity(rounds * parsed.len());
+    for _ in 0..rounds {
+        for i in 0..parsed.len() {
+            let data = MessageData {
+                message: &parsed[i],
+                entities: &entities[i],
+                shingles: &shingles[i],
+                stats: &stats[i],
+                anomalies: &parsed[i].anomalies,
+                envelope: &env,
+                now: store.now(),
+                max_html_bytes: config.engine.max_html_bytes,
+                classifier: None,
+                reputation_window: 3,
+            };
+            let t0 = Instant::now();
+            let outcome = measured(worker.rules(), &data, i as u64);
+            times.push(t0.elapsed());
+            hits += outcome.hits.len();
+        }
+    }
+    times.sort();
+    let mean = times.iter().sum::<std::time::Duration>() / times.len().max(1) as u32;
+    println!(
+        "{} messages x {rounds}: {hits} hits; rules per message: median {:.1} µs, mean {:.1} µs",
+        parsed.len(),
+        times[times.len() / 2].as_secs_f64() * 1e6,
+        mean.as_secs_f64() * 1e6
+    );
+}
