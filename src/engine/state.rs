@@ -196,7 +196,8 @@ impl Drop for Unlimited<'_> {
 
 /// A compiled regular expression (`re.compile`): the form to use on hot paths, since the
 /// string forms (`re.match(pattern, text)`) look the pattern up in the cache on every call.
-struct RegexHandle(Rc<Regex>);
+/// `limit` is the state's memory limit, lifted while a method builds its result (`Unlimited`).
+struct RegexHandle(Rc<Regex>, usize);
 
 /// How many times the methods of a compiled regex look for matches at most (`count`,
 /// `matches`): bounded work on hostile input.
@@ -214,6 +215,7 @@ impl UserData for RegexHandle {
             Ok(this.0.find_iter(&t.as_bytes()).take(MAX_MATCHES).count())
         });
         methods.add_method("captures", |lua, this, t: mlua::String| {
+            let _unlimited = Unlimited::new(lua, this.1);
             captures(lua, &this.0, &t)
         });
         // `list = R:all(text[, max])`: for each match, in order, the first capture group that
@@ -224,22 +226,23 @@ impl UserData for RegexHandle {
             |lua, this, (t, max): (mlua::String, Option<usize>)| {
                 let max = max.unwrap_or(100).min(MAX_MATCHES);
                 let bytes = t.as_bytes();
-                let list = lua.create_table()?;
-                let mut n = 0;
+                let _unlimited = Unlimited::new(lua, this.1);
                 if this.0.captures_len() > 1 {
-                    for caps in this.0.captures_iter(&bytes).take(max) {
-                        if let Some(g) = caps.iter().skip(1).flatten().next() {
-                            n += 1;
-                            list.raw_set(n, lua.create_string(g.as_bytes())?)?;
-                        }
-                    }
+                    lua.create_sequence_from(
+                        this.0
+                            .captures_iter(&bytes)
+                            .take(max)
+                            .filter_map(|caps| caps.iter().skip(1).flatten().next())
+                            .map(|g| BStr(g.as_bytes())),
+                    )
                 } else {
-                    for m in this.0.find_iter(&bytes).take(max) {
-                        n += 1;
-                        list.raw_set(n, lua.create_string(m.as_bytes())?)?;
-                    }
+                    lua.create_sequence_from(
+                        this.0
+                            .find_iter(&bytes)
+                            .take(max)
+                            .map(|m| BStr(m.as_bytes())),
+                    )
                 }
-                Ok(list)
             },
         );
         // `n, list = R:matches(text[, max])`: the number of distinct matched strings and the
@@ -258,10 +261,8 @@ impl UserData for RegexHandle {
                         }
                     }
                 }
-                let list = lua.create_table_with_capacity(seen.len().min(max), 0)?;
-                for (i, m) in seen.iter().take(max).enumerate() {
-                    list.raw_set(i + 1, lua.create_string(m)?)?;
-                }
+                let _unlimited = Unlimited::new(lua, this.1);
+                let list = lua.create_sequence_from(seen.iter().take(max).map(|m| BStr(m)))?;
                 Ok((seen.len(), list))
             },
         );
@@ -295,13 +296,11 @@ fn captures(lua: &Lua, re: &Regex, t: &mlua::String) -> mlua::Result<Value> {
     let bytes = t.as_bytes();
     match re.captures(&bytes) {
         Some(caps) => {
-            let out = lua.create_table_with_capacity(caps.len(), 0)?;
-            for (i, g) in caps.iter().enumerate() {
-                match g {
-                    Some(m) => out.raw_set(i + 1, lua.create_string(m.as_bytes())?)?,
-                    None => out.raw_set(i + 1, false)?,
-                }
-            }
+            // a group that took no part is `false` (a nil would end the sequence)
+            let out = lua.create_sequence_from(caps.iter().map(|g| match g {
+                Some(m) => mlua::Either::Left(BStr(m.as_bytes())),
+                None => mlua::Either::Right(false),
+            }))?;
             Ok(Value::Table(out))
         }
         None => Ok(Value::Nil),
@@ -312,6 +311,8 @@ fn captures(lua: &Lua, re: &Regex, t: &mlua::String) -> mlua::Result<Value> {
 struct PhrasesHandle {
     sets: PhraseSets,
     phrases: Vec<Vec<Vec<u8>>>,
+    /// The state's memory limit (see `RegexHandle`).
+    limit: usize,
 }
 
 impl UserData for PhrasesHandle {
@@ -324,23 +325,30 @@ impl UserData for PhrasesHandle {
             |lua, this, (t, max): (mlua::String, Option<usize>)| {
                 let max = max.unwrap_or(3);
                 let found = this.sets.search(&t.as_bytes());
-                let counts = lua.create_table_with_capacity(found.len(), 0)?;
-                let lists = lua.create_table_with_capacity(found.len(), 0)?;
-                for (i, (f, phrases)) in found.iter().zip(&this.phrases).enumerate() {
-                    counts.raw_set(i + 1, f.indices.len())?;
-                    if f.indices.is_empty() {
-                        lists.raw_set(i + 1, false)?;
-                        continue;
-                    }
-                    let l = lua.create_table_with_capacity(f.indices.len().min(max), 0)?;
-                    for (j, &k) in f.indices.iter().take(max).enumerate() {
-                        l.raw_set(j + 1, lua.create_string(&phrases[k])?)?;
-                    }
-                    lists.raw_set(i + 1, l)?;
+                let _unlimited = Unlimited::new(lua, this.limit);
+                let counts = lua.create_sequence_from(found.iter().map(|f| f.indices.len()))?;
+                let mut lists = Vec::with_capacity(found.len());
+                for (f, phrases) in found.iter().zip(&this.phrases) {
+                    lists.push(if f.indices.is_empty() {
+                        mlua::Either::Right(false)
+                    } else {
+                        mlua::Either::Left(lua.create_sequence_from(
+                            f.indices.iter().take(max).map(|&k| BStr(&phrases[k])),
+                        )?)
+                    });
                 }
-                Ok((counts, lists))
+                Ok((counts, lua.create_sequence_from(lists)?))
             },
         );
+    }
+}
+
+/// Bytes pushed to Lua as a string (`&[u8]` itself converts to a table of numbers).
+struct BStr<'a>(&'a [u8]);
+
+impl mlua::IntoLua for BStr<'_> {
+    fn into_lua(self, lua: &Lua) -> mlua::Result<Value> {
+        lua.create_string(self.0).map(Value::String)
     }
 }
 
@@ -698,18 +706,23 @@ fn build_state(
             "re_compile",
             lua.create_function(move |lua, p: mlua::String| {
                 let re = c.regex(&p.to_str()?)?;
-                lua.create_userdata(RegexHandle(re))
+                lua.create_userdata(RegexHandle(re, c.memory_limit))
             }),
         )?;
+        let c = Rc::clone(&ctx);
         set(
             "re_phrases",
-            lua.create_function(|lua, lists: Vec<Vec<mlua::String>>| {
+            lua.create_function(move |lua, lists: Vec<Vec<mlua::String>>| {
                 let phrases: Vec<Vec<Vec<u8>>> = lists
                     .iter()
                     .map(|l| l.iter().map(|p| p.as_bytes().to_vec()).collect())
                     .collect();
                 let sets = PhraseSets::new(&phrases).map_err(mlua::Error::runtime)?;
-                lua.create_userdata(PhrasesHandle { sets, phrases })
+                lua.create_userdata(PhrasesHandle {
+                    sets,
+                    phrases,
+                    limit: c.memory_limit,
+                })
             }),
         )?;
         let c = Rc::clone(&ctx);
