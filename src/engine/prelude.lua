@@ -117,24 +117,23 @@ local function check(self)
   end
 end
 
--- `fetch(id, arg)`, cached in table `c` under `key` (NIL stands for a nil value).
-local function cached(c, key, id, arg)
-  local v = c[key]
+-- Every accessor below checks that `msg` is the current scan's, then returns `fetch(id, arg)`
+-- cached for the scan (NIL stands for a nil value). The checks and the cache lookup are
+-- written out in each accessor rather than called: a Lua call (with the instruction hook on)
+-- costs more than the lookup itself, and rules read `msg` fields a hundred times a message.
+local function get(self, id)
+  if self ~= current or current == nil then
+    raw_error("msg used outside its scan", 3)
+  end
+  local v = cache[id]
   if v == nil then
-    v = fetch(id, arg)
-    if v == nil then c[key] = NIL else c[key] = v end
+    v = fetch(id)
+    if v == nil then cache[id] = NIL else cache[id] = v end
     return v
   elseif v == NIL then
     return nil
   end
   return v
-end
-
-local function get(self, id)
-  if self ~= current or current == nil then
-    raw_error("msg used outside its scan", 3)
-  end
-  return cached(cache, id, id)
 end
 
 local simple = {
@@ -145,7 +144,20 @@ local simple = {
   mailer = 27, size = 28, now = 29,
 }
 for name, id in pairs(simple) do
-  Msg[name] = function(self) return get(self, id) end
+  Msg[name] = function(self)
+    if self ~= current or current == nil then
+      raw_error("msg used outside its scan", 2)
+    end
+    local v = cache[id]
+    if v == nil then
+      v = fetch(id)
+      if v == nil then cache[id] = NIL else cache[id] = v end
+      return v
+    elseif v == NIL then
+      return nil
+    end
+    return v
+  end
 end
 
 local unpack = table.unpack
@@ -160,25 +172,37 @@ end
 function Msg:has_anomaly(name)
   return get(self, 22)[name] == true
 end
--- Header lookups are cached per scan by field and name: rules ask for the same few headers.
-local function header_field(self, id, name)
-  if self ~= current or current == nil then
-    raw_error("msg used outside its scan", 3)
+-- Lookups with an argument (a header name, a role) are cached per scan by field and argument:
+-- rules ask for the same few headers.
+local function keyed(id, default)
+  return function(self, arg)
+    if self ~= current or current == nil then
+      raw_error("msg used outside its scan", 2)
+    end
+    if arg == nil then arg = default end
+    local c = cache[id]
+    if c == nil then
+      c = {}
+      cache[id] = c
+    end
+    local v = c[arg]
+    if v == nil then
+      v = fetch(id, arg)
+      if v == nil then c[arg] = NIL else c[arg] = v end
+      return v
+    elseif v == NIL then
+      return nil
+    end
+    return v
   end
-  local c = cache[id]
-  if c == nil then
-    c = {}
-    cache[id] = c
-  end
-  return cached(c, name, id, name)
 end
 -- Addresses of one role are picked out in Rust ("" stands for all of them).
-function Msg:emails(role) return header_field(self, 30, role or "") end
-function Msg:received_time(n) return header_field(self, 31, n or 1) end
-function Msg:header(name) return header_field(self, 40, name) end
-function Msg:headers(name) return header_field(self, 41, name) end
-function Msg:raw_header(name) return header_field(self, 42, name) end
-function Msg:header_count(name) return header_field(self, 43, name) end
+Msg.emails = keyed(30, "")
+Msg.received_time = keyed(31, 1)
+Msg.header = keyed(40)
+Msg.headers = keyed(41)
+Msg.raw_header = keyed(42)
+Msg.header_count = keyed(43)
 function Msg:stat(kind, window, how) check(self); return stat(kind, window, how) end
 function Msg:stats(kind, window) check(self); return stats(kind, window) end
 function Msg:shingles(kind) check(self); return fetch(46, kind) end
