@@ -205,13 +205,14 @@ impl MessageData<'_> {
     }
 
     fn raw_value(&self, h: &mail_parser::Header<'_>) -> Cow<'_, str> {
+        String::from_utf8_lossy(self.raw_bytes(h))
+    }
+
+    /// A header's raw value, undecoded.
+    fn raw_bytes(&self, h: &mail_parser::Header<'_>) -> &[u8] {
         let raw = self.message.raw;
         let (s, e) = (h.offset_start as usize, h.offset_end as usize);
-        if s <= e && e <= raw.len() {
-            String::from_utf8_lossy(&raw[s..e])
-        } else {
-            Cow::Borrowed("")
-        }
+        raw.get(s..e).unwrap_or_default()
     }
 
     /// A header's value as text: decoded where mail-parser decoded it, else the raw value
@@ -284,7 +285,7 @@ impl MessageData<'_> {
             10 => m.body.display.as_str().into_lua(lua),
             11 => m.body.normalized.as_str().into_lua(lua),
             12 => m.html_text.as_str().into_lua(lua),
-            13 => self.html_source().into_lua(lua),
+            13 => self.html_source().as_ref().into_lua(lua),
             14 => self.parts(lua),
             15 => records(lua, &e.urls, |u| {
                 record(
@@ -320,7 +321,7 @@ impl MessageData<'_> {
                     let helo_ip = ip
                         .hop
                         .and_then(|h| received.get(h))
-                        .is_some_and(|h| helo_is_bare_ip(&self.raw_value(h)));
+                        .is_some_and(|h| helo_is_bare_ip(self.raw_bytes(h)));
                     let domain = ip.host.as_ref().and_then(|h| {
                         crate::entities::url::registrable_domain(&h.to_ascii_lowercase())
                     });
@@ -556,14 +557,15 @@ impl MessageData<'_> {
         lua.create_sequence_from(rows)
     }
 
-    fn html_source(&self) -> String {
-        let mut out = String::new();
+    /// The HTML parts' source, up to `max_html_bytes` (borrowed when there is one part).
+    fn html_source(&self) -> Cow<'_, str> {
         let Some(mime) = &self.message.mime else {
-            return out;
+            return Cow::Borrowed("");
         };
+        let mut pieces: Vec<&str> = Vec::new();
+        let mut room = self.max_html_bytes;
         for part in &mime.parts {
             if let PartType::Html(h) = &part.body {
-                let room = self.max_html_bytes.saturating_sub(out.len());
                 if room == 0 {
                     break;
                 }
@@ -571,10 +573,15 @@ impl MessageData<'_> {
                 while !h.is_char_boundary(end) {
                     end -= 1;
                 }
-                out.push_str(&h[..end]);
+                pieces.push(&h[..end]);
+                room -= end;
             }
         }
-        out
+        match pieces.as_slice() {
+            [] => Cow::Borrowed(""),
+            [one] => Cow::Borrowed(one),
+            many => Cow::Owned(many.concat()),
+        }
     }
 
     fn parts(&self, lua: &Lua) -> Result<Value> {
@@ -643,27 +650,30 @@ fn is_private(ip: std::net::IpAddr) -> bool {
 
 /// A Received header (its value) whose client greeted with its bare address:
 /// `from 192.0.2.7 ([192.0.2.7])`, the address not in the `[...]` literal form HELO asks for.
-fn helo_is_bare_ip(value: &str) -> bool {
-    let Some(rest) = value.trim_start().strip_prefix("from") else {
+fn helo_is_bare_ip(value: &[u8]) -> bool {
+    let Some(rest) = value.trim_ascii_start().strip_prefix(b"from") else {
         return false;
     };
-    let rest = rest.trim_start();
-    if rest.len() == value.trim_start().len() - 4 {
+    let after_from = rest.trim_ascii_start();
+    if after_from.len() == rest.len() {
         return false; // "from" not followed by white space
     }
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
-    let (ip, after) = rest.split_at(end);
-    if ip.parse::<std::net::Ipv4Addr>().is_err() || ip.split('.').count() != 4 {
+    let end = after_from
+        .iter()
+        .position(|&c| !(c.is_ascii_digit() || c == b'.'))
+        .unwrap_or(after_from.len());
+    let (ip, after) = after_from.split_at(end);
+    let valid = std::str::from_utf8(ip)
+        .is_ok_and(|t| t.parse::<std::net::Ipv4Addr>().is_ok() && t.split('.').count() == 4);
+    if !valid {
         return false;
     }
-    let after_ws = after.trim_start();
+    let after_ws = after.trim_ascii_start();
     after_ws.len() < after.len()
         && after_ws
-            .strip_prefix("([")
+            .strip_prefix(b"([")
             .and_then(|r| r.strip_prefix(ip))
-            .is_some_and(|r| r.starts_with("])"))
+            .is_some_and(|r| r.starts_with(b"])"))
 }
 
 /// A URL whose authority carries a user name (`http://www.bank.example@198.51.100.7/`).
@@ -804,13 +814,13 @@ mod tests {
 
     #[test]
     fn received_facts() {
-        assert!(helo_is_bare_ip(" from 192.0.2.7 ([192.0.2.7]) by mx"));
-        assert!(helo_is_bare_ip("from 192.0.2.7\r\n\t([192.0.2.7])"));
-        assert!(!helo_is_bare_ip("from 192.0.2.7 ([192.0.2.8]) by mx"));
-        assert!(!helo_is_bare_ip("from host.example ([192.0.2.7]) by mx"));
-        assert!(!helo_is_bare_ip("from 192.0.2.7 (host [192.0.2.7])"));
-        assert!(!helo_is_bare_ip("from192.0.2.7 ([192.0.2.7])"));
-        assert!(!helo_is_bare_ip("from 1.2.3 ([1.2.3])"));
+        assert!(helo_is_bare_ip(b" from 192.0.2.7 ([192.0.2.7]) by mx"));
+        assert!(helo_is_bare_ip(b"from 192.0.2.7\r\n\t([192.0.2.7])"));
+        assert!(!helo_is_bare_ip(b"from 192.0.2.7 ([192.0.2.8]) by mx"));
+        assert!(!helo_is_bare_ip(b"from host.example ([192.0.2.7]) by mx"));
+        assert!(!helo_is_bare_ip(b"from 192.0.2.7 (host [192.0.2.7])"));
+        assert!(!helo_is_bare_ip(b"from192.0.2.7 ([192.0.2.7])"));
+        assert!(!helo_is_bare_ip(b"from 1.2.3 ([1.2.3])"));
         assert_eq!(
             received_time("from a by b; Thu, 22 Aug 2002 18:26:25 -0700"),
             Some(1_030_065_985)
