@@ -103,28 +103,25 @@ SANDBOX.require = function(name)
 end
 
 -- The message view. Field ids match `view::Field`.
+--
+-- A `msg` is valid only during its scan. Outside a scan `cache` is OUTSIDE, whose every read
+-- raises; when a scan ends, its `msg`'s metatable answers every lookup with `outside`, so any
+-- method called on a kept `msg` raises too; and the Rust primitives refuse to run outside a scan. So the accessors need
+-- no check of their own: each is one table lookup on the hot path (a Lua call and a check cost
+-- more than the lookup, with the instruction hook on, and rules read `msg` fields a hundred
+-- times a message).
 local NIL = {}
 local fetch, stat, stats = rust.fetch, rust.stat, rust.stats
-local current, cache = nil, nil
+local function outside() raw_error("msg used outside its scan", 3) end
+local OUTSIDE = setmetatable({}, { __index = outside, __newindex = outside, __metatable = false })
+-- what a method looked up on a dead `msg` is: it raises when called
+local function dead() return outside end
+local cache = OUTSIDE
 local Msg = {}
-Msg.__index = Msg
-Msg.__metatable = false
 Msg.__newindex = function() raw_error("msg is read-only", 2) end
 
-local function check(self)
-  if self ~= current or current == nil then
-    raw_error("msg used outside its scan", 3)
-  end
-end
-
--- Every accessor below checks that `msg` is the current scan's, then returns `fetch(id, arg)`
--- cached for the scan (NIL stands for a nil value). The checks and the cache lookup are
--- written out in each accessor rather than called: a Lua call (with the instruction hook on)
--- costs more than the lookup itself, and rules read `msg` fields a hundred times a message.
-local function get(self, id)
-  if self ~= current or current == nil then
-    raw_error("msg used outside its scan", 3)
-  end
+-- `fetch(id)` cached for the scan (NIL stands for a nil value).
+local function get(id)
   local v = cache[id]
   if v == nil then
     v = fetch(id)
@@ -144,10 +141,8 @@ local simple = {
   mailer = 27, size = 28, now = 29,
 }
 for name, id in pairs(simple) do
-  Msg[name] = function(self)
-    if self ~= current or current == nil then
-      raw_error("msg used outside its scan", 2)
-    end
+  -- `get` written out: one call per access
+  Msg[name] = function()
     local v = cache[id]
     if v == nil then
       v = fetch(id)
@@ -162,23 +157,20 @@ end
 
 local unpack = table.unpack
 function Msg:from()
-  local t = get(self, 3)
+  local t = get(3)
   if t then return unpack(t, 1, 3) end
 end
 function Msg:reply_to()
-  local t = get(self, 4)
+  local t = get(4)
   if t then return unpack(t, 1, 2) end
 end
 function Msg:has_anomaly(name)
-  return get(self, 22)[name] == true
+  return get(22)[name] == true
 end
 -- Lookups with an argument (a header name, a role) are cached per scan by field and argument:
 -- rules ask for the same few headers.
 local function keyed(id, default)
-  return function(self, arg)
-    if self ~= current or current == nil then
-      raw_error("msg used outside its scan", 2)
-    end
+  return function(_, arg)
     if arg == nil then arg = default end
     local c = cache[id]
     if c == nil then
@@ -203,10 +195,10 @@ Msg.header = keyed(40)
 Msg.headers = keyed(41)
 Msg.raw_header = keyed(42)
 Msg.header_count = keyed(43)
-function Msg:stat(kind, window, how) check(self); return stat(kind, window, how) end
-function Msg:stats(kind, window) check(self); return stats(kind, window) end
-function Msg:shingles(kind) check(self); return fetch(46, kind) end
-function Msg:classify() check(self); return fetch(47) end
+function Msg.stat(_, kind, window, how) return stat(kind, window, how) end
+function Msg.stats(_, kind, window) return stats(kind, window) end
+function Msg.shingles(_, kind) return fetch(46, kind) end
+function Msg.classify() return fetch(47) end
 
 local M = {}
 
@@ -218,15 +210,19 @@ function M.load_file(text, chunkname)
 end
 
 -- Starts a scan and returns the new `msg` (the primitives read the scan's data from Rust).
+-- Each scan's `msg` has its own metatable (a protected metatable cannot be swapped, but its
+-- fields can): `finish` points its `__index` at `outside`.
+local scan_mt = nil
 function M.begin()
   cache = {}
-  current = setmetatable({}, Msg)
-  return current
+  scan_mt = { __index = Msg, __newindex = Msg.__newindex, __metatable = false }
+  return setmetatable({}, scan_mt)
 end
 
 -- Ends a scan: the old `msg` stops working.
 function M.finish()
-  current, cache = nil, nil
+  if scan_mt then scan_mt.__index = dead end
+  scan_mt, cache = nil, OUTSIDE
 end
 
 return M
