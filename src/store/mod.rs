@@ -5,10 +5,10 @@
 //! clock. Never touches: email, Lua, sockets. A key is (namespace, type, 64-bit hash); the store
 //! knows nothing of what was hashed.
 //!
-//! Layout (ARCHITECTURE.md has the details): many small shards, each a mutex around a
-//! `hashbrown::HashTable` of 24-byte entries (`timeline.rs`) plus, boxed on first use, an arena
-//! for timelines that outgrew one inline bucket, a table of rate counters and the WAL buffer;
-//! a shard is one 64-byte cache line. The shard count is a power of two sized so a shard holds
+//! Layout (ARCHITECTURE.md has the details): many small shards, each a mutex around a table
+//! whose slots are the 24-byte entries (`table.rs`, `timeline.rs`) plus, boxed on first use,
+//! an arena for timelines that outgrew one inline bucket, a table of rate counters and the WAL
+//! buffer; a shard is one 64-byte cache line. The shard count is a power of two sized so a shard holds
 //! a few hundred keys at the configured maximum: a sweeper batch is one shard, locked once, and
 //! there is no iteration to resume inside it. Batch calls lock their shards in small groups and
 //! touch every line they will need before using any (`Store::for_each_shard`), so that the
@@ -527,12 +527,12 @@ impl Store {
     /// shard (`place` gives an op's shard and table hash), under that shard's lock, once per
     /// shard.
     ///
-    /// A random key costs three dependent cache misses (the shard, the table's control bytes,
-    /// the entry), and a lock instruction lets no earlier load pass it, so taking the shards
-    /// one after another pays the misses in series. Instead: the lines of all the shards are
-    /// touched before the first lock; then up to `LOCK_GROUP` shards are locked together, the
-    /// control bytes and entries of their ops touched, and each shard released as soon as its
-    /// ops are applied. The misses overlap. Group locks are only tried: a shard held elsewhere
+    /// A random key costs two dependent cache misses (the shard, then the slot of the table
+    /// where its probe starts), and a lock instruction lets no earlier load pass it, so taking
+    /// the shards one after another pays the misses in series. Instead: the lines of all the
+    /// shards are touched before the first lock; then up to `LOCK_GROUP` shards are locked
+    /// together, the slots of their ops touched, and each shard released as soon as its ops are
+    /// applied. The misses overlap. Group locks are only tried: a shard held elsewhere
     /// (a hot key's, or one being swept) is not waited for while others are held, but taken
     /// alone after the groups, so no lock is held while waiting for another (no deadlock) and
     /// a hot shard is not kept waiting on other shards' misses.
