@@ -76,8 +76,8 @@ impl EntryTable {
         self.slots.get_mut(i)?.as_mut()
     }
 
-    /// Loads the slot where `hash`'s probe starts (its first and last bytes, so both lines when
-    /// it spans two). The result means nothing; it is there so the load is not optimized away.
+    /// Loads the slot where `hash`'s probe starts: whether it holds an entry, and that entry's
+    /// key hash. The result means nothing; it is there so the load is not optimized away.
     pub fn touch(&self, hash: u64) -> u64 {
         self.slots
             .get(hash as usize & self.mask())
