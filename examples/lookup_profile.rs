@@ -1,9 +1,10 @@
 //! A lookup loop for profilers (perf, callgrind): fills a store with `KEYS` keys (one `Seen`
 //! each, calls of 40, max_keys twice the keys so the shards hold as many keys as in the store
 //! bench), then runs `lookup_many` (or `record_many`) calls of 40 random present keys on one
-//! thread and prints the time per key.
+//! thread and prints the time per key; or, with `sweep`, runs `calls` sweep passes over every
+//! shard (nothing expires) and prints the time per key visited.
 //!
-//!     cargo run --release --example lookup_profile -- [lookup|record] [keys] [calls]
+//!     cargo run --release --example lookup_profile -- [lookup|record|sweep] [keys] [calls]
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -51,8 +52,17 @@ fn main() {
     );
     let mut n = 0u64;
     let start = Instant::now();
+    if mode == "sweep" {
+        // `calls` passes of `sweep_step` over every shard; the clock stands still, so every key
+        // is visited and kept.
+        for _ in 0..calls {
+            for _ in 0..store.shard_count() {
+                n += black_box(store.sweep_step()).visited as u64;
+            }
+        }
+    }
     let mut lookup = Vec::with_capacity(BATCH);
-    for _ in 0..calls {
+    for _ in 0..if mode == "sweep" { 0 } else { calls } {
         lookup.clear();
         batch.clear();
         for _ in 0..BATCH {

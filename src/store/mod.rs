@@ -5,10 +5,10 @@
 //! clock. Never touches: email, Lua, sockets. A key is (namespace, type, 64-bit hash); the store
 //! knows nothing of what was hashed.
 //!
-//! Layout (ARCHITECTURE.md has the details): many small shards, each a mutex around a
-//! `hashbrown::HashTable` of 24-byte entries (`timeline.rs`) plus, boxed on first use, an arena
-//! for timelines that outgrew one inline bucket, a table of rate counters and the WAL buffer;
-//! a shard is one 64-byte cache line. The shard count is a power of two sized so a shard holds
+//! Layout (ARCHITECTURE.md has the details): many small shards, each a mutex around a table
+//! whose slots are the 24-byte entries (`table.rs`, `timeline.rs`) plus, boxed on first use,
+//! an arena for timelines that outgrew one inline bucket, a table of rate counters and the WAL
+//! buffer; a shard is one 64-byte cache line. The shard count is a power of two sized so a shard holds
 //! a few hundred keys at the configured maximum: a sweeper batch is one shard, locked once, and
 //! there is no iteration to resume inside it. Batch calls lock their shards in small groups and
 //! touch every line they will need before using any (`Store::for_each_shard`), so that the
@@ -20,12 +20,12 @@ pub mod persist;
 mod rate;
 mod sums;
 pub mod sweeper;
+mod table;
 pub mod timeline;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +35,7 @@ pub use persist::{Durable, FsyncPolicy, PersistConfig, PersistError, Recovery};
 pub use rate::RateResult;
 pub use sums::{WindowSums, INLINE_WINDOWS};
 pub use sweeper::Sweeper;
+use table::EntryTable;
 pub use timeline::Bucket;
 use timeline::{Arena, BucketsRef, Entry};
 
@@ -294,7 +295,7 @@ impl Shard {
 /// rest is boxed and allocated on first use.
 #[derive(Default)]
 struct Shard {
-    table: HashTable<Entry>,
+    table: EntryTable,
     arena: Arena,
     /// Rate counters and windowed features, allocated on first use: most shards never have
     /// any, and the shard array stays small.
@@ -409,23 +410,6 @@ fn table_hash(hash: u64, kind: u16, namespace: u8) -> u64 {
 
 fn key_hash(key: &StoreKey) -> u64 {
     table_hash(key.hash, key.kind, key.namespace)
-}
-
-/// Loads the table's control byte at the start of `hash`'s probe sequence, and the entry there
-/// if there is one: the lines a lookup of `hash` will most likely read. The result means
-/// nothing; it is only there so the loads are not optimized away.
-fn touch_entry(table: &HashTable<Entry>, hash: u64) -> u64 {
-    // hashbrown starts probing at `hash & (buckets - 1)`.
-    let at = (hash as usize) & table.num_buckets().wrapping_sub(1);
-    table.get_bucket(at).map_or(0, |e| e.hash)
-}
-
-/// Loads the control bytes of the first group `hash`'s probe reads (16 bytes, which may span
-/// two cache lines) without branching on them.
-fn touch_control(table: &HashTable<Entry>, hash: u64) -> bool {
-    let mask = table.num_buckets().wrapping_sub(1);
-    let at = (hash as usize) & mask;
-    table.get_bucket(at).is_some() ^ table.get_bucket((at + 15) & mask).is_some()
 }
 
 fn entry_hash(e: &Entry) -> u64 {
@@ -543,12 +527,12 @@ impl Store {
     /// shard (`place` gives an op's shard and table hash), under that shard's lock, once per
     /// shard.
     ///
-    /// A random key costs three dependent cache misses (the shard, the table's control bytes,
-    /// the entry), and a lock instruction lets no earlier load pass it, so taking the shards
-    /// one after another pays the misses in series. Instead: the lines of all the shards are
-    /// touched before the first lock; then up to `LOCK_GROUP` shards are locked together, the
-    /// control bytes and entries of their ops touched, and each shard released as soon as its
-    /// ops are applied. The misses overlap. Group locks are only tried: a shard held elsewhere
+    /// A random key costs two dependent cache misses (the shard, then the slot of the table
+    /// where its probe starts), and a lock instruction lets no earlier load pass it, so taking
+    /// the shards one after another pays the misses in series. Instead: the lines of all the
+    /// shards are touched before the first lock; then up to `LOCK_GROUP` shards are locked
+    /// together, the slots of their ops touched, and each shard released as soon as its ops are
+    /// applied. The misses overlap. Group locks are only tried: a shard held elsewhere
     /// (a hot key's, or one being swept) is not waited for while others are held, but taken
     /// alone after the groups, so no lock is held while waiting for another (no deadlock) and
     /// a hot shard is not kept waiting on other shards' misses.
@@ -579,7 +563,7 @@ impl Store {
             let mut touched = 0u64;
             for (_, range, shard) in &group {
                 for op in &ops[range.clone()] {
-                    touched ^= touch_entry(&shard.table, place(op).1);
+                    touched ^= shard.table.touch(place(op).1);
                 }
             }
             std::hint::black_box(touched);
@@ -615,7 +599,7 @@ impl Store {
         }
         let Shard { table, arena, .. } = shard;
         let entry = Entry::new(key.hash, key.kind, key.namespace, id, delta, arena);
-        table.insert_unique(hash, entry, entry_hash);
+        table.insert_unique(hash, entry);
         self.keys.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -646,8 +630,7 @@ impl Store {
                 kind,
                 hash,
             };
-            if let Ok(found) = table.find_entry(table_hash(hash, kind, namespace), matches(&key)) {
-                let (entry, _) = found.remove();
+            if let Some(entry) = table.remove(table_hash(hash, kind, namespace), matches(&key)) {
                 entry.release(arena);
                 self.keys.fetch_sub(1, Ordering::Relaxed);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
@@ -660,9 +643,9 @@ impl Store {
     /// Like `for_each_shard`, but without sorting the keys by shard: the lines of all the
     /// keys' shards are touched first, then the keys are taken `LOOKUP_GROUP` at a time in
     /// call order and their shards tried (a shard this group already holds serves every key
-    /// of it; a shard held elsewhere is locked alone afterwards). Then, in short passes over
-    /// the group so that many keys' misses are in flight at once: each key's control bytes,
-    /// the slot of its first tag match, that slot's entry; and only then are the keys read.
+    /// of it; a shard held elsewhere is locked alone afterwards). Then, in a short pass over
+    /// the group so that many keys' misses are in flight at once, the slot where each key's
+    /// probe starts (its entry's, as a rule: `table.rs`); and only then are the keys read.
     pub fn lookup_many(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
         let plan = self.sum_plan(self.now());
         let windows = self.windows_secs.len();
@@ -721,46 +704,20 @@ impl Store {
                         .and_then(|h| h.as_ref())
                         .map(|h| &*h.1);
                 }
-                // The loops that load what misses are kept short, so that the processor holds
+                // The loop that loads what misses is kept short, so that the processor holds
                 // the loads of many keys in flight at once.
-                let mut full = false;
+                let mut touched = 0u64;
                 for (shard, &(_, hash)) in shards.iter().zip(group) {
                     if let Some(shard) = shard {
-                        full ^= touch_control(&shard.table, hash);
-                    }
-                }
-                std::hint::black_box(full);
-                // The slot of each key's first tag match: its own, as a rule.
-                let mut slots = [usize::MAX; LOOKUP_GROUP];
-                for ((slot, shard), &(_, hash)) in slots.iter_mut().zip(&shards).zip(group) {
-                    if let Some(shard) = shard {
-                        *slot = shard
-                            .table
-                            .iter_hash_buckets(hash)
-                            .next()
-                            .unwrap_or(usize::MAX);
-                    }
-                }
-                let mut touched = 0u64;
-                for (&slot, shard) in slots.iter().zip(&shards) {
-                    if let Some(shard) = shard {
-                        touched ^= shard.table.get_bucket(slot).map_or(0, |e| e.hash);
+                        touched ^= shard.table.touch(hash);
                     }
                 }
                 std::hint::black_box(touched);
-                for (j, ((&slot, shard), &(_, hash))) in
-                    slots.iter().zip(&shards).zip(group).enumerate()
-                {
+                for (j, (shard, &(_, hash))) in shards.iter().zip(group).enumerate() {
                     if let (Some(shard), Some(key), Some(sums)) =
                         (shard, keys.get(first + j), out.get_mut(first + j))
                     {
-                        let found = match shard.table.get_bucket(slot) {
-                            Some(e) if matches(key)(e) => Some(e),
-                            _ => shard.table.find(hash, matches(key)),
-                        };
-                        if let Some(e) = found {
-                            self.entry_sums(e, &shard.arena, &plan, &mut sums.windows);
-                        }
+                        self.read_sums(shard, key, hash, &plan, &mut sums.windows);
                     }
                 }
             }
@@ -1011,7 +968,7 @@ impl Store {
         });
         // Give memory back when most of a table has expired.
         if table.capacity() > 64 && table.len() < table.capacity() / 4 {
-            table.shrink_to(table.len() * 2, entry_hash);
+            table.shrink_to(table.len() * 2);
         }
         if let Some(x) = extras {
             x.rates.sweep(now);
@@ -1078,13 +1035,12 @@ impl Store {
         for (key, buckets) in entries {
             let hash = table_hash(key.hash, key.kind, key.namespace);
             let Shard { table, arena, .. } = &mut *shard;
-            if let Ok(found) = table.find_entry(hash, matches(&key)) {
-                let (old, _) = found.remove();
+            if let Some(old) = table.remove(hash, matches(&key)) {
                 old.release(arena);
                 self.keys.fetch_sub(1, Ordering::Relaxed);
             }
             let entry = Entry::from_buckets(key.hash, key.kind, key.namespace, buckets, arena);
-            table.insert_unique(hash, entry, entry_hash);
+            table.insert_unique(hash, entry);
         }
         self.keys.fetch_add(added, Ordering::Relaxed);
     }
@@ -1125,14 +1081,7 @@ impl Store {
         let mut rate_keys = 0;
         for shard in self.shards.iter() {
             let shard = shard.lock();
-            // hashbrown keeps a power-of-two number of buckets, 7/8 of them usable.
-            let capacity = shard.table.capacity();
-            let buckets = if capacity == 0 {
-                0
-            } else {
-                (capacity * 8 / 7).next_power_of_two()
-            };
-            approx_bytes += buckets * (std::mem::size_of::<Entry>() + 1)
+            approx_bytes += shard.table.bytes()
                 + shard.arena.bytes()
                 + shard
                     .log

@@ -11,14 +11,26 @@
 //! fold into the enclosing bucket of the next coarser one, and past the last horizon they are
 //! dropped. Every count is in exactly one bucket at any time, so window sums never count twice.
 
+use std::num::NonZeroU8;
+
 use super::{Counts, Layout, COUNTERS};
 
 /// Bits per packed inline counter, and the largest value it holds.
 const INLINE_BITS: u32 = 12;
 const INLINE_MAX: u64 = (1 << INLINE_BITS) - 1;
 
-/// Tag bit: the buckets are in the arena (`word` is the index).
-const IN_ARENA: u8 = 1;
+/// Tag bit: the buckets are in the arena (`word` is the index). Bit 0 of a tag is always set
+/// (`NonZeroU8::MIN`), so that an empty table slot (`Option<Entry>`) takes no more room.
+const IN_ARENA: u8 = 2;
+
+/// The tag of an inline bucket at `resolution`.
+fn inline_tag(resolution: u8) -> NonZeroU8 {
+    NonZeroU8::MIN | resolution << 2
+}
+
+fn arena_tag() -> NonZeroU8 {
+    NonZeroU8::MIN | IN_ARENA
+}
 
 /// A key's place in a shard's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +38,8 @@ pub(crate) struct Entry {
     pub hash: u64,
     pub kind: u16,
     pub namespace: u8,
-    /// `IN_ARENA`, or the resolution of the inline bucket shifted left by one.
-    tag: u8,
+    /// 1, and `IN_ARENA` or the resolution of the inline bucket shifted left by two.
+    tag: NonZeroU8,
     /// The inline bucket's id, or the arena index.
     word: u32,
     /// Inline counters, `INLINE_BITS` each.
@@ -147,7 +159,7 @@ impl Entry {
             hash,
             kind,
             namespace,
-            tag: 0,
+            tag: inline_tag(0),
             word: id,
             packed: 0,
         };
@@ -178,13 +190,13 @@ impl Entry {
             hash,
             kind,
             namespace,
-            tag: 0,
+            tag: inline_tag(0),
             word: 0,
             packed: 0,
         };
         match buckets.as_slice() {
             [only] if pack(&only.counts).is_some() => {
-                entry.tag = only.resolution << 1;
+                entry.tag = inline_tag(only.resolution);
                 entry.word = only.id;
                 entry.packed = pack(&only.counts).unwrap_or(0);
             }
@@ -194,14 +206,14 @@ impl Entry {
     }
 
     fn move_to_arena(&mut self, buckets: Vec<Bucket>, arena: &mut Arena) {
-        self.tag = IN_ARENA;
+        self.tag = arena_tag();
         self.word = arena.alloc(buckets);
         self.packed = 0;
     }
 
     fn inline_bucket(&self) -> Option<Bucket> {
-        (self.tag & IN_ARENA == 0).then(|| Bucket {
-            resolution: self.tag >> 1,
+        (self.tag.get() & IN_ARENA == 0).then(|| Bucket {
+            resolution: self.tag.get() >> 2,
             id: self.word,
             counts: unpack(self.packed),
         })
@@ -242,7 +254,7 @@ impl Entry {
         if let Some(b) = self.inline_bucket() {
             return match layout.settle(b.resolution as usize, b.id, now) {
                 Some((resolution, id)) => {
-                    self.tag = (resolution as u8) << 1;
+                    self.tag = inline_tag(resolution as u8);
                     self.word = id;
                     true
                 }
@@ -272,7 +284,7 @@ impl Entry {
             if let Some(packed) = pack(&only.counts) {
                 let (resolution, id) = (only.resolution, only.id);
                 arena.release(self.word);
-                self.tag = resolution << 1;
+                self.tag = inline_tag(resolution);
                 self.word = id;
                 self.packed = packed;
             }
@@ -282,7 +294,7 @@ impl Entry {
 
     /// Releases the arena slot of a key being removed.
     pub fn release(&self, arena: &mut Arena) {
-        if self.tag & IN_ARENA != 0 {
+        if self.tag.get() & IN_ARENA != 0 {
             arena.release(self.word);
         }
     }
