@@ -57,49 +57,30 @@ fn main() {
     let stats: Vec<_> = shingles
         .iter()
         .map(|s| {
-            let keys: Vec<StoreKey> = s
-                .iter()
-                .map(|s| StoreKey {
-                    namespace: 0,
-                    kind: s.kind.id(),
-                    hash: s.hash,
-                })
-                .collect();
+            let keys: Vec<StoreKey> = s.iter().map(|s| scanner.key(s)).collect();
             store.lookup_many(&keys)
         })
         .collect();
-    // Build the worker's Lua state outside the measured calls.
-    let warm = MessageData {
-        message: &parsed[0],
-        entities: &entities[0],
-        shingles: &shingles[0],
-        stats: &stats[0],
-        anomalies: &parsed[0].anomalies,
+    let data = |i: usize| MessageData {
+        message: &parsed[i],
+        entities: &entities[i],
+        shingles: &shingles[i],
+        stats: &stats[i],
+        anomalies: &parsed[i].anomalies,
         envelope: &env,
         now: store.now(),
         max_html_bytes: config.engine.max_html_bytes,
         classifier: None,
         reputation_window: 3,
     };
-    worker.rules().run(&warm, 0);
+    // Build the worker's Lua state outside the measured calls.
+    worker.rules().run(&data(0), 0);
     let mut hits = 0usize;
     let mut times = Vec::with_capacity(rounds * parsed.len());
     for _ in 0..rounds {
         for i in 0..parsed.len() {
-            let data = MessageData {
-                message: &parsed[i],
-                entities: &entities[i],
-                shingles: &shingles[i],
-                stats: &stats[i],
-                anomalies: &parsed[i].anomalies,
-                envelope: &env,
-                now: store.now(),
-                max_html_bytes: config.engine.max_html_bytes,
-                classifier: None,
-                reputation_window: 3,
-            };
             let t0 = Instant::now();
-            let outcome = measured(worker.rules(), &data, i as u64);
+            let outcome = measured(worker.rules(), &data(i), i as u64);
             times.push(t0.elapsed());
             hits += outcome.hits.len();
         }

@@ -47,14 +47,7 @@ fn main() {
             let s3 = Instant::now();
             let shingles = shrike::shingle::compute(&parsed, &entities, &env);
             let s4 = Instant::now();
-            let keys: Vec<StoreKey> = shingles
-                .iter()
-                .map(|s| StoreKey {
-                    namespace: 0,
-                    kind: s.kind.id(),
-                    hash: s.hash,
-                })
-                .collect();
+            let keys: Vec<StoreKey> = shingles.iter().map(|s| scanner.key(s)).collect();
             let stats = store.lookup_many(&keys);
             let s5 = Instant::now();
             let data = MessageData {

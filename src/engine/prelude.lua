@@ -106,10 +106,10 @@ end
 --
 -- A `msg` is valid only during its scan. Outside a scan `cache` is OUTSIDE, whose every read
 -- raises; when a scan ends, its `msg`'s metatable answers every lookup with `outside`, so any
--- method called on a kept `msg` raises too; and the Rust primitives refuse to run outside a scan. So the accessors need
--- no check of their own: each is one table lookup on the hot path (a Lua call and a check cost
--- more than the lookup, with the instruction hook on, and rules read `msg` fields a hundred
--- times a message).
+-- method called on a kept `msg` raises too; and the Rust primitives refuse to run outside a
+-- scan. So the accessors need no check of their own: each is one call and one table lookup on
+-- the hot path (a Lua call and a check cost more than the lookup, with the instruction hook
+-- on, and rules read `msg` fields a hundred times a message).
 local NIL = {}
 local fetch, stat, stats = rust.fetch, rust.stat, rust.stats
 local function outside() raw_error("msg used outside its scan", 3) end
@@ -120,29 +120,9 @@ local cache = OUTSIDE
 local Msg = {}
 Msg.__newindex = function() raw_error("msg is read-only", 2) end
 
--- `fetch(id)` cached for the scan (NIL stands for a nil value).
-local function get(id)
-  local v = cache[id]
-  if v == nil then
-    v = fetch(id)
-    if v == nil then cache[id] = NIL else cache[id] = v end
-    return v
-  elseif v == NIL then
-    return nil
-  end
-  return v
-end
-
-local simple = {
-  subject = 1, subject_normalized = 2, recipients = 5, ip = 6, helo = 7, mail_from = 8,
-  rcpt = 9, text = 10, text_normalized = 11, html_text = 12, html = 13, parts = 14, urls = 15,
-  hosts = 16, domains = 17, anchors = 18, ips = 19, received_count = 20, attachments = 21,
-  anomalies = 22, mixed_script_words = 23, date = 24, message_id = 25, message_id_domain = 26,
-  mailer = 27, size = 28, now = 29,
-}
-for name, id in pairs(simple) do
-  -- `get` written out: one call per access
-  Msg[name] = function()
+-- The accessor of field `id`: `fetch(id)` cached for the scan (NIL stands for a nil value).
+local function field(id)
+  return function()
     local v = cache[id]
     if v == nil then
       v = fetch(id)
@@ -155,17 +135,29 @@ for name, id in pairs(simple) do
   end
 end
 
+local simple = {
+  subject = 1, subject_normalized = 2, recipients = 5, ip = 6, helo = 7, mail_from = 8,
+  rcpt = 9, text = 10, text_normalized = 11, html_text = 12, html = 13, parts = 14, urls = 15,
+  hosts = 16, domains = 17, anchors = 18, ips = 19, received_count = 20, attachments = 21,
+  anomalies = 22, mixed_script_words = 23, date = 24, message_id = 25, message_id_domain = 26,
+  mailer = 27, size = 28, now = 29,
+}
+for name, id in pairs(simple) do
+  Msg[name] = field(id)
+end
+
 local unpack = table.unpack
+local from_record, reply_to_record, anomalies = field(3), field(4), Msg.anomalies
 function Msg:from()
-  local t = get(3)
+  local t = from_record()
   if t then return unpack(t, 1, 3) end
 end
 function Msg:reply_to()
-  local t = get(4)
+  local t = reply_to_record()
   if t then return unpack(t, 1, 2) end
 end
 function Msg:has_anomaly(name)
-  return get(22)[name] == true
+  return anomalies()[name] == true
 end
 -- Lookups with an argument (a header name, a role) are cached per scan by field and argument:
 -- rules ask for the same few headers.

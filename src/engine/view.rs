@@ -378,7 +378,7 @@ impl MessageData<'_> {
                 let role = match &a {
                     Value::Nil => None,
                     Value::String(r) if r.as_bytes().is_empty() => None,
-                    Value::String(r) => Some(r.to_str()?.to_string()),
+                    Value::String(r) => Some(r.to_str()?),
                     _ => return Err(mlua::Error::runtime("msg:emails: role must be a string")),
                 };
                 let mut rows = Vec::new();

@@ -358,7 +358,8 @@ impl Scanner {
         }
     }
 
-    fn key(&self, s: &Shingle) -> StoreKey {
+    /// The store key of a shingle in this scanner's namespace.
+    pub fn key(&self, s: &Shingle) -> StoreKey {
         StoreKey {
             namespace: self.scan.namespace,
             kind: s.kind.id(),
