@@ -96,7 +96,7 @@ impl Config {
         }
         self.verdict.validate().map_err(ConfigError::Invalid)?;
         let e = &self.engine;
-        if e.rule_instructions == 0 || e.message_instructions == 0 || e.memory_limit_mb == 0 {
+        if e.rule_cpu_ms == 0 || e.message_cpu_ms == 0 || e.memory_limit_mb == 0 {
             return Err(ConfigError::Invalid(
                 "engine budgets and memory limit must be greater than 0".into(),
             ));

@@ -12,6 +12,7 @@
 
 pub mod lists;
 mod phrases;
+mod preempt;
 pub mod source;
 mod state;
 pub mod view;
@@ -100,10 +101,10 @@ impl Action {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
-    /// Lua instructions one rule may run per message (and a rule file at load).
-    pub rule_instructions: u64,
-    /// Lua instructions all rules together may run per message.
-    pub message_instructions: u64,
+    /// CPU time one rule may use per message (and a rule file's top-level code at load), ms.
+    pub rule_cpu_ms: u64,
+    /// CPU time all rules of one message together may use, ms.
+    pub message_cpu_ms: u64,
     /// Memory limit of each Lua state, MiB.
     pub memory_limit_mb: usize,
     /// Compiled regular expressions cached per Lua state.
@@ -119,8 +120,8 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            rule_instructions: 1_000_000,
-            message_instructions: 4_000_000,
+            rule_cpu_ms: 20,
+            message_cpu_ms: 100,
             memory_limit_mb: 64,
             regex_cache: 512,
             log_lines_per_sec: 20,

@@ -5,6 +5,7 @@ local rust = ...
 
 local raw_pcall, raw_xpcall, raw_load, raw_error = pcall, xpcall, load, error
 local setmetatable, getmetatable, type, select = setmetatable, getmetatable, type, select
+local rawget = rawget
 local stopped = rust.stopped
 
 -- Hide the string metatable and remove the one string function that leaks bytecode.
@@ -32,7 +33,24 @@ local function pass(ok, ...)
   return ok, ...
 end
 SANDBOX.pcall = function(f, ...) return pass(raw_pcall(f, ...)) end
-SANDBOX.xpcall = function(f, handler, ...) return pass(raw_xpcall(f, handler, ...)) end
+-- The stop is raised from inside a debug hook, where Lua runs the message handler with hooks
+-- off: a handler that loops would never be stopped. It does not run once the budget is spent.
+SANDBOX.xpcall = function(f, handler, ...)
+  if type(handler) ~= "function" then return pass(raw_xpcall(f, handler, ...)) end
+  return pass(raw_xpcall(f, function(e)
+    if stopped() then return e end
+    return handler(e)
+  end, ...))
+end
+-- Finalizers run inside the collector with hooks off (nothing could stop one that loops), so
+-- rules cannot set them. Lua marks an object for finalization only when its metatable has
+-- __gc at setmetatable time, so checking here is enough.
+SANDBOX.setmetatable = function(t, mt)
+  if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+    raw_error("__gc metamethods are not available to rules", 2)
+  end
+  return setmetatable(t, mt)
+end
 
 SANDBOX.load = function(chunk, name, _mode, env)
   return raw_load(chunk, name, "t", env or new_env())

@@ -1,22 +1,23 @@
 //! One Lua state: the sandbox, the API primitives the prelude wraps, rule registration, the
-//! instruction budget, and running a generation's rules over one message.
+//! CPU budgets (preempt.rs), and running a generation's rules over one message.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lru::LruCache;
 use mlua::{
-    AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, UserData,
-    UserDataMethods, Value, VmState,
+    AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, UserData, UserDataMethods,
+    Value,
 };
 use regex::bytes::Regex;
 
 use super::lists::List;
 use super::phrases::PhraseSets;
+use super::preempt::{Preempt, Stop};
 use super::source::{self, RuleLocation, Sources};
 use super::view::{MessageData, WindowNames};
 use super::{
@@ -26,8 +27,8 @@ use super::{
 use crate::shingle::{hash_bytes, hash_pair};
 use crate::store::{ReputationStore, StoreKey};
 
-/// The instruction hook fires every this many Lua instructions.
-const HOOK_STEP: u64 = 1_000;
+/// CPU budget of a rule file's top-level code (it may compile large phrase sets and regexes).
+const LOAD_CPU: Duration = Duration::from_secs(2);
 /// Options kept per symbol, and bytes per option.
 const MAX_OPTIONS: usize = 32;
 const MAX_OPTION_BYTES: usize = 512;
@@ -39,19 +40,10 @@ const CLASSIFY_FIELD: u8 = 47;
 
 const PRELUDE: &str = include_str!("prelude.lua");
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Budget {
-    active: bool,
-    stopped: bool,
-    rule_used: u64,
-    rule_limit: u64,
-    msg_used: u64,
-    msg_limit: u64,
-}
-
 /// State shared by the Rust primitives of one Lua state.
 struct Ctx {
-    budget: Cell<Budget>,
+    /// CPU budgets of rule calls and scans (a watchdog, no instruction hook).
+    preempt: Preempt,
     /// Index of the running rule (for log lines), `usize::MAX` while loading.
     current_rule: Cell<usize>,
     rule_names: RefCell<Vec<String>>,
@@ -612,7 +604,11 @@ fn build_state(
         .saturating_mul(1024 * 1024);
     lua.set_memory_limit(limit).map_err(lua_err)?;
     let ctx = Rc::new(Ctx {
-        budget: Cell::new(Budget::default()),
+        preempt: Preempt::new(
+            &lua,
+            Duration::from_millis(env.config.rule_cpu_ms),
+            Duration::from_millis(env.config.message_cpu_ms),
+        ),
         current_rule: Cell::new(usize::MAX),
         rule_names: RefCell::new(Vec::new()),
         loading_file: RefCell::new(String::new()),
@@ -638,7 +634,7 @@ fn build_state(
         let c = Rc::clone(&ctx);
         set(
             "stopped",
-            lua.create_function(move |_, ()| Ok(c.budget.get().stopped)),
+            lua.create_function(move |_, ()| Ok(c.preempt.stopping())),
         )?;
     }
     {
@@ -880,48 +876,18 @@ fn build_state(
     let begin: Function = prelude.get("begin").map_err(lua_err)?;
     let finish: Function = prelude.get("finish").map_err(lua_err)?;
 
-    {
-        let c = Rc::clone(&ctx);
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(HOOK_STEP as u32),
-            move |_, _| {
-                let mut b = c.budget.get();
-                if !b.active {
-                    return Ok(VmState::Continue);
-                }
-                b.rule_used += HOOK_STEP;
-                b.msg_used += HOOK_STEP;
-                if b.rule_used > b.rule_limit || b.msg_used > b.msg_limit {
-                    b.stopped = true;
-                    c.budget.set(b);
-                    return Err(mlua::Error::runtime("instruction budget exhausted"));
-                }
-                c.budget.set(b);
-                Ok(VmState::Continue)
-            },
-        )
-        .map_err(lua_err)?;
-    }
-
     for file in &sources.rules {
         *ctx.loading_file.borrow_mut() = file.name.clone();
-        ctx.budget.set(Budget {
-            active: true,
-            rule_limit: env.config.rule_instructions,
-            msg_limit: u64::MAX,
-            ..Budget::default()
+        let text = lua.create_string(&*file.text).map_err(lua_err)?;
+        let (r, stop) = ctx.preempt.run_for(Some(LOAD_CPU), || {
+            load_file.call::<()>((text, file.name.as_str()))
         });
-        let r = load_file.call::<()>((
-            lua.create_string(&*file.text).map_err(lua_err)?,
-            file.name.as_str(),
-        ));
-        let b = ctx.budget.get();
-        ctx.budget.set(Budget::default());
         if let Err(e) = r {
-            return Err(if b.stopped {
+            return Err(if stop.is_some() {
                 LoadError::Lua(format!(
-                    "{}: top-level code ran out of its instruction budget",
-                    file.name
+                    "{}: top-level code ran out of its CPU budget ({} ms)",
+                    file.name,
+                    LOAD_CPU.as_millis()
                 ))
             } else {
                 lua_err(e)
@@ -1104,21 +1070,16 @@ impl RuleRunner {
         let ctx = &st.ctx;
         let counters = &mut self.counters;
         let mut memory_error = false;
-        ctx.budget.set(Budget {
-            msg_limit: cfg.message_instructions,
-            rule_limit: cfg.rule_instructions,
-            ..Budget::default()
-        });
         ctx.applied.borrow_mut().clear();
         *ctx.classified.borrow_mut() = None;
         let guard = ScanGuard::new(ctx, data);
+        ctx.preempt.begin_scan();
         let result = (|| -> mlua::Result<()> {
             let msg: Table = st.begin.call(())?;
             let mut skipped = 0usize;
             for (i, check) in st.rules.iter().enumerate() {
                 let meta = &gen.rules[i];
-                let b = ctx.budget.get();
-                if b.msg_used >= b.msg_limit {
+                if ctx.preempt.message_over() {
                     skipped += 1;
                     continue;
                 }
@@ -1126,18 +1087,10 @@ impl RuleRunner {
                     && meta
                         .share
                         .is_none_or(|s| selected(sample, st.rule_seeds[i], s));
-                ctx.budget.set(Budget {
-                    active: true,
-                    stopped: false,
-                    rule_used: 0,
-                    ..b
-                });
                 ctx.current_rule.set(i);
                 let t0 = Instant::now();
-                let r = check.call::<MultiValue>(&msg);
+                let (r, stop) = ctx.preempt.run(|| check.call::<MultiValue>(&msg));
                 let nanos = t0.elapsed().as_nanos() as u64;
-                let b = ctx.budget.get();
-                ctx.budget.set(Budget { active: false, ..b });
                 let c = &mut counters[i];
                 c.runs += 1;
                 c.nanos += nanos;
@@ -1167,12 +1120,12 @@ impl RuleRunner {
                                 .push((meta.name.clone(), format!("{}: {e}", meta.file)));
                         }
                     },
-                    Err(_) if b.stopped => {
+                    Err(_) if stop.is_some() => {
                         c.timeouts += 1;
-                        let why = if b.rule_used > b.rule_limit {
-                            format!("rule budget of {} instructions exhausted", b.rule_limit)
+                        let why = if stop == Some(Stop::Call) {
+                            format!("rule CPU budget of {} ms exhausted", cfg.rule_cpu_ms)
                         } else {
-                            format!("message budget of {} instructions exhausted", b.msg_limit)
+                            format!("message CPU budget of {} ms exhausted", cfg.message_cpu_ms)
                         };
                         out.timeouts.push((meta.name.clone(), why));
                     }
@@ -1193,6 +1146,7 @@ impl RuleRunner {
             st.finish.call::<()>(())?;
             Ok(())
         })();
+        ctx.preempt.end_scan();
         drop(guard);
         if let Err(e) = result {
             out.errors.push(("(engine)".into(), describe(&e)));

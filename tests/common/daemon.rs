@@ -274,8 +274,8 @@ pub fn slow_setup(dir: &Path, extra: &str) -> Options {
     .expect("slow rule");
     Options {
         config: Some(format!(
-            "[server]\nqueue = 1\n\n[engine]\nrule_instructions = 100000000\n\
-             message_instructions = 100000000\n\n{extra}"
+            "[server]\nqueue = 1\n\n[engine]\nrule_cpu_ms = 100000\n\
+             message_cpu_ms = 100000\n\n{extra}"
         )),
         rules: Some(rules),
         workers: Some(1),

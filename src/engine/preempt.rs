@@ -1,0 +1,316 @@
+//! CPU budgets for Lua code without a per-instruction hook.
+//!
+//! Lua 5.4's count hook makes every VM instruction call `luaG_traceexec` once any count hook is
+//! set, whatever its period: 14% of the default rules' instructions and 7–27% of their time
+//! (BENCHMARKS.md). So no hook is set while rules run normally. A watchdog thread reads the CPU
+//! clock of every thread running budgeted Lua (`pthread_getcpuclockid`) every `TICK`; when the
+//! running call (a rule, or a rule file's top-level code) has used its budget, or the scan its
+//! message budget, it sends the thread `SIGURG`. The handler, on that thread, arms a count hook
+//! of period 1 on the Lua state — `lua_sethook` is documented as safe to call from a signal
+//! handler, and it is how the `lua` interpreter handles Ctrl-C — and the hook raises an error at
+//! the next VM instruction. It stays armed (so neither `pcall` nor an error handler can keep the
+//! rule running) until the owning thread disarms it after the call returns.
+//!
+//! Budgets count CPU time of the thread, not wall time: a worker descheduled by a busy machine
+//! is not charged. A call is charged from the first tick that sees it (at most one tick late).
+//!
+//! Races are settled by epochs: each budgeted call gets a fresh number; the watchdog names the
+//! epoch it wants stopped, and the handler arms the hook only if that call is still the one
+//! running on the interrupted thread. A signal that arrives after the call ended does nothing.
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use mlua::{ffi, Lua};
+
+/// How often the watchdog reads the clocks.
+const TICK: Duration = Duration::from_millis(2);
+/// The signal that asks a thread to stop its running Lua call (ignored by default).
+const SIGNAL: libc::c_int = libc::SIGURG;
+
+/// Why a budgeted call was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// It used its own budget.
+    Call,
+    /// The scan used the message budget.
+    Message,
+}
+
+/// What the watchdog and the signal handler share with the thread that owns a Lua state.
+struct Slot {
+    thread: libc::pthread_t,
+    clock: libc::clockid_t,
+    state: AtomicPtr<ffi::lua_State>,
+    /// Budget of the running call (set per call), and of a scan.
+    call_budget_ns: AtomicU64,
+    message_budget_ns: u64,
+    /// Epoch of the running budgeted call, 0 when none runs.
+    call: AtomicU64,
+    /// Epoch of the running scan, 0 outside scans.
+    scan: AtomicU64,
+    next_epoch: AtomicU64,
+    /// The call epoch the watchdog wants stopped.
+    kill: AtomicU64,
+    /// Why (a `Stop` as u8: 1 call, 2 message).
+    why: AtomicU8,
+    /// The stop hook is armed for the running call.
+    fired: AtomicBool,
+    /// The scan's message budget is spent: the remaining rules are skipped.
+    message_over: AtomicBool,
+    // The watchdog's own bookkeeping: the epochs it last saw and the thread's CPU clock then.
+    seen_call: AtomicU64,
+    seen_call_cpu: AtomicU64,
+    seen_scan: AtomicU64,
+    seen_scan_cpu: AtomicU64,
+}
+
+thread_local! {
+    /// The slot of the budgeted call running on this thread (null when none): what the signal
+    /// handler and the stop hook look at. Const-initialized, so reading it allocates nothing.
+    static ACTIVE: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
+}
+
+static REGISTRY: Mutex<Vec<Arc<Slot>>> = Mutex::new(Vec::new());
+static START: Once = Once::new();
+
+/// The budgets of one Lua state, used on the thread that created it.
+pub(super) struct Preempt {
+    slot: Arc<Slot>,
+    call_budget_ns: u64,
+    /// Not `Send`: the slot names the creating thread.
+    _local: std::marker::PhantomData<*const ()>,
+}
+
+impl Preempt {
+    /// Registers `lua` (which must stay on this thread) with the watchdog.
+    pub(super) fn new(lua: &Lua, call_budget: Duration, message_budget: Duration) -> Self {
+        let call_budget_ns = nanos(call_budget);
+        START.call_once(start);
+        let mut state = std::ptr::null_mut();
+        // SAFETY: the closure only reads the state pointer; nothing is pushed or popped.
+        let _ = unsafe { lua.exec_raw::<()>((), |l| state = l) };
+        // SAFETY: pthread_self has no preconditions; the clock id of the calling thread is
+        // valid while the thread lives, and the slot is unregistered (on this thread) before
+        // it ends.
+        let thread = unsafe { libc::pthread_self() };
+        let mut clock: libc::clockid_t = 0;
+        if unsafe { libc::pthread_getcpuclockid(thread, &mut clock) } != 0 {
+            clock = libc::CLOCK_THREAD_CPUTIME_ID;
+        }
+        let slot = Arc::new(Slot {
+            thread,
+            clock,
+            state: AtomicPtr::new(state),
+            call_budget_ns: AtomicU64::new(call_budget_ns),
+            message_budget_ns: nanos(message_budget),
+            call: AtomicU64::new(0),
+            scan: AtomicU64::new(0),
+            next_epoch: AtomicU64::new(1),
+            kill: AtomicU64::new(0),
+            why: AtomicU8::new(0),
+            fired: AtomicBool::new(false),
+            message_over: AtomicBool::new(false),
+            seen_call: AtomicU64::new(0),
+            seen_call_cpu: AtomicU64::new(0),
+            seen_scan: AtomicU64::new(0),
+            seen_scan_cpu: AtomicU64::new(0),
+        });
+        registry().push(Arc::clone(&slot));
+        Preempt {
+            slot,
+            call_budget_ns,
+            _local: std::marker::PhantomData,
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        self.slot.next_epoch.fetch_add(1, SeqCst)
+    }
+
+    /// Starts a scan: the message budget runs from here to `end_scan`.
+    pub(super) fn begin_scan(&self) {
+        self.slot.message_over.store(false, SeqCst);
+        self.slot.scan.store(self.epoch(), SeqCst);
+    }
+
+    pub(super) fn end_scan(&self) {
+        self.slot.scan.store(0, SeqCst);
+    }
+
+    /// Whether this scan's message budget is spent.
+    pub(super) fn message_over(&self) -> bool {
+        self.slot.message_over.load(SeqCst)
+    }
+
+    /// Whether the running call is being stopped (protected calls inside it re-raise).
+    pub(super) fn stopping(&self) -> bool {
+        self.slot.fired.load(SeqCst)
+    }
+
+    /// Runs `f` (one call into Lua) under the call budget. `Some(stop)` when the watchdog
+    /// stopped it; the hook is disarmed again before this returns.
+    pub(super) fn run<R>(&self, f: impl FnOnce() -> R) -> (R, Option<Stop>) {
+        self.run_for(None, f)
+    }
+
+    /// `run` with another budget than the state's call budget (a rule file's top-level code).
+    pub(super) fn run_for<R>(
+        &self,
+        budget: Option<Duration>,
+        f: impl FnOnce() -> R,
+    ) -> (R, Option<Stop>) {
+        let s = &*self.slot;
+        s.call_budget_ns
+            .store(budget.map_or(self.call_budget_ns, nanos), SeqCst);
+        let outer = ACTIVE.with(|a| a.replace(Arc::as_ptr(&self.slot)));
+        s.call.store(self.epoch(), SeqCst);
+        let r = f();
+        // From here the handler ignores signals for this call; then disarm.
+        s.call.store(0, SeqCst);
+        ACTIVE.with(|a| a.set(outer));
+        let stop = if s.fired.swap(false, SeqCst) {
+            // SAFETY: the state belongs to this thread and no Lua code is running.
+            unsafe { ffi::lua_sethook(s.state.load(SeqCst), None, 0, 0) };
+            Some(if s.why.load(SeqCst) == 2 {
+                Stop::Message
+            } else {
+                Stop::Call
+            })
+        } else {
+            None
+        };
+        (r, stop)
+    }
+}
+
+impl Drop for Preempt {
+    fn drop(&mut self) {
+        // Under the registry lock: the watchdog signals threads only while holding it, so no
+        // signal names this slot once it is gone.
+        registry().retain(|s| !Arc::ptr_eq(s, &self.slot));
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+fn registry() -> std::sync::MutexGuard<'static, Vec<Arc<Slot>>> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Installs the signal handler and starts the watchdog (once per process).
+fn start() {
+    // SAFETY: a plain sigaction with a handler that only touches atomics, a const thread-local
+    // and lua_sethook (async-signal-safe by Lua's design, see lua.c's laction).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(SIGNAL, &sa, std::ptr::null_mut()) != 0 {
+            tracing::error!(
+                "cannot install the Lua budget signal handler; runaway rules will not be stopped"
+            );
+        }
+    }
+    let spawned = std::thread::Builder::new()
+        .name("shrike-lua-watchdog".into())
+        .spawn(watchdog);
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the Lua budget watchdog; runaway rules will not be stopped");
+    }
+}
+
+fn cpu_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; the clock belongs to a registered (live) thread.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+fn watchdog() {
+    loop {
+        std::thread::sleep(TICK);
+        let slots = registry();
+        for s in slots.iter() {
+            let call = s.call.load(SeqCst);
+            let scan = s.scan.load(SeqCst);
+            if call == 0 && scan == 0 {
+                continue;
+            }
+            let Some(now) = cpu_ns(s.clock) else { continue };
+            let mut why = 0u8;
+            if scan != 0 {
+                if s.seen_scan.swap(scan, SeqCst) != scan {
+                    s.seen_scan_cpu.store(now, SeqCst);
+                } else if now.saturating_sub(s.seen_scan_cpu.load(SeqCst)) > s.message_budget_ns
+                    && !s.message_over.swap(true, SeqCst)
+                {
+                    why = 2;
+                }
+            }
+            if call != 0 {
+                if s.seen_call.swap(call, SeqCst) != call {
+                    s.seen_call_cpu.store(now, SeqCst);
+                } else if why == 0
+                    && now.saturating_sub(s.seen_call_cpu.load(SeqCst))
+                        > s.call_budget_ns.load(SeqCst)
+                {
+                    why = 1;
+                }
+                if why == 0 && scan != 0 && s.message_over.load(SeqCst) {
+                    // A rule that started after the message budget ran out.
+                    why = 2;
+                }
+            }
+            if why != 0 && call != 0 && s.kill.load(SeqCst) != call {
+                s.why.store(why, SeqCst);
+                s.kill.store(call, SeqCst);
+                // SAFETY: the thread is alive: its slot is still registered, and slots leave
+                // the registry (under this lock) before their thread can end.
+                unsafe { libc::pthread_kill(s.thread, SIGNAL) };
+            }
+        }
+    }
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    let p = ACTIVE.with(|a| a.get());
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: ACTIVE points at a slot kept alive by the `Preempt` whose `run` is on this
+    // thread's stack.
+    let s = unsafe { &*p };
+    let call = s.call.load(SeqCst);
+    if call == 0 || call != s.kill.load(SeqCst) {
+        return;
+    }
+    s.fired.store(true, SeqCst);
+    // SAFETY: the state is the one running this call, on this thread; lua_sethook may be
+    // called asynchronously (ldebug.c).
+    unsafe { ffi::lua_sethook(s.state.load(SeqCst), Some(stop_hook), ffi::LUA_MASKCOUNT, 1) };
+}
+
+/// Raises at every VM instruction while the running call is being stopped.
+unsafe extern "C-unwind" fn stop_hook(l: *mut ffi::lua_State, _: *mut ffi::lua_Debug) {
+    let p = ACTIVE.with(|a| a.get());
+    // SAFETY: as in `on_signal`.
+    if p.is_null() || !unsafe { &*p }.fired.load(SeqCst) {
+        // SAFETY: `l` is the running state; removing its hook is always allowed in a hook.
+        unsafe { ffi::lua_sethook(l, None, 0, 0) };
+        return;
+    }
+    // SAFETY: raising from a hook is how Lua stops code; this frame owns nothing to drop.
+    unsafe { ffi::luaL_error(l, c"CPU budget exhausted".as_ptr()) };
+}
