@@ -169,6 +169,40 @@ fn the_message_budget_skips_the_remaining_rules() {
 }
 
 #[test]
+fn stops_landing_anywhere_leave_the_state_sound() {
+    // Budgets of 1-2 ms against rules that run about that long, calling Rust primitives and
+    // catching errors in a loop: the stop lands at every kind of point (in the VM, in a
+    // primitive, in a handler, just after a rule returned). Every scan still gets its verdict
+    // and the quick rule after them always runs.
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "rules.lua",
+        "rule { name = 'BUSY', score = 1, check = function(msg)\n\
+           local n = 0 for i = 1, 20000 do n = n + #msg:subject() end return n < 0 end }\n\
+         rule { name = 'CATCHER', score = 1, check = function(msg)\n\
+           for i = 1, 3000 do pcall(function() return msg:header('From') .. nil end) end end }\n\
+         rule { name = 'HANDLED', score = 1, check = function(msg)\n\
+           for i = 1, 3000 do xpcall(function() error('x') end, function(e) return #msg:subject() end) end end }\n\
+         rule { name = 'FINE', score = 2, check = function(msg) return msg:subject() ~= '' end }\n",
+    );
+    let mut config = Config::default();
+    config.engine.rule_cpu_ms = 1;
+    config.engine.message_cpu_ms = 1_000;
+    let s = scanner_with(dir.path(), &config);
+    let mut w = s.worker();
+    let input = prepare(MSG, s.limits());
+    let mut stopped = 0;
+    for _ in 0..150 {
+        let v = w.scan(&input, &Envelope::default()).verdict;
+        assert!(v.symbols.contains_key("FINE"), "{:?}", v.symbols);
+        assert!(!v.symbols.contains_key("RULE_ERROR"), "{:?}", v.symbols);
+        stopped += v.symbols.get("RULE_TIMEOUT").map_or(0, |t| t.options.len());
+    }
+    assert!(stopped > 0, "1 ms budgets never stopped a rule");
+}
+
+#[test]
 fn a_memory_bomb_gets_a_memory_error() {
     let dir = tempfile::tempdir().unwrap();
     write(
