@@ -20,7 +20,10 @@
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{
+    compiler_fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
@@ -59,8 +62,9 @@ struct Slot {
     why: AtomicU8,
     /// The stop hook is armed for the running call.
     fired: AtomicBool,
-    /// The scan's message budget is spent: the remaining rules are skipped.
-    message_over: AtomicBool,
+    /// The scan epoch whose message budget is spent: its remaining rules are skipped. An epoch,
+    /// not a flag, so a verdict the watchdog reaches as one scan ends cannot land on the next.
+    over_scan: AtomicU64,
     // The watchdog's own bookkeeping: the epochs it last saw and the thread's CPU clock then.
     seen_call: AtomicU64,
     seen_call_cpu: AtomicU64,
@@ -81,6 +85,8 @@ static START: Once = Once::new();
 pub(super) struct Preempt {
     slot: Arc<Slot>,
     call_budget_ns: u64,
+    /// Epoch of the running scan.
+    scan: Cell<u64>,
     /// Not `Send`: the slot names the creating thread.
     _local: std::marker::PhantomData<*const ()>,
 }
@@ -113,7 +119,7 @@ impl Preempt {
             kill: AtomicU64::new(0),
             why: AtomicU8::new(0),
             fired: AtomicBool::new(false),
-            message_over: AtomicBool::new(false),
+            over_scan: AtomicU64::new(0),
             seen_call: AtomicU64::new(0),
             seen_call_cpu: AtomicU64::new(0),
             seen_scan: AtomicU64::new(0),
@@ -123,32 +129,39 @@ impl Preempt {
         Preempt {
             slot,
             call_budget_ns,
+            scan: Cell::new(0),
             _local: std::marker::PhantomData,
         }
     }
 
+    /// A fresh epoch (only the owning thread writes the counter: no read-modify-write).
     fn epoch(&self) -> u64 {
-        self.slot.next_epoch.fetch_add(1, SeqCst)
+        let e = self.slot.next_epoch.load(Relaxed);
+        self.slot.next_epoch.store(e + 1, Relaxed);
+        e
     }
 
     /// Starts a scan: the message budget runs from here to `end_scan`.
     pub(super) fn begin_scan(&self) {
-        self.slot.message_over.store(false, SeqCst);
-        self.slot.scan.store(self.epoch(), SeqCst);
+        let e = self.epoch();
+        self.scan.set(e);
+        self.slot.scan.store(e, Relaxed);
     }
 
     pub(super) fn end_scan(&self) {
-        self.slot.scan.store(0, SeqCst);
+        self.scan.set(0);
+        self.slot.scan.store(0, Relaxed);
     }
 
     /// Whether this scan's message budget is spent.
     pub(super) fn message_over(&self) -> bool {
-        self.slot.message_over.load(SeqCst)
+        let e = self.scan.get();
+        e != 0 && self.slot.over_scan.load(Relaxed) == e
     }
 
     /// Whether the running call is being stopped (protected calls inside it re-raise).
     pub(super) fn stopping(&self) -> bool {
-        self.slot.fired.load(SeqCst)
+        self.slot.fired.load(Relaxed)
     }
 
     /// Runs `f` (one call into Lua) under the call budget. `Some(stop)` when the watchdog
@@ -163,16 +176,23 @@ impl Preempt {
         budget: Option<Duration>,
         f: impl FnOnce() -> R,
     ) -> (R, Option<Stop>) {
+        // The signal handler runs on this thread, so program order (kept by compiler fences)
+        // is all it needs; the watchdog on another thread may read stale epochs, which only
+        // delays a stop by a tick.
         let s = &*self.slot;
         s.call_budget_ns
-            .store(budget.map_or(self.call_budget_ns, nanos), SeqCst);
+            .store(budget.map_or(self.call_budget_ns, nanos), Relaxed);
         let outer = ACTIVE.with(|a| a.replace(Arc::as_ptr(&self.slot)));
-        s.call.store(self.epoch(), SeqCst);
+        s.call.store(self.epoch(), Relaxed);
+        compiler_fence(SeqCst);
         let r = f();
+        compiler_fence(SeqCst);
         // From here the handler ignores signals for this call; then disarm.
-        s.call.store(0, SeqCst);
+        s.call.store(0, Relaxed);
+        compiler_fence(SeqCst);
         ACTIVE.with(|a| a.set(outer));
-        let stop = if s.fired.swap(false, SeqCst) {
+        let stop = if s.fired.load(Relaxed) {
+            s.fired.store(false, Relaxed);
             // SAFETY: the state belongs to this thread and no Lua code is running.
             unsafe { ffi::lua_sethook(s.state.load(SeqCst), None, 0, 0) };
             Some(if s.why.load(SeqCst) == 2 {
@@ -254,7 +274,7 @@ fn watchdog() {
                 if s.seen_scan.swap(scan, SeqCst) != scan {
                     s.seen_scan_cpu.store(now, SeqCst);
                 } else if now.saturating_sub(s.seen_scan_cpu.load(SeqCst)) > s.message_budget_ns
-                    && !s.message_over.swap(true, SeqCst)
+                    && s.over_scan.swap(scan, SeqCst) != scan
                 {
                     why = 2;
                 }
@@ -268,7 +288,7 @@ fn watchdog() {
                 {
                     why = 1;
                 }
-                if why == 0 && scan != 0 && s.message_over.load(SeqCst) {
+                if why == 0 && scan != 0 && s.over_scan.load(SeqCst) == scan {
                     // A rule that started after the message budget ran out.
                     why = 2;
                 }
