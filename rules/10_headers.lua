@@ -110,6 +110,40 @@ rule {
 }
 
 ---------------------------------------------------------------------------------------------
+-- Sender addresses
+
+local freemail = util.freemail
+
+rule {
+  name = "SENDER_ADDRESS",
+  scores = {
+    FROM_ENDS_IN_NUMS = 1.0, -- "des34newsa" is fine, "suz0123893616943" is not: a word, then 3+ digits
+    FREEMAIL_REPLYTO = 1.5,  -- replies go to a free mailbox, not to the sender's domain
+  },
+  description = "From address of a word and a number; Reply-To at a free mailbox provider other than the From domain",
+  group = "headers",
+  check = function(msg)
+    local addr, from_domain = msg:from()
+    local hits
+    if addr then
+      local lp = match(addr, "^([^@]*)@")
+      if lp and find(lower(lp), "%a%a%d%d%d+$") then
+        hits = { FROM_ENDS_IN_NUMS = { lp } }
+      end
+    end
+    local _, reply_domain = msg:reply_to()
+    if reply_domain then
+      reply_domain = lower(reply_domain)
+      if freemail[reply_domain] and (not from_domain or lower(from_domain) ~= reply_domain) then
+        hits = hits or {}
+        hits.FREEMAIL_REPLYTO = { reply_domain }
+      end
+    end
+    return hits
+  end,
+}
+
+---------------------------------------------------------------------------------------------
 -- Other fields
 
 rule {

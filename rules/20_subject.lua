@@ -96,6 +96,28 @@ rule {
   end,
 }
 
+rule {
+  name = "SUBJ_SHAPE",
+  scores = {
+    SUBJ_DOLLARS = 1.0,       -- "$1.21 each", "65000$+"
+    SUBJ_FW_NO_THREAD = 1.0,  -- "FW:" on a message that forwards nothing
+  },
+  description = "Subject names a dollar amount, or says FW: without In-Reply-To or References",
+  group = "subject",
+  check = function(msg)
+    local s = msg:subject()
+    if s == "" then return end
+    local hits
+    if find(s, "%$%s?%d") or find(s, "%d%$") then hits = { SUBJ_DOLLARS = true } end
+    if find(s, "^%s*[Ff][Ww][Dd]?%s*:") and msg:header_count("In-Reply-To") == 0
+      and msg:header_count("References") == 0 then
+      hits = hits or {}
+      hits.SUBJ_FW_NO_THREAD = true
+    end
+    return hits
+  end,
+}
+
 -- Latin letters mixed with Cyrillic or Greek ones in one word: the look-alike trick
 -- ("РаyРаl"). Latin mixed with CJK is ordinary Japanese or Chinese writing, and mojibake is not
 -- a disguise: both are left alone.

@@ -16,6 +16,7 @@ local PHRASE_GROUPS = {
   { symbol = "BODY_ADULT", set = sets.adult, options = 3, steps = { 4, 2, 2, 1 } },
   { symbol = "BODY_PHARMA", set = sets.pharma, options = 3, steps = { 4, 1.5, 2, 1 } },
   { symbol = "BODY_FINANCE", set = sets.finance, options = 3, steps = { 7, 2, 4, 1 } },
+  { symbol = "BODY_DEAR_FRIEND", set = sets.greeting, options = 1, steps = { 1, 1 } },
 }
 
 -- All the groups' lists behind one matcher: one pass over the text finds them all.
@@ -310,8 +311,9 @@ rule {
     BODY_ADULT = 1.5,   -- adult-content vocabulary: 2 distinct words (weight 2 at 4)
     BODY_PHARMA = 1.5,  -- pharmacy and diet offers: 2 distinct phrases
     BODY_FINANCE = 1.0, -- loan, mortgage, insurance, income pitch: 4 distinct words (weight 2 at 7)
+    BODY_DEAR_FRIEND = 1.0, -- greets an unnamed reader: "Dear Friend", "Dear Sir/Madam"
   },
-  description = "Body text with money, urgency, bulk-mail, advance-fee-fraud, adult, pharmacy or loan phrasing",
+  description = "Body text with money, urgency, bulk-mail, advance-fee-fraud, adult, pharmacy or loan phrasing, or greeting nobody in particular",
   group = "body",
   check = function(msg)
     local t = msg:text_normalized()

@@ -262,6 +262,22 @@ M.finance_phrases = {
   "home equity", "credit rating", "credit report", "unsecured", "homeowner", "homeowners",
 }
 
+-- Greetings of a reader the sender does not know ("dear friends" is left out: clubs and lists
+-- greet their members so).
+M.greeting_phrases = {
+  "dear friend", "dear sir", "dear sirs", "dear madam", "dear sir or madam",
+  "dear sir/madam", "dear valued customer", "dear valued member", "dear member",
+  "dear homeowner", "dear customer", "dear business owner", "dear entrepreneur",
+}
+
+-- Free mailbox providers: anyone can open an address there.
+M.freemail = M.set {
+  "gmail.com", "googlemail.com", "yahoo.com", "yahoo.co.uk", "ymail.com", "hotmail.com",
+  "outlook.com", "live.com", "msn.com", "aol.com", "icloud.com", "mail.com", "email.com",
+  "gmx.net", "gmx.de", "web.de", "mail.ru", "yandex.ru", "excite.com", "juno.com", "usa.net",
+  "netscape.net", "lycos.com", "rediffmail.com", "arabia.com", "protonmail.com", "zoho.com",
+}
+
 -- The lists as phrase sets (with their one-pass regex), for find_phrases.
 M.sets = {
   subject_money = M.phrase_set(M.subject_money_phrases),
@@ -273,6 +289,7 @@ M.sets = {
   adult = M.phrase_set(M.adult_phrases),
   pharma = M.phrase_set(M.pharma_phrases),
   finance = M.phrase_set(M.finance_phrases),
+  greeting = M.phrase_set(M.greeting_phrases),
 }
 
 ---------------------------------------------------------------------------------------------
