@@ -29,6 +29,10 @@ use std::time::Duration;
 
 use mlua::{ffi, Lua};
 
+/// Budgets are set for optimized code. Unoptimized (debug) builds run rules and their Rust
+/// primitives 10–30× slower, so they get this many times the budgets: the same rules stop in
+/// tests as in release builds.
+const BUILD_FACTOR: u64 = if cfg!(debug_assertions) { 20 } else { 1 };
 /// How often the watchdog reads the clocks.
 const TICK: Duration = Duration::from_millis(2);
 /// The signal that asks a thread to stop its running Lua call (ignored by default).
@@ -216,7 +220,9 @@ impl Drop for Preempt {
 }
 
 fn nanos(d: Duration) -> u64 {
-    d.as_nanos().min(u64::MAX as u128) as u64
+    d.as_nanos()
+        .saturating_mul(BUILD_FACTOR as u128)
+        .min(u64::MAX as u128) as u64
 }
 
 fn registry() -> std::sync::MutexGuard<'static, Vec<Arc<Slot>>> {
