@@ -102,7 +102,10 @@ impl Preempt {
         START.call_once(start);
         let mut state = std::ptr::null_mut();
         // SAFETY: the closure only reads the state pointer; nothing is pushed or popped.
-        let _ = unsafe { lua.exec_raw::<()>((), |l| state = l) };
+        if let Err(e) = unsafe { lua.exec_raw::<()>((), |l| state = l) } {
+            // Without the pointer the handler never arms a hook: budgets go unenforced here.
+            tracing::error!(error = %e, "cannot reach the Lua state for its CPU budget");
+        }
         // SAFETY: pthread_self has no preconditions; the clock id of the calling thread is
         // valid while the thread lives, and the slot is unregistered (on this thread) before
         // it ends.
@@ -319,13 +322,14 @@ extern "C" fn on_signal(_: libc::c_int) {
     // thread's stack.
     let s = unsafe { &*p };
     let call = s.call.load(SeqCst);
-    if call == 0 || call != s.kill.load(SeqCst) {
+    let state = s.state.load(SeqCst);
+    if call == 0 || call != s.kill.load(SeqCst) || state.is_null() {
         return;
     }
     s.fired.store(true, SeqCst);
     // SAFETY: the state is the one running this call, on this thread; lua_sethook may be
     // called asynchronously (ldebug.c).
-    unsafe { ffi::lua_sethook(s.state.load(SeqCst), Some(stop_hook), ffi::LUA_MASKCOUNT, 1) };
+    unsafe { ffi::lua_sethook(state, Some(stop_hook), ffi::LUA_MASKCOUNT, 1) };
 }
 
 /// Raises at every VM instruction while the running call is being stopped.
