@@ -109,6 +109,22 @@ local function white_text_on_white(h)
 end
 
 rule {
+  name = "MIME_BASE64_TEXT",
+  score = 1.5,
+  description = "Message text (not an attached file) sent base64-encoded: readable text has no need to hide from a glance",
+  group = "body",
+  check = function(msg)
+    local parts = msg:parts()
+    for i = 1, #parts do
+      local p = parts[i]
+      if p.encoding == "base64" and not p.attachment and find(p.content_type, "^text/") then
+        return true, { p.content_type }
+      end
+    end
+  end,
+}
+
+rule {
   name = "HTML_HIDDEN_TEXT",
   score = 2.0,
   description = "HTML hides text (display:none, visibility:hidden, font-size:0, white on white)",

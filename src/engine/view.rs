@@ -596,9 +596,17 @@ impl MessageData<'_> {
                 },
                 None => "text/plain".to_string(),
             };
+            let encoding = part
+                .content_transfer_encoding()
+                .map(|e| e.trim().to_ascii_lowercase());
             record(
                 lua,
-                [("content_type", text(&ct)), ("size", int(part.len()))],
+                [
+                    ("content_type", text(&ct)),
+                    ("size", int(part.len())),
+                    ("encoding", opt_text(encoding.as_deref())),
+                    ("attachment", flag(part.attachment_name().is_some())),
+                ],
             )
         })
     }
