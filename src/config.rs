@@ -24,7 +24,7 @@ pub struct Config {
     pub store: StoreConfig,
     /// Durability of the store: fsync policy, flush and snapshot intervals.
     pub persist: PersistConfig,
-    /// Lua limits: instruction budgets, memory, caches.
+    /// Lua limits: CPU budgets, memory, caches.
     pub engine: EngineConfig,
     /// Action thresholds and what the store counts as spam or ham.
     pub verdict: VerdictConfig,

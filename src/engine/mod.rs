@@ -35,7 +35,7 @@ pub use view::MessageData;
 
 /// The symbol recorded when a rule raised an error or exhausted memory.
 pub const RULE_ERROR: &str = "RULE_ERROR";
-/// The symbol recorded when a rule ran out of its instruction budget.
+/// The symbol recorded when a rule ran out of its CPU budget.
 pub const RULE_TIMEOUT: &str = "RULE_TIMEOUT";
 /// Store key type of `ratelimit()` counters (outside the shingle type table).
 pub const RATELIMIT_KIND: u16 = 1_000;
@@ -213,7 +213,7 @@ pub struct RuleOutcome {
     pub hits: Vec<Hit>,
     /// `(rule name, reason)` of rules that raised an error.
     pub errors: Vec<(String, String)>,
-    /// `(rule name, reason)` of rules stopped by the instruction budget, or skipped because
+    /// `(rule name, reason)` of rules stopped by their CPU budget, or skipped because
     /// the message budget was spent.
     pub timeouts: Vec<(String, String)>,
     /// The classifier's spam probability, when a rule asked for it (`msg:classify()`) and the

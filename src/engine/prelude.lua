@@ -126,8 +126,8 @@ end
 -- raises; when a scan ends, its `msg`'s metatable answers every lookup with `outside`, so any
 -- method called on a kept `msg` raises too; and the Rust primitives refuse to run outside a
 -- scan. So the accessors need no check of their own: each is one call and one table lookup on
--- the hot path (a Lua call and a check cost more than the lookup, with the instruction hook
--- on, and rules read `msg` fields a hundred times a message).
+-- the hot path (a Lua call and a check cost more than the lookup, and rules read `msg` fields
+-- a hundred times a message).
 local NIL = {}
 local fetch, stat, stats = rust.fetch, rust.stat, rust.stats
 local function outside() raw_error("msg used outside its scan", 3) end

@@ -544,7 +544,7 @@ fn metrics(daemon: &Daemon) -> String {
         ),
         (
             "shrike_rule_timeouts_total",
-            "Rules stopped by the instruction budget (current generation).",
+            "Rules stopped by their CPU budget (current generation).",
             |c| c.timeouts.load(Relaxed) as f64,
         ),
         (
