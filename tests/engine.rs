@@ -532,8 +532,11 @@ rule { name = 'RE2', score = 1, check = function(msg)
   local c = E:find(s, 100)
   local all = KV:all("a=1 b:2 c=3 d:", 2)
   local counts, found = P:search("Hello there! hello, hello there, other")
+  local n1, f1 = P:count("Hello there! hello, hello there, other", 1)
+  local n0, f0 = P:count("nothing to see")
   return true, tostring(a), tostring(b), tostring(c), table.concat(all, ","),
-    counts[1] .. "/" .. counts[2], table.concat(found[1], ","), table.concat(found[2], ",")
+    counts[1] .. "/" .. counts[2], table.concat(found[1], ","), table.concat(found[2], ","),
+    n1 .. ":" .. table.concat(f1, ","), n0 .. ":" .. tostring(f0)
 end }
 "#,
     );
@@ -546,7 +549,17 @@ end }
     // words, counted once per list, listed in order of first appearance.
     assert_eq!(
         v.symbols["RE2"].options,
-        ["9", "11", "nil", "a,b", "2/1", "there,hello", "hello there"]
+        [
+            "9",
+            "11",
+            "nil",
+            "a,b",
+            "2/1",
+            "there,hello",
+            "hello there",
+            "2:there",
+            "0:nil"
+        ]
     );
     assert!(v.symbols["RULE_ERROR"].options[0].contains("bad regular expression"));
     let e = load_error("list('missing')");

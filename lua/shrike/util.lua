@@ -132,10 +132,7 @@ end
 function M.find_phrases(s, phrases, max_opts)
   max_opts = max_opts or 3
   if phrases.matcher then
-    local counts, found = phrases.matcher:search(s, max_opts)
-    local n = counts[1]
-    if n == 0 then return 0, nil end
-    return n, found[1]
+    return phrases.matcher:count(s, max_opts)
   end
   local n, found = 0, nil
   for i = 1, #phrases do

@@ -332,6 +332,26 @@ impl UserData for PhrasesHandle {
                 Ok((counts, lua.create_sequence_from(lists)?))
             },
         );
+        // `n, found = P:count(text[, max])`: `search` for the first list alone, without the
+        // per-list tables: the number of distinct phrases and the first `max` of them (nil
+        // when none). What `util.find_phrases` needs, and most texts match nothing.
+        methods.add_method(
+            "count",
+            |lua, this, (t, max): (mlua::String, Option<usize>)| {
+                let max = max.unwrap_or(3);
+                let found = this.sets.search(&t.as_bytes());
+                let (Some(f), Some(phrases)) = (found.first(), this.phrases.first()) else {
+                    return Ok((0, None));
+                };
+                if f.indices.is_empty() {
+                    return Ok((0, None));
+                }
+                let _unlimited = Unlimited::new(lua, this.limit);
+                let list = lua
+                    .create_sequence_from(f.indices.iter().take(max).map(|&k| BStr(&phrases[k])))?;
+                Ok((f.indices.len(), Some(list)))
+            },
+        );
     }
 }
 
