@@ -127,14 +127,14 @@ rule {
     local hits
     if addr then
       local lp = match(addr, "^([^@]*)@")
-      if lp and find(lower(lp), "%a%a%d%d%d+$") then
+      if lp and find(lp, "%a%a%d%d%d+$") then
         hits = { FROM_ENDS_IN_NUMS = { lp } }
       end
     end
+    -- addresses and domains come lower-cased
     local _, reply_domain = msg:reply_to()
     if reply_domain then
-      reply_domain = lower(reply_domain)
-      if freemail[reply_domain] and (not from_domain or lower(from_domain) ~= reply_domain) then
+      if freemail[reply_domain] and from_domain ~= reply_domain then
         hits = hits or {}
         hits.FREEMAIL_REPLYTO = { reply_domain }
       end

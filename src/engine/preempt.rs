@@ -89,8 +89,6 @@ static START: Once = Once::new();
 pub(super) struct Preempt {
     slot: Arc<Slot>,
     call_budget_ns: u64,
-    /// Epoch of the running scan.
-    scan: Cell<u64>,
     /// Not `Send`: the slot names the creating thread.
     _local: std::marker::PhantomData<*const ()>,
 }
@@ -136,7 +134,6 @@ impl Preempt {
         Preempt {
             slot,
             call_budget_ns,
-            scan: Cell::new(0),
             _local: std::marker::PhantomData,
         }
     }
@@ -150,19 +147,16 @@ impl Preempt {
 
     /// Starts a scan: the message budget runs from here to `end_scan`.
     pub(super) fn begin_scan(&self) {
-        let e = self.epoch();
-        self.scan.set(e);
-        self.slot.scan.store(e, Relaxed);
+        self.slot.scan.store(self.epoch(), Relaxed);
     }
 
     pub(super) fn end_scan(&self) {
-        self.scan.set(0);
         self.slot.scan.store(0, Relaxed);
     }
 
-    /// Whether this scan's message budget is spent.
+    /// Whether this scan's message budget is spent. (Only this thread writes `scan`.)
     pub(super) fn message_over(&self) -> bool {
-        let e = self.scan.get();
+        let e = self.slot.scan.load(Relaxed);
         e != 0 && self.slot.over_scan.load(Relaxed) == e
     }
 
