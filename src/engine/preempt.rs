@@ -3,7 +3,8 @@
 //! Lua 5.4's count hook makes every VM instruction call `luaG_traceexec` once any count hook is
 //! set, whatever its period: 14% of the default rules' instructions and 7–27% of their time
 //! (BENCHMARKS.md). So no hook is set while rules run normally. A watchdog thread reads the CPU
-//! clock of every thread running budgeted Lua (`pthread_getcpuclockid`) every `TICK`; when the
+//! clock of every thread running budgeted Lua (`pthread_getcpuclockid`) every tick (a quarter of
+//! the smallest budget, 1–10 ms; it sleeps without ticking while no Lua runs); when the
 //! running call (a rule, or a rule file's top-level code) has used its budget, or the scan its
 //! message budget, it sends the thread `SIGURG`. The handler, on that thread, arms a count hook
 //! of period 1 on the Lua state — `lua_sethook` is documented as safe to call from a signal
@@ -20,11 +21,12 @@
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
+use std::sync::atomic::fence;
 use std::sync::atomic::{
     compiler_fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8,
     Ordering::{Relaxed, SeqCst},
 };
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Duration;
 
 use mlua::{ffi, Lua};
@@ -33,8 +35,15 @@ use mlua::{ffi, Lua};
 /// primitives 10–30× slower, so they get this many times the budgets: the same rules stop in
 /// tests as in release builds.
 const BUILD_FACTOR: u64 = if cfg!(debug_assertions) { 20 } else { 1 };
-/// How often the watchdog reads the clocks.
-const TICK: Duration = Duration::from_millis(2);
+/// How often the watchdog reads the clocks: a quarter of the smallest budget registered,
+/// within these bounds (a stop lands between one and two ticks after the budget is spent).
+const TICK_MIN_NS: u64 = 1_000_000;
+const TICK_MAX_NS: u64 = 10_000_000;
+static TICK_NS: AtomicU64 = AtomicU64::new(TICK_MAX_NS);
+/// Set while the watchdog sleeps because no budgeted Lua runs; the next scan or call wakes it.
+/// An idle daemon then costs no wake-ups.
+static PARKED: AtomicBool = AtomicBool::new(false);
+static WATCHDOG: OnceLock<std::thread::Thread> = OnceLock::new();
 /// The signal that asks a thread to stop its running Lua call (ignored by default).
 const SIGNAL: libc::c_int = libc::SIGURG;
 
@@ -97,6 +106,8 @@ impl Preempt {
     /// Registers `lua` (which must stay on this thread) with the watchdog.
     pub(super) fn new(lua: &Lua, call_budget: Duration, message_budget: Duration) -> Self {
         let call_budget_ns = nanos(call_budget);
+        let tick = (call_budget_ns.min(nanos(message_budget)) / 4).clamp(TICK_MIN_NS, TICK_MAX_NS);
+        TICK_NS.fetch_min(tick, Relaxed);
         START.call_once(start);
         let mut state = std::ptr::null_mut();
         // SAFETY: the closure only reads the state pointer; nothing is pushed or popped.
@@ -148,6 +159,7 @@ impl Preempt {
     /// Starts a scan: the message budget runs from here to `end_scan`.
     pub(super) fn begin_scan(&self) {
         self.slot.scan.store(self.epoch(), Relaxed);
+        wake();
     }
 
     pub(super) fn end_scan(&self) {
@@ -185,6 +197,10 @@ impl Preempt {
             .store(budget.map_or(self.call_budget_ns, nanos), Relaxed);
         let outer = ACTIVE.with(|a| a.replace(Arc::as_ptr(&self.slot)));
         s.call.store(self.epoch(), Relaxed);
+        if s.scan.load(Relaxed) == 0 {
+            // Outside scans (a rule file's top-level code) the watchdog may be asleep.
+            wake();
+        }
         compiler_fence(SeqCst);
         let r = f();
         compiler_fence(SeqCst);
@@ -244,6 +260,9 @@ fn start() {
     let spawned = std::thread::Builder::new()
         .name("shrike-lua-watchdog".into())
         .spawn(watchdog);
+    if let Ok(handle) = &spawned {
+        let _ = WATCHDOG.set(handle.thread().clone());
+    }
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the Lua budget watchdog; runaway rules will not be stopped");
     }
@@ -261,50 +280,84 @@ fn cpu_ns(clock: libc::clockid_t) -> Option<u64> {
     Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
+/// Wakes the watchdog if it sleeps for want of work. Called after this thread published its
+/// scan or call epoch: the fence orders that store before the load of `PARKED`, and the
+/// watchdog stores `PARKED` before it looks at the epochs again, so one of the two sees the
+/// other.
+fn wake() {
+    fence(SeqCst);
+    if PARKED.load(Relaxed) && PARKED.swap(false, SeqCst) {
+        if let Some(t) = WATCHDOG.get() {
+            t.unpark();
+        }
+    }
+}
+
+fn any_running(slots: &[Arc<Slot>]) -> bool {
+    slots
+        .iter()
+        .any(|s| s.call.load(SeqCst) != 0 || s.scan.load(SeqCst) != 0)
+}
+
 fn watchdog() {
     loop {
-        std::thread::sleep(TICK);
-        let slots = registry();
-        for s in slots.iter() {
-            let call = s.call.load(SeqCst);
-            let scan = s.scan.load(SeqCst);
-            if call == 0 && scan == 0 {
+        std::thread::sleep(Duration::from_nanos(TICK_NS.load(Relaxed)));
+        if !check(&registry()) {
+            PARKED.store(true, SeqCst);
+            if any_running(&registry()) {
+                PARKED.store(false, SeqCst);
                 continue;
             }
-            let Some(now) = cpu_ns(s.clock) else { continue };
-            let mut why = 0u8;
-            if scan != 0 {
-                if s.seen_scan.swap(scan, SeqCst) != scan {
-                    s.seen_scan_cpu.store(now, SeqCst);
-                } else if now.saturating_sub(s.seen_scan_cpu.load(SeqCst)) > s.message_budget_ns
-                    && s.over_scan.swap(scan, SeqCst) != scan
-                {
-                    why = 2;
-                }
-            }
-            if call != 0 {
-                if s.seen_call.swap(call, SeqCst) != call {
-                    s.seen_call_cpu.store(now, SeqCst);
-                } else if why == 0
-                    && now.saturating_sub(s.seen_call_cpu.load(SeqCst))
-                        > s.call_budget_ns.load(SeqCst)
-                {
-                    why = 1;
-                }
-                if why == 0 && scan != 0 && s.over_scan.load(SeqCst) == scan {
-                    // A rule that started after the message budget ran out.
-                    why = 2;
-                }
-            }
-            if why != 0 && call != 0 && s.kill.load(SeqCst) != call {
-                s.why.store(why, SeqCst);
-                s.kill.store(call, SeqCst);
-                // SAFETY: the thread is alive: its slot is still registered, and slots leave
-                // the registry (under this lock) before their thread can end.
-                unsafe { libc::pthread_kill(s.thread, SIGNAL) };
+            while PARKED.load(SeqCst) {
+                std::thread::park();
             }
         }
     }
+}
+
+/// One tick: stops what is over budget; whether any budgeted Lua was running.
+fn check(slots: &[Arc<Slot>]) -> bool {
+    let mut running = false;
+    for s in slots.iter() {
+        let call = s.call.load(SeqCst);
+        let scan = s.scan.load(SeqCst);
+        if call == 0 && scan == 0 {
+            continue;
+        }
+        running = true;
+        let Some(now) = cpu_ns(s.clock) else { continue };
+        let mut why = 0u8;
+        if scan != 0 {
+            if s.seen_scan.swap(scan, SeqCst) != scan {
+                s.seen_scan_cpu.store(now, SeqCst);
+            } else if now.saturating_sub(s.seen_scan_cpu.load(SeqCst)) > s.message_budget_ns
+                && s.over_scan.swap(scan, SeqCst) != scan
+            {
+                why = 2;
+            }
+        }
+        if call != 0 {
+            if s.seen_call.swap(call, SeqCst) != call {
+                s.seen_call_cpu.store(now, SeqCst);
+            } else if why == 0
+                && now.saturating_sub(s.seen_call_cpu.load(SeqCst)) > s.call_budget_ns.load(SeqCst)
+            {
+                why = 1;
+            }
+            if why == 0 && scan != 0 && s.over_scan.load(SeqCst) == scan {
+                // A rule that started after the message budget ran out.
+                why = 2;
+            }
+        }
+        if why != 0 && call != 0 && s.kill.load(SeqCst) != call {
+            s.why.store(why, SeqCst);
+            s.kill.store(call, SeqCst);
+            // SAFETY: the thread is alive: its slot is still registered, and slots leave
+            // the registry (under this lock) before their thread can end.
+            unsafe { libc::pthread_kill(s.thread, SIGNAL) };
+        }
+    }
+    running
 }
 
 extern "C" fn on_signal(_: libc::c_int) {

@@ -1034,6 +1034,12 @@ impl RuleRunner {
         }
     }
 
+    /// Builds the Lua state of the engine's current generation now, if it is not built yet,
+    /// so the first message after a start or a reload does not wait for it (~100 ms).
+    pub fn warm(&mut self) {
+        self.refresh();
+    }
+
     /// Makes sure the state holds the engine's current generation.
     fn refresh(&mut self) {
         let current = self.engine.generation();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
@@ -91,14 +91,26 @@ impl Pool {
         let workers = workers.max(1);
         let capacity = capacity.max(1);
         let (tx, rx) = bounded(capacity);
+        let (warm_tx, warm_rx) = std::sync::mpsc::channel();
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers {
             let (scanner, rx, metrics) = (scanner.clone(), rx.clone(), metrics.clone());
+            let warm = warm_tx.clone();
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("shrike-scan-{i}"))
-                    .spawn(move || worker_loop(&scanner, &rx, &metrics))?,
+                    .spawn(move || worker_loop(&scanner, &rx, &metrics, warm))?,
             );
+        }
+        // Serve only once every worker has its Lua state: the first messages would otherwise
+        // wait for it. A worker that takes longer than this still builds it on its first job.
+        let deadline = Instant::now() + WARM_WAIT;
+        for _ in 0..workers {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if warm_rx.recv_timeout(left).is_err() {
+                tracing::warn!("scan workers still building their rule states; serving anyway");
+                break;
+            }
         }
         Ok(Pool {
             tx,
@@ -181,9 +193,32 @@ async fn wait<T>(rx: oneshot::Receiver<T>, timeout: Duration) -> Result<T, PoolE
     }
 }
 
-fn worker_loop(scanner: &Arc<Scanner>, rx: &Receiver<Job>, metrics: &Metrics) {
+/// How long `Pool::start` waits for the workers' first Lua states.
+const WARM_WAIT: Duration = Duration::from_secs(30);
+/// An idle worker checks this often for a new rule generation and builds its state for it (so
+/// the first message after a reload does not pay the build either), and hands over its counters.
+const IDLE_WARM: Duration = Duration::from_secs(1);
+
+fn worker_loop(
+    scanner: &Arc<Scanner>,
+    rx: &Receiver<Job>,
+    metrics: &Metrics,
+    warm: std::sync::mpsc::Sender<()>,
+) {
     let mut worker = scanner.worker();
-    while let Ok(job) = rx.recv() {
+    worker.rules().warm();
+    let _ = warm.send(());
+    loop {
+        let job = match rx.recv_timeout(IDLE_WARM) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                // Idle: per-rule counters reach /metrics, and a new generation gets built.
+                worker.rules().flush_counters();
+                worker.rules().warm();
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         if matches!(job, Job::Stop) {
             break;
         }

@@ -347,6 +347,10 @@ pub struct Store {
     sweep_cursor: AtomicUsize,
     /// Changes are appended to the shard logs (set by `persist::Durable`).
     logging: std::sync::atomic::AtomicBool,
+    /// One bit per shard, set when its log goes from empty to holding records, so the WAL
+    /// writer visits only those shards instead of locking every one of tens of thousands on
+    /// each flush. The logs themselves stay under the shard locks; a bit is only a hint.
+    dirty: Box<[AtomicU64]>,
 }
 
 /// What the rules engine and the daemon need of a reputation store. `Store` is the in-memory
@@ -448,6 +452,9 @@ impl Store {
             evictions: AtomicU64::new(0),
             sweep_cursor: AtomicUsize::new(0),
             logging: std::sync::atomic::AtomicBool::new(false),
+            dirty: (0..shards.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         })
     }
 
@@ -504,7 +511,7 @@ impl Store {
                     }
                 }
                 if logging {
-                    Self::log(shard, shard_index, now, &logged);
+                    self.log(shard, shard_index, now, &logged);
                     logged.clear();
                 }
             },
@@ -581,10 +588,14 @@ impl Store {
 
     /// Appends a change to the shard's log, under the shard's lock: a shard's log order is its
     /// apply order, which is what lets snapshots run without stopping writers.
-    fn log(shard: &mut Shard, index: usize, now: u64, changes: &[(StoreKey, Counts)]) {
+    fn log(&self, shard: &mut Shard, index: usize, now: u64, changes: &[(StoreKey, Counts)]) {
         let log = shard.log_mut();
+        let was_empty = log.buf.is_empty();
         log.seq += 1;
         persist::encode_record(&mut log.buf, index as u32, log.seq, now, changes);
+        if was_empty {
+            self.dirty[index / 64].fetch_or(1 << (index % 64), Ordering::Relaxed);
+        }
     }
 
     /// Adds `delta` to `key` (whose table hash is `hash`) in bucket `id`.
@@ -904,7 +915,7 @@ impl Store {
             let shard_index = self.shard_of(unique.hash);
             let changes = [(pair, one), (unique, one)];
             let n = if seen_in_period { 1 } else { 2 };
-            Self::log(&mut shard, shard_index, now, &changes[..n]);
+            self.log(&mut shard, shard_index, now, &changes[..n]);
         }
         !seen_in_period
     }
@@ -994,15 +1005,22 @@ impl Store {
 
     /// Hands each shard's pending log records to `f`, emptying the shard buffers.
     pub(crate) fn drain_logs(&self, mut f: impl FnMut(&[u8])) {
-        for shard in self.shards.iter() {
-            let pending = {
-                let mut shard = shard.lock();
-                match shard.log.as_mut() {
-                    Some(log) if !log.buf.is_empty() => std::mem::take(&mut log.buf),
-                    _ => continue,
-                }
-            };
-            f(&pending);
+        for (word_index, word) in self.dirty.iter().enumerate() {
+            // A shard whose bit is cleared here and that logs again before it is locked below
+            // has its new records taken too; one that logs after the take sets its bit again.
+            let mut bits = word.swap(0, Ordering::Relaxed);
+            while bits != 0 {
+                let index = word_index * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let pending = {
+                    let mut shard = self.shards[index].lock();
+                    match shard.log.as_mut() {
+                        Some(log) if !log.buf.is_empty() => std::mem::take(&mut log.buf),
+                        _ => continue,
+                    }
+                };
+                f(&pending);
+            }
         }
     }
 
