@@ -2,8 +2,10 @@
 # Milter throughput through a real Postfix (../shared/tools/mta): N corpus ham messages over C
 # SMTP connections, with shrike as the milter and with no milter at all (the baseline).
 # Needs root (Postfix). Everything runs on this machine: client, Postfix, sink and shrike.
+# The two setups alternate for ROUNDS rounds (default 3), so that a change in the machine's
+# load hits both; each round prints its ratio, and the last line the median per connection count.
 #
-#   scripts/bench_milter.sh [N] [CONNECTIONS...]
+#   [ROUNDS=3] scripts/bench_milter.sh [N] [CONNECTIONS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-1000}
@@ -26,17 +28,33 @@ cleanup() { kill $pid 2>/dev/null || true; "$tools/mta-down" --dir "$work/mta" >
 trap cleanup EXIT
 for _ in $(seq 100); do curl -sf http://127.0.0.1:21335/health >/dev/null && break; sleep 0.1; done
 
-bench() {  # bench LABEL MILTER
+declare -A rate
+bench() {  # bench LABEL MILTER KEY ROUND
     "$tools/mta-up" --force --no-install --dir "$work/mta" --milter "$2" >/dev/null 2>&1
     for c in "${conns[@]}"; do
         rm -f "$work/mta/sink/"* 2>/dev/null || true
-        echo "== $1, $c connections"
-        "$tools/mta-send" --server 127.0.0.1:2525 --bench "$n" --conns "$c" \
-            --wait-sink "$work/mta/sink" "$work/corpus/spamassassin-dev/ham/"* | tail -4
+        echo "== round $4: $1, $c connections"
+        out=$("$tools/mta-send" --server 127.0.0.1:2525 --bench "$n" --conns "$c" \
+            --wait-sink "$work/mta/sink" "$work/corpus/spamassassin-dev/ham/"* | tail -4)
+        echo "$out"
+        rate[$3,$c,$4]=$(echo "$out" | awk '/accepted-by-smtpd rate/ {print $3}')
     done
     "$tools/mta-down" --dir "$work/mta" >/dev/null 2>&1
 }
 
-bench "Postfix + shrike milter" "inet:127.0.0.1:$milter_port"
+rounds=${ROUNDS:-3}
+for r in $(seq "$rounds"); do
+    bench "Postfix + shrike milter" "inet:127.0.0.1:$milter_port" milter "$r"
+    bench "Postfix, no milter" none none "$r"
+    for c in "${conns[@]}"; do
+        echo "round $r, $c connections: shrike ${rate[milter,$c,$r]} / none ${rate[none,$c,$r]} msg/s = $(
+            awk -v a="${rate[milter,$c,$r]}" -v b="${rate[none,$c,$r]}" 'BEGIN {printf "%.0f%%", 100 * a / b}')"
+    done
+done
 curl -s http://127.0.0.1:21335/metrics | grep -E '^shrike_(milter_messages_total|milter_fallbacks_total|scans_total)'
-bench "Postfix, no milter" none
+for c in "${conns[@]}"; do
+    ratios=$(for r in $(seq "$rounds"); do
+        awk -v a="${rate[milter,$c,$r]}" -v b="${rate[none,$c,$r]}" 'BEGIN {printf "%.1f\n", 100 * a / b}'
+    done | sort -n | tr '\n' ' ')
+    echo "median ratio, $c connections: $(echo "$ratios" | awk '{print $(int((NF + 1) / 2))}')% (rounds: $ratios)"
+done

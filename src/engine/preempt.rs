@@ -391,3 +391,62 @@ unsafe extern "C-unwind" fn stop_hook(l: *mut ffi::lua_State, _: *mut ffi::lua_D
     // SAFETY: raising from a hook is how Lua stops code; this frame owns nothing to drop.
     unsafe { ffi::luaL_error(l, c"CPU budget exhausted".as_ptr()) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `while true do end` under `budget`; how it was stopped.
+    fn runaway(lua: &Lua, p: &Preempt, budget: Duration) -> Option<Stop> {
+        let f = lua.load("while true do end").into_function().unwrap();
+        let (r, stop) = p.run_for(Some(budget), || f.call::<()>(()));
+        assert!(r.is_err(), "an endless loop returned");
+        stop
+    }
+
+    /// Waits until the watchdog parks (other tests of this binary may keep it busy).
+    fn wait_parked() -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if PARKED.load(SeqCst) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn the_watchdog_parks_when_idle_and_wakes_for_calls_and_scans() {
+        // A watchdog that never wakes would leave the loops below running forever: fail loudly.
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if finished.recv_timeout(Duration::from_secs(60)).is_err() {
+                eprintln!("a runaway call was not stopped within 60 s: the watchdog did not wake");
+                std::process::abort();
+            }
+        });
+        let lua = Lua::new();
+        let p = Preempt::new(&lua, Duration::from_millis(5), Duration::from_secs(10));
+        let parked = wait_parked();
+        // Outside a scan (a rule file's top-level code): the call itself wakes the watchdog.
+        assert_eq!(
+            runaway(&lua, &p, Duration::from_millis(5)),
+            Some(Stop::Call)
+        );
+        // In a scan: starting the scan wakes it.
+        let parked_again = wait_parked();
+        p.begin_scan();
+        assert_eq!(
+            runaway(&lua, &p, Duration::from_millis(5)),
+            Some(Stop::Call)
+        );
+        p.end_scan();
+        // A call that ends in time is not stopped, and the state stays usable.
+        let f = lua.load("return 1 + 1").into_function().unwrap();
+        let (r, stop) = p.run(|| f.call::<i64>(()));
+        assert_eq!((r.unwrap(), stop), (2, None));
+        eprintln!("watchdog parked before the calls: {parked}, {parked_again}");
+        let _ = done.send(());
+    }
+}
