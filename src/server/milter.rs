@@ -264,12 +264,19 @@ impl Session {
                 for (name, value) in pairs {
                     let name = lossy(&name);
                     let name = name.trim_start_matches('{').trim_end_matches('}');
+                    // Postfix repeats `i` before every header: an unchanged value costs nothing
+                    // (unless the queue id was cleared after the last message).
+                    let unchanged = self.macros.get(name).is_some_and(|v| v.as_bytes() == value);
+                    if unchanged && (name != "i" || self.queue_id.is_some()) {
+                        continue;
+                    }
+                    let value = lossy(&value);
                     if name == "i" {
-                        self.queue_id = Some(lossy(&value));
+                        self.queue_id = Some(value.clone());
                     }
                     // Bounded: a hostile client cannot grow the session with new names.
                     if self.macros.len() < MAX_MACROS || self.macros.contains_key(name) {
-                        self.macros.insert(name.to_owned(), lossy(&value));
+                        self.macros.insert(name.to_owned(), value);
                     }
                 }
                 Step::Quiet
@@ -748,5 +755,34 @@ mod tests {
                 .unwrap();
         }
         assert!(s.macros.len() <= MAX_MACROS);
+    }
+
+    #[test]
+    fn queue_id_follows_the_i_macro_across_messages() {
+        let mut s = Session::default();
+        let i = |id: &str| Command::Macro {
+            stage: b'L',
+            pairs: vec![(b"i".to_vec(), id.as_bytes().to_vec())],
+        };
+        let mail = || Command::Mail(vec![b"<a@b.example>".to_vec()]);
+        s.command(mail(), 1000).unwrap();
+        for _ in 0..3 {
+            // Postfix sends `i` before every header; the repeats change nothing.
+            s.command(i("AAA111"), 1000).unwrap();
+            assert_eq!(s.queue_id(), Some("AAA111"));
+        }
+        s.command(Command::EndOfMessage(vec![]), 1000).unwrap();
+        s.verdict(&Err(PoolError::Busy), &MilterConfig::default(), 6.0);
+        assert_eq!(s.queue_id(), None, "cleared after the verdict");
+        // The next message on the connection has its own id ...
+        s.command(mail(), 1000).unwrap();
+        s.command(i("BBB222"), 1000).unwrap();
+        assert_eq!(s.queue_id(), Some("BBB222"));
+        s.command(Command::EndOfMessage(vec![]), 1000).unwrap();
+        s.verdict(&Err(PoolError::Busy), &MilterConfig::default(), 6.0);
+        // ... and a value equal to the stored macro still sets the cleared id.
+        s.command(mail(), 1000).unwrap();
+        s.command(i("BBB222"), 1000).unwrap();
+        assert_eq!(s.queue_id(), Some("BBB222"));
     }
 }
