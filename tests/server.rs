@@ -302,6 +302,38 @@ fn reload_by_sighup_and_post_keeps_old_rules_on_error() {
 }
 
 #[test]
+fn workers_build_their_rule_states_before_serving_and_after_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            workers: Some(2),
+            ..Options::default()
+        },
+    );
+    let built = |d: &Daemon| -> u64 {
+        let m = d.get("/metrics").text();
+        m.lines()
+            .find_map(|l| l.strip_prefix("shrike_rule_states_built_total "))
+            .unwrap_or_else(|| panic!("no states metric in {m}"))
+            .parse()
+            .unwrap()
+    };
+    // Ready means both workers have their state: no message has been scanned yet.
+    assert_eq!(built(&d), 2);
+    assert!(d
+        .get("/metrics")
+        .text()
+        .contains("shrike_scans_total{action=\"no action\"} 0\n"));
+    // Idle workers build the new generation's state without waiting for a message.
+    assert_eq!(d.post("/reload", &[], b"").status, 200);
+    wait_until("states of generation 2", || built(&d) == 4);
+    // A scan then needs no build.
+    assert_eq!(d.post("/checkv2", &[], &read(HAM)).status, 200);
+    assert_eq!(built(&d), 4);
+}
+
+#[test]
 fn learned_state_survives_sigterm_and_kill9() {
     let dir = tempfile::tempdir().unwrap();
     let subject = "Test spam mail (GTUBE)";

@@ -233,6 +233,8 @@ pub struct EngineHealth {
     pub reload_failures: u64,
     pub last_error: Option<String>,
     pub last_build_ms: f64,
+    /// Lua states built by the scan workers (one per worker per generation they served).
+    pub states_built: u64,
 }
 
 /// Shared by every scan worker.
@@ -248,6 +250,7 @@ pub struct Engine {
     reloads: AtomicU64,
     reload_failures: AtomicU64,
     last_error: Mutex<Option<String>>,
+    states_built: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -280,6 +283,7 @@ impl Engine {
             reload_lock: Mutex::new(()),
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
+            states_built: AtomicU64::new(0),
             last_error: Mutex::new(None),
         }))
     }
@@ -327,6 +331,11 @@ impl Engine {
         }
     }
 
+    /// Counts a Lua state a scan worker built (see `RuleRunner::warm`).
+    pub(crate) fn state_built(&self) {
+        self.states_built.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A runner for one scan thread.
     pub fn runner(self: &Arc<Self>) -> RuleRunner {
         RuleRunner::new(Arc::clone(self))
@@ -342,6 +351,7 @@ impl Engine {
             reload_failures: self.reload_failures.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
             last_build_ms: g.build_time.as_secs_f64() * 1e3,
+            states_built: self.states_built.load(Ordering::Relaxed),
         }
     }
 

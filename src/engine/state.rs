@@ -1063,6 +1063,7 @@ impl RuleRunner {
                     .iter()
                     .map(|(m, _)| hash_bytes(m.name.as_bytes()))
                     .collect();
+                self.engine.state_built();
                 self.counters = vec![LocalCounters::default(); registered.len()];
                 self.loaded = Some(LoadedState {
                     generation: current,

@@ -506,6 +506,12 @@ fn metrics(daemon: &Daemon) -> String {
         "Rule reloads that failed.",
     );
     let _ = writeln!(out, "shrike_reload_failures_total {}", h.reload_failures);
+    counter_header(
+        &mut out,
+        "shrike_rule_states_built_total",
+        "Lua states built by the scan workers (each builds one at start and one per new generation, before its first message where it can).",
+    );
+    let _ = writeln!(out, "shrike_rule_states_built_total {}", h.states_built);
     let _ = writeln!(
         out,
         "# HELP shrike_last_reload_error 1 with the error while the last reload failed.\n\
