@@ -995,6 +995,9 @@ struct LocalCounters {
 pub struct RuleRunner {
     engine: Arc<Engine>,
     loaded: Option<LoadedState>,
+    /// A generation whose state failed to build here: not tried again while an older state
+    /// can serve (each try logs an error and costs a full build) until the next reload.
+    failed: Option<u64>,
     counters: Vec<LocalCounters>,
     scans: u32,
 }
@@ -1004,6 +1007,7 @@ impl RuleRunner {
         RuleRunner {
             engine,
             loaded: None,
+            failed: None,
             counters: Vec::new(),
             scans: 0,
         }
@@ -1043,10 +1047,12 @@ impl RuleRunner {
     /// Makes sure the state holds the engine's current generation.
     fn refresh(&mut self) {
         let current = self.engine.generation();
-        if self
-            .loaded
-            .as_ref()
-            .is_some_and(|l| l.generation.id == current.id)
+        // Without any state (the first generation failed here) every message tries again.
+        if (self.failed == Some(current.id) && self.loaded.is_some())
+            || self
+                .loaded
+                .as_ref()
+                .is_some_and(|l| l.generation.id == current.id)
         {
             return;
         }
@@ -1076,6 +1082,7 @@ impl RuleRunner {
                 });
             }
             Err(e) => {
+                self.failed = Some(current.id);
                 tracing::error!(generation = current.id, error = %e, "cannot build the Lua state of a new generation; staying on the previous one");
             }
         }
