@@ -21,9 +21,8 @@
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
-use std::sync::atomic::fence;
 use std::sync::atomic::{
-    compiler_fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8,
+    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8,
     Ordering::{Relaxed, SeqCst},
 };
 use std::sync::{Arc, Mutex, Once, OnceLock};

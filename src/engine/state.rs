@@ -1038,14 +1038,10 @@ impl RuleRunner {
         }
     }
 
-    /// Builds the Lua state of the engine's current generation now, if it is not built yet,
-    /// so the first message after a start or a reload does not wait for it (~100 ms).
+    /// Makes sure the state holds the engine's current generation. `run` calls it; the scan
+    /// workers also call it at start and when idle, so the first message after a start or a
+    /// reload does not wait for the build (~100 ms).
     pub fn warm(&mut self) {
-        self.refresh();
-    }
-
-    /// Makes sure the state holds the engine's current generation.
-    fn refresh(&mut self) {
         let current = self.engine.generation();
         // Without any state (the first generation failed here) every message tries again.
         if (self.failed == Some(current.id) && self.loaded.is_some())
@@ -1091,7 +1087,7 @@ impl RuleRunner {
     /// Runs every rule of the current generation over one message. `sample` is a stable hash
     /// of the message, choosing where test-mode rules apply.
     pub fn run(&mut self, data: &MessageData<'_>, sample: u64) -> RuleOutcome {
-        self.refresh();
+        self.warm();
         let mut out = RuleOutcome::default();
         let Some(st) = &self.loaded else {
             out.errors

@@ -264,10 +264,8 @@ impl Session {
                 for (name, value) in pairs {
                     let name = lossy(&name);
                     let name = name.trim_start_matches('{').trim_end_matches('}');
-                    // Postfix repeats `i` before every header: an unchanged value costs nothing
-                    // (unless the queue id was cleared after the last message).
-                    let unchanged = self.macros.get(name).is_some_and(|v| v.as_bytes() == value);
-                    if unchanged && (name != "i" || self.queue_id.is_some()) {
+                    // Postfix repeats `i` before every header: an unchanged value costs nothing.
+                    if self.macros.get(name).is_some_and(|v| v.as_bytes() == value) {
                         continue;
                     }
                     let value = lossy(&value);
@@ -407,9 +405,11 @@ impl Session {
                 Fallback::Reject => vec![Reply::ReplyCode(config.reject_reply.clone())],
             },
         };
-        // The connection's state (negotiation, client, HELO, macros) stays for the next one.
+        // The connection's state (negotiation, client, HELO, macros) stays for the next one,
+        // except the message's queue id: the next `i` counts as new even if it repeats it.
         self.reset_message();
         self.queue_id = None;
+        self.macros.remove("i");
         replies
     }
 
