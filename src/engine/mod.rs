@@ -13,6 +13,7 @@
 pub mod lists;
 mod phrases;
 mod preempt;
+mod rawtable;
 pub mod source;
 mod state;
 pub mod view;

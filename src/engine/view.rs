@@ -4,7 +4,9 @@
 use std::borrow::Cow;
 
 use mail_parser::{HeaderValue, MimeHeaders, PartType};
-use mlua::{Either, IntoLua, Lua, Result, Table, Value};
+use mlua::{IntoLua, Lua, Result, Table, Value};
+
+use super::rawtable::{self, Field, Row};
 
 use crate::entities::{EmailRole, Entities, IpSource, UrlSource};
 use crate::message::{Anomalies, Envelope, ParsedMessage};
@@ -170,46 +172,29 @@ fn strings<'s>(lua: &Lua, items: impl Iterator<Item = &'s str>) -> Result<Value>
     Ok(Value::Table(lua.create_sequence_from(items)?))
 }
 
-/// A field of a record built for Lua: pushed straight onto the Lua stack (no intermediate
-/// handle per value); `None` leaves the field out.
-type Field<'s> = Option<Either<&'s str, Either<i64, Either<bool, f64>>>>;
-
 fn text(s: &str) -> Field<'_> {
-    Some(Either::Left(s))
+    Field::Str(s)
 }
 
 fn opt_text(s: Option<&str>) -> Field<'_> {
-    s.map(Either::Left)
+    s.map_or(Field::Nil, Field::Str)
 }
 
 fn int(i: impl TryInto<i64>) -> Field<'static> {
-    Some(Either::Right(Either::Left(
-        i.try_into().unwrap_or(i64::MAX),
-    )))
+    Field::Int(i.try_into().unwrap_or(i64::MAX))
 }
 
 fn flag(b: bool) -> Field<'static> {
-    Some(Either::Right(Either::Right(Either::Left(b))))
+    Field::Bool(b)
 }
 
 fn number(n: f64) -> Field<'static> {
-    Some(Either::Right(Either::Right(Either::Right(n))))
+    Field::Num(n)
 }
 
-/// A record table from its fields. mlua's `Table::raw_set` takes the state's lock, guards
-/// the stack and moves a handle for every value (about a thousand instructions a field);
-/// `create_table_from` does that once per table, sized for all its fields up front.
-fn record<'s, const N: usize>(lua: &Lua, fields: [(&'static str, Field<'s>); N]) -> Result<Table> {
-    lua.create_table_from(fields)
-}
-
-/// An array of records.
-fn records<T>(lua: &Lua, items: &[T], mut build: impl FnMut(&T) -> Result<Table>) -> Result<Value> {
-    let mut rows = Vec::with_capacity(items.len());
-    for item in items {
-        rows.push(build(item)?);
-    }
-    Ok(Value::Table(lua.create_sequence_from(rows)?))
+/// An array of records as a Lua value (see `rawtable`: one protected call for the whole array).
+fn records<const N: usize>(lua: &Lua, rows: &[Row<'_, N>]) -> Result<Value> {
+    Ok(Value::Table(rawtable::records(lua, rows)?))
 }
 
 fn opt_str(lua: &Lua, s: Option<&str>) -> Result<Value> {
@@ -336,79 +321,90 @@ impl MessageData<'_> {
             12 => m.html_text.as_str().into_lua(lua),
             13 => self.html_source().as_ref().into_lua(lua),
             14 => self.parts(lua),
-            15 => records(lua, &e.urls, |u| {
-                record(
-                    lua,
-                    [
-                        ("url", text(&u.url)),
-                        ("host", text(&u.host)),
-                        ("domain", opt_text(u.domain.as_deref())),
-                        ("is_ip", flag(u.host_is_ip)),
-                        ("source", text(url_source(u.source))),
-                        ("text", opt_text(u.text.as_deref())),
-                        ("userinfo", flag(has_userinfo(&u.url))),
-                    ],
-                )
-            }),
+            15 => {
+                let rows: Vec<_> = (e.urls.iter())
+                    .map(|u| {
+                        [
+                            (c"url", text(&u.url)),
+                            (c"host", text(&u.host)),
+                            (c"domain", opt_text(u.domain.as_deref())),
+                            (c"is_ip", flag(u.host_is_ip)),
+                            (c"source", text(url_source(u.source))),
+                            (c"text", opt_text(u.text.as_deref())),
+                            (c"userinfo", flag(has_userinfo(&u.url))),
+                        ]
+                    })
+                    .collect();
+                records(lua, &rows)
+            }
             16 => strings(lua, e.hosts.iter().map(String::as_str)),
             17 => strings(lua, e.domains.iter().map(String::as_str)),
-            18 => records(lua, &e.anchors, |a| {
-                record(
-                    lua,
-                    [
-                        ("text", text(&a.text)),
-                        ("text_domain", text(&a.text_domain)),
-                        ("target_domain", text(&a.target_domain)),
-                        ("mismatch", flag(a.mismatch)),
-                    ],
-                )
-            }),
+            18 => {
+                let rows: Vec<_> = (e.anchors.iter())
+                    .map(|a| {
+                        [
+                            (c"text", text(&a.text)),
+                            (c"text_domain", text(&a.text_domain)),
+                            (c"target_domain", text(&a.target_domain)),
+                            (c"mismatch", flag(a.mismatch)),
+                        ]
+                    })
+                    .collect();
+                records(lua, &rows)
+            }
             19 => {
                 let received: Vec<_> = self.named("received").collect();
-                records(lua, &e.ips, |ip| {
-                    let addr = IpText::new(ip.ip);
-                    let helo_ip = ip
-                        .hop
-                        .and_then(|h| received.get(h))
-                        .is_some_and(|h| helo_is_bare_ip(self.raw_bytes(h)));
-                    let domain = ip.host.as_ref().and_then(|h| {
-                        crate::entities::url::registrable_domain(&h.to_ascii_lowercase())
-                    });
-                    record(
-                        lua,
+                // what the rows borrow: the address as text and the host's registrable domain
+                let owned: Vec<_> = (e.ips.iter())
+                    .map(|ip| {
+                        let domain = ip.host.as_ref().and_then(|h| {
+                            crate::entities::url::registrable_domain(&h.to_ascii_lowercase())
+                        });
+                        (IpText::new(ip.ip), domain)
+                    })
+                    .collect();
+                let rows: Vec<_> = (e.ips.iter().zip(&owned))
+                    .map(|(ip, (addr, domain))| {
+                        let helo_ip = ip
+                            .hop
+                            .and_then(|h| received.get(h))
+                            .is_some_and(|h| helo_is_bare_ip(self.raw_bytes(h)));
                         [
-                            ("ip", text(addr.as_str())),
+                            (c"ip", text(addr.as_str())),
                             (
-                                "source",
+                                c"source",
                                 text(match ip.source {
                                     IpSource::Client => "client",
                                     IpSource::Received => "received",
                                 }),
                             ),
-                            ("hop", ip.hop.and_then(int)),
-                            ("host", opt_text(ip.host.as_deref())),
-                            ("domain", opt_text(domain.as_deref())),
-                            ("private", flag(is_private(ip.ip))),
-                            ("helo_ip", flag(helo_ip)),
-                        ],
-                    )
-                })
+                            (c"hop", ip.hop.map_or(Field::Nil, int)),
+                            (c"host", opt_text(ip.host.as_deref())),
+                            (c"domain", opt_text(domain.as_deref())),
+                            (c"private", flag(is_private(ip.ip))),
+                            (c"helo_ip", flag(helo_ip)),
+                        ]
+                    })
+                    .collect();
+                records(lua, &rows)
             }
             20 => Ok(Value::Integer(self.named("received").count() as i64)),
-            21 => records(lua, &e.attachments, |a| {
-                record(
-                    lua,
-                    [
-                        ("name", text(&a.name)),
-                        ("ext", opt_text(a.extension.as_deref())),
-                        ("content_type", text(&a.content_type)),
-                        ("size", int(a.size)),
-                        ("hash", text(&a.hash)),
-                        ("executable", flag(a.flags.executable)),
-                        ("double_extension", flag(a.flags.double_extension)),
-                    ],
-                )
-            }),
+            21 => {
+                let rows: Vec<_> = (e.attachments.iter())
+                    .map(|a| {
+                        [
+                            (c"name", text(&a.name)),
+                            (c"ext", opt_text(a.extension.as_deref())),
+                            (c"content_type", text(&a.content_type)),
+                            (c"size", int(a.size)),
+                            (c"hash", text(&a.hash)),
+                            (c"executable", flag(a.flags.executable)),
+                            (c"double_extension", flag(a.flags.double_extension)),
+                        ]
+                    })
+                    .collect();
+                records(lua, &rows)
+            }
             22 => Ok(Value::Table(lua.create_table_from(
                 self.anomalies.iter().map(|a| (a.as_str(), true)),
             )?)),
@@ -436,17 +432,14 @@ impl MessageData<'_> {
                     if role.as_deref().is_some_and(|r| r != name) {
                         continue;
                     }
-                    rows.push(record(
-                        lua,
-                        [
-                            ("address", text(&x.address)),
-                            ("domain", text(&x.domain)),
-                            ("name", opt_text(x.name.as_deref())),
-                            ("role", text(name)),
-                        ],
-                    )?);
+                    rows.push([
+                        (c"address", text(&x.address)),
+                        (c"domain", text(&x.domain)),
+                        (c"name", opt_text(x.name.as_deref())),
+                        (c"role", text(name)),
+                    ]);
                 }
-                Ok(Value::Table(lua.create_sequence_from(rows)?))
+                records(lua, &rows)
             }
             31 => {
                 let n = match a {
@@ -571,36 +564,35 @@ impl MessageData<'_> {
             Value::Nil => None,
             w => Some(window_arg(windows, w)?),
         };
+        let keys: Vec<_> = (self.shingles.iter().zip(self.stats))
+            .filter(|(s, _)| s.kind == kind)
+            .map(|(s, c)| (format!("{:016x}", s.hash), c))
+            .collect();
+        if let Some(w) = only {
+            let counts: Vec<_> = (keys.iter())
+                .map(|(_, c)| c.windows.get(w).copied().unwrap_or_default())
+                .collect();
+            let rows: Vec<_> = (keys.iter().zip(&counts))
+                .map(|((hash, _), counts)| counts_row(counts, Some(hash)))
+                .collect();
+            return rawtable::records(lua, &rows);
+        }
         let mut rows = Vec::new();
-        for (s, c) in self.shingles.iter().zip(self.stats) {
-            if s.kind != kind {
-                continue;
-            }
-            let hash = format!("{:016x}", s.hash);
-            let k = match only {
-                Some(w) => counts_record(
-                    lua,
-                    &c.windows.get(w).copied().unwrap_or_default(),
-                    Some(&hash),
-                )?,
-                None => {
-                    let k = lua.create_table_from(
-                        windows
-                            .names()
-                            .iter()
-                            .zip(&c.windows)
-                            .map(|(name, counts)| {
-                                Ok::<_, mlua::Error>((
-                                    name.as_str(),
-                                    counts_record(lua, counts, None)?,
-                                ))
-                            })
-                            .collect::<Result<Vec<_>>>()?,
-                    )?;
-                    k.raw_set("hash", hash)?;
-                    k
-                }
-            };
+        for (hash, c) in keys {
+            let k = lua.create_table_from(
+                windows
+                    .names()
+                    .iter()
+                    .zip(&c.windows)
+                    .map(|(name, counts)| {
+                        Ok::<_, mlua::Error>((
+                            name.as_str(),
+                            rawtable::record(lua, &counts_row(counts, None))?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            )?;
+            k.raw_set("hash", hash)?;
             rows.push(k);
         }
         lua.create_sequence_from(rows)
@@ -637,50 +629,53 @@ impl MessageData<'_> {
         let Some(mime) = &self.message.mime else {
             return Ok(Value::Table(lua.create_table()?));
         };
-        records(lua, &mime.parts, |part| {
-            let ct = match part.content_type() {
-                Some(c) => match c.subtype() {
-                    Some(s) => format!("{}/{}", c.ctype(), s).to_ascii_lowercase(),
-                    None => c.ctype().to_ascii_lowercase(),
-                },
-                None => "text/plain".to_string(),
-            };
-            let encoding = part
-                .content_transfer_encoding()
-                .map(|e| e.trim().to_ascii_lowercase());
-            record(
-                lua,
+        // what the rows borrow: the lower-cased content type and transfer encoding
+        let owned: Vec<_> = (mime.parts.iter())
+            .map(|part| {
+                let ct = match part.content_type() {
+                    Some(c) => match c.subtype() {
+                        Some(s) => format!("{}/{}", c.ctype(), s).to_ascii_lowercase(),
+                        None => c.ctype().to_ascii_lowercase(),
+                    },
+                    None => "text/plain".to_string(),
+                };
+                let encoding = part
+                    .content_transfer_encoding()
+                    .map(|e| e.trim().to_ascii_lowercase());
+                (ct, encoding)
+            })
+            .collect();
+        let rows: Vec<_> = (mime.parts.iter().zip(&owned))
+            .map(|(part, (ct, encoding))| {
                 [
-                    ("content_type", text(&ct)),
-                    ("size", int(part.len())),
-                    ("encoding", opt_text(encoding.as_deref())),
-                    ("attachment", flag(part.attachment_name().is_some())),
-                ],
-            )
-        })
+                    (c"content_type", text(ct)),
+                    (c"size", int(part.len())),
+                    (c"encoding", opt_text(encoding.as_deref())),
+                    (c"attachment", flag(part.attachment_name().is_some())),
+                ]
+            })
+            .collect();
+        records(lua, &rows)
     }
 }
 
 /// The counters of one window as a record, with the spam ratio (and the key's hash).
-fn counts_record(lua: &Lua, counts: &[u64; 5], hash: Option<&str>) -> Result<Table> {
+fn counts_row<'s>(counts: &[u64; 5], hash: Option<&'s str>) -> Row<'s, 7> {
     let judged = counts[Counter::Spam as usize] + counts[Counter::Ham as usize];
     let ratio = if judged == 0 {
         0.0
     } else {
         counts[Counter::Spam as usize] as f64 / judged as f64
     };
-    record(
-        lua,
-        [
-            ("seen", int(counts[Counter::Seen as usize])),
-            ("spam", int(counts[Counter::Spam as usize])),
-            ("ham", int(counts[Counter::Ham as usize])),
-            ("complaints", int(counts[Counter::Complaint as usize])),
-            ("rescues", int(counts[Counter::Rescue as usize])),
-            ("spam_ratio", number(ratio)),
-            ("hash", opt_text(hash)),
-        ],
-    )
+    [
+        (c"seen", int(counts[Counter::Seen as usize])),
+        (c"spam", int(counts[Counter::Spam as usize])),
+        (c"ham", int(counts[Counter::Ham as usize])),
+        (c"complaints", int(counts[Counter::Complaint as usize])),
+        (c"rescues", int(counts[Counter::Rescue as usize])),
+        (c"spam_ratio", number(ratio)),
+        (c"hash", opt_text(hash)),
+    ]
 }
 
 /// Loopback, private (RFC 1918), link-local, CGNAT, unspecified, and IPv6 unique-local,
