@@ -120,10 +120,16 @@ mod tests {
             )
             .eval()
             .unwrap();
-        assert_eq!(got, "2: a.example 7 true 0.25 nil 4 | b -1 false 1.50 here 5");
+        assert_eq!(
+            got,
+            "2: a.example 7 true 0.25 nil 4 | b -1 false 1.50 here 5"
+        );
         let empty = records::<1>(&lua, &[]).unwrap();
         assert_eq!(empty.raw_len(), 0);
         let one = record(&lua, &[(c"x", Field::Str("y\0z"))]).unwrap();
-        assert_eq!(one.get::<mlua::String>("x").unwrap().as_bytes(), &b"y\0z"[..]);
+        assert_eq!(
+            one.get::<mlua::String>("x").unwrap().as_bytes(),
+            &b"y\0z"[..]
+        );
     }
 }

@@ -632,6 +632,34 @@ mod tests {
         parse_bytes(s.as_bytes(), &Limits::default())
     }
 
+    /// The vendored mail-parser's single-byte decoder (vendor/README.md): ASCII runs copied
+    /// whole, other bytes through the charset's table, as before the patch.
+    #[test]
+    fn single_byte_charsets_decode_as_their_tables_say() {
+        let decode = |charset: &str, body: &[u8]| {
+            let mut raw = format!(
+                "Subject: t\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset={charset}\r\n\
+                 Content-Transfer-Encoding: 8bit\r\n\r\n"
+            )
+            .into_bytes();
+            raw.extend_from_slice(body);
+            let m = mail_parser::MessageParser::default().parse(&raw[..]).unwrap();
+            m.body_text(0).unwrap().into_owned()
+        };
+        // pure ASCII
+        assert_eq!(decode("us-ascii", b"plain words, 7 bit"), "plain words, 7 bit");
+        // the Latin-1 half, euro sign and an unassigned byte of windows-1252, among ASCII runs
+        let mut body = b"caf\xe9 \x80 \x81|".to_vec();
+        body.extend(0xa0..=0xffu8);
+        body.extend_from_slice(b"|end");
+        let mut want = String::from("caf\u{e9} \u{20ac} \u{fffd}|");
+        want.extend((0xa0..=0xffu8).map(char::from));
+        want.push_str("|end");
+        assert_eq!(decode("iso-8859-1", &body), want);
+        // another table: KOI8-R maps 0xc1 to Cyrillic a
+        assert_eq!(decode("koi8-r", b"x\xc1y"), "x\u{430}y");
+    }
+
     #[test]
     fn plain_message_has_no_anomalies() {
         let m = parse_str(

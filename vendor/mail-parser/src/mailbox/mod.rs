@@ -1,0 +1,2 @@
+pub mod maildir;
+pub mod mbox;
