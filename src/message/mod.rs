@@ -643,11 +643,16 @@ mod tests {
             )
             .into_bytes();
             raw.extend_from_slice(body);
-            let m = mail_parser::MessageParser::default().parse(&raw[..]).unwrap();
+            let m = mail_parser::MessageParser::default()
+                .parse(&raw[..])
+                .unwrap();
             m.body_text(0).unwrap().into_owned()
         };
         // pure ASCII
-        assert_eq!(decode("us-ascii", b"plain words, 7 bit"), "plain words, 7 bit");
+        assert_eq!(
+            decode("us-ascii", b"plain words, 7 bit"),
+            "plain words, 7 bit"
+        );
         // the Latin-1 half, euro sign and an unassigned byte of windows-1252, among ASCII runs
         let mut body = b"caf\xe9 \x80 \x81|".to_vec();
         body.extend(0xa0..=0xffu8);
