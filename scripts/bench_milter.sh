@@ -5,7 +5,7 @@
 # The two setups alternate for ROUNDS rounds (default 3), so that a change in the machine's
 # load hits both; each round prints its ratio, and the last line the median per connection count.
 #
-#   [ROUNDS=3] scripts/bench_milter.sh [N] [CONNECTIONS...]
+#   [ROUNDS=3] [SHRIKE_CONFIG=FILE] scripts/bench_milter.sh [N] [CONNECTIONS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-1000}
@@ -21,8 +21,8 @@ chmod 755 "$work"
 cargo build --release --quiet
 milter_port=21332
 rm -rf "$work/data-milter"
-./target/release/shrike serve --http 127.0.0.1:21335 --milter "127.0.0.1:$milter_port" \
-    --data "$work/data-milter" 2> "$work/shrike-milter.log" &
+./target/release/shrike serve ${SHRIKE_CONFIG:+--config "$SHRIKE_CONFIG"} \
+    --http 127.0.0.1:21335 --milter "127.0.0.1:$milter_port" --data "$work/data-milter" 2> "$work/shrike-milter.log" &
 pid=$!
 cleanup() { kill $pid 2>/dev/null || true; "$tools/mta-down" --dir "$work/mta" >/dev/null 2>&1 || true; }
 trap cleanup EXIT

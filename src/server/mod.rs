@@ -35,7 +35,7 @@ use pool::Pool;
 pub struct ServerConfig {
     /// Scan worker threads, each with its own Lua state (0: one per core).
     pub workers: usize,
-    /// Threads serving sockets (0: one per core, at most 2). They only parse and write.
+    /// Threads serving sockets (0: one per two cores, 1 to 2). They only parse and write.
     pub io_threads: usize,
     /// Messages waiting for a worker before new ones are refused (0: 64 per worker).
     pub queue: usize,
@@ -174,8 +174,10 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     let s = &config.server;
     let workers = if s.workers == 0 { cores } else { s.workers };
     let queue = if s.queue == 0 { workers * 64 } else { s.queue };
+    // One socket thread per two cores (1–2): on a small machine the scan workers need the cores,
+    // and every extra socket thread adds wake-ups that preempt them (BENCHMARKS.md, stop 18).
     let io_threads = if s.io_threads == 0 {
-        cores.min(2)
+        (cores / 2).clamp(1, 2)
     } else {
         s.io_threads
     };
