@@ -210,6 +210,10 @@ pub(crate) fn encode_record(
     time: u64,
     increments: &[(StoreKey, Counts)],
 ) {
+    // Room for the whole record at once: the writer takes a shard's buffer away, so the next
+    // record starts from an empty one, which would otherwise grow several times per record.
+    // (frame, header, then per increment a key of 11 bytes and up to 10 bytes per counter)
+    out.reserve(8 + 24 + increments.len() * (11 + 10 * COUNTERS));
     frame(out, |payload| {
         payload.extend_from_slice(&shard.to_le_bytes());
         payload.extend_from_slice(&seq.to_le_bytes());
