@@ -569,11 +569,8 @@ impl MessageData<'_> {
             .map(|(s, c)| (format!("{:016x}", s.hash), c))
             .collect();
         if let Some(w) = only {
-            let counts: Vec<_> = (keys.iter())
-                .map(|(_, c)| c.windows.get(w).copied().unwrap_or_default())
-                .collect();
-            let rows: Vec<_> = (keys.iter().zip(&counts))
-                .map(|((hash, _), counts)| counts_row(counts, Some(hash)))
+            let rows: Vec<_> = (keys.iter())
+                .map(|(hash, c)| counts_row(c.windows.get(w).unwrap_or(&[0; 5]), Some(hash)))
                 .collect();
             return rawtable::records(lua, &rows);
         }
