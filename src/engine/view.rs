@@ -239,7 +239,7 @@ impl MessageData<'_> {
     }
 
     fn raw_value(&self, h: &mail_parser::Header<'_>) -> Cow<'_, str> {
-        String::from_utf8_lossy(self.raw_bytes(h))
+        crate::message::utf8_lossy(self.raw_bytes(h))
     }
 
     /// A header's raw value, undecoded.

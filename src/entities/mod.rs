@@ -276,7 +276,7 @@ impl Extractor {
             let raw = mime
                 .raw_message
                 .get(header.offset_field as usize..header.offset_end as usize)
-                .map(String::from_utf8_lossy) // borrows when valid
+                .map(crate::message::utf8_lossy) // borrows when valid
                 .unwrap_or_default();
             let text = raw.split_once(':').map_or(raw.as_ref(), |(_, v)| v);
             if let Some((ip, host)) = received::sender(text) {

@@ -134,7 +134,7 @@ impl<'x> MessageStream<'x> {
                 .get(..token_len)
                 .and_then(header_map)
                 .unwrap_or_else(|| {
-                    HeaderName::Other(String::from_utf8_lossy(
+                    HeaderName::Other(crate::decoders::utf8_lossy(
                         self.bytes(token_start - 1..token_end),
                     ))
                 })

@@ -327,7 +327,7 @@ impl MessageParser {
                         (Cow::Borrowed(bytes), Some(charset_decoder)) => {
                             charset_decoder(bytes).into()
                         }
-                        (Cow::Borrowed(bytes), None) => String::from_utf8_lossy(bytes),
+                        (Cow::Borrowed(bytes), None) => crate::decoders::utf8_lossy(bytes),
                     };
 
                     let is_html = mime_type == MimeType::TextHtml;
@@ -410,7 +410,7 @@ impl MessageParser {
                                 part.offset_end = offset_end as u32;
                                 if message.is_empty() {
                                     part.is_encoding_problem = true;
-                                    part.body = PartType::Text(String::from_utf8_lossy(
+                                    part.body = PartType::Text(crate::decoders::utf8_lossy(
                                         raw_message
                                             .get(part.offset_body as usize..offset_end)
                                             .unwrap_or_default(),
@@ -523,7 +523,7 @@ impl MessageParser {
                                     })
                             }) {
                             Some(text) => Cow::Borrowed(text),
-                            _ => String::from_utf8_lossy(raw_text.unwrap_or_default()),
+                            _ => crate::decoders::utf8_lossy(raw_text.unwrap_or_default()),
                         };
 
                         part.body = PartType::Text(text);

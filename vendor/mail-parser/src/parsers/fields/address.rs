@@ -40,7 +40,7 @@ pub struct AddressParser<'x> {
 impl<'x> AddressParser<'x> {
     pub fn add_token(&mut self, stream: &MessageStream<'x>) {
         if self.token_start > 0 {
-            let token = String::from_utf8_lossy(&stream.data[self.token_start - 1..self.token_end]);
+            let token = crate::decoders::utf8_lossy(&stream.data[self.token_start - 1..self.token_end]);
             let mut add_space = false;
             let list = match self.state {
                 AddressState::Address => &mut self.mail_tokens,

@@ -59,7 +59,7 @@ impl<'x> ContentTypeParser<'x> {
 
     fn add_attribute(&mut self, stream: &MessageStream<'x>) -> bool {
         if self.token_start > 0 {
-            let mut attr = Some(String::from_utf8_lossy(
+            let mut attr = Some(crate::decoders::utf8_lossy(
                 &stream.data[self.token_start - 1..self.token_end],
             ));
 
@@ -85,7 +85,7 @@ impl<'x> ContentTypeParser<'x> {
     fn add_attribute_parameter(&mut self, stream: &MessageStream<'x>) {
         if self.token_start > 0 {
             let attr_part =
-                String::from_utf8_lossy(&stream.data[self.token_start - 1..self.token_end]);
+                crate::decoders::utf8_lossy(&stream.data[self.token_start - 1..self.token_end]);
 
             if self.attr_charset.is_none() {
                 self.attr_charset = attr_part.into();
@@ -112,7 +112,7 @@ impl<'x> ContentTypeParser<'x> {
         if self.token_start > 0 {
             let in_quote = self.state == ContentState::AttributeQuotedValue;
 
-            self.values.push(String::from_utf8_lossy(
+            self.values.push(crate::decoders::utf8_lossy(
                 &stream.data[self.token_start - 1..if in_quote && to_cur_pos {
                     stream.offset() - 1
                 } else {
@@ -136,7 +136,7 @@ impl<'x> ContentTypeParser<'x> {
         let value = if self.token_start > 0 {
             let value = &stream.data[self.token_start - 1..self.token_end];
             Some(if !self.remove_crlf {
-                String::from_utf8_lossy(value)
+                crate::decoders::utf8_lossy(value)
             } else {
                 self.remove_crlf = false;
                 match String::from_utf8(
@@ -227,7 +227,7 @@ impl<'x> ContentTypeParser<'x> {
     fn add_attr_position(&mut self, stream: &MessageStream<'_>) -> bool {
         if self.token_start > 0 {
             self.attr_position =
-                String::from_utf8_lossy(&stream.data[self.token_start - 1..self.token_end])
+                crate::decoders::utf8_lossy(&stream.data[self.token_start - 1..self.token_end])
                     .parse()
                     .unwrap_or(0);
 

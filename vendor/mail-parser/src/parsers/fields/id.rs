@@ -23,7 +23,7 @@ impl<'x> MessageStream<'x> {
                             1 => HeaderValue::Text(ids.pop().unwrap()),
                             0 => {
                                 if token_invalid_start > 0 {
-                                    HeaderValue::Text(String::from_utf8_lossy(
+                                    HeaderValue::Text(crate::decoders::utf8_lossy(
                                         self.bytes(token_invalid_start - 1..token_invalid_end),
                                     ))
                                 } else {
@@ -43,7 +43,7 @@ impl<'x> MessageStream<'x> {
                 b'>' => {
                     is_id_part = false;
                     if token_start > 0 {
-                        ids.push(String::from_utf8_lossy(
+                        ids.push(crate::decoders::utf8_lossy(
                             self.bytes(token_start - 1..token_end),
                         ));
                         token_start = 0;

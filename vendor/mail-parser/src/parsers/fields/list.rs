@@ -22,7 +22,7 @@ impl<'x> ListParser<'x> {
             if !self.tokens.is_empty() {
                 self.tokens.push(" ".into());
             }
-            self.tokens.push(String::from_utf8_lossy(
+            self.tokens.push(crate::decoders::utf8_lossy(
                 &stream.data[self.token_start - 1..self.token_end],
             ));
 
