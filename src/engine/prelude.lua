@@ -223,8 +223,13 @@ end
 -- Each scan's `msg` has its own metatable (a protected metatable cannot be swapped, but its
 -- fields can): `finish` points its `__index` at `outside`.
 local scan_mt = nil
+-- A scan's cache: the field ids (1..47) index its array part, which the constructor sizes at
+-- once. Filled key by key, a fresh table's hash part would be rebuilt at 1, 2, 4, 8, 16 and 32
+-- entries in every scan.
+local new_cache = raw_load("return {" .. string.rep("nil,", 48) .. "}", "=cache", "t", {})
+
 function M.begin()
-  cache = {}
+  cache = new_cache()
   scan_mt = { __index = Msg, __newindex = Msg.__newindex, __metatable = false }
   return setmetatable({}, scan_mt)
 end

@@ -296,7 +296,7 @@ impl Walker<'_> {
             .first()
             .map_or(raw.len(), |p| (p.offset_body as usize).min(raw.len()));
         let header_block = &raw[..header_end];
-        if header_block.iter().any(|&b| b >= 0x80) {
+        if !header_block.is_ascii() {
             self.anomalies.add(Anomaly::EightBitHeader);
         }
         // Lines that are no header at all keep their text: it may be all a spammer wrote.
