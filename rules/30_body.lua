@@ -82,16 +82,18 @@ local WHITE = { ["#fff"] = true, ["#ffffff"] = true, ["white"] = true, ["fff"] =
 local WHITE_TEXT = re.compile("(?i)color\\s*[=:]\\s*[\"']?(#?fff(fff)?\\b|white\\b|#fffffe|#fefefe)")
 
 -- Colours given to text (by <font color=…> or a CSS color), and backgrounds (bgcolor=…, CSS
--- background-color and background), over the lower-cased source. One regex pass each.
-local FONT_COLOR = re.compile("<font[^>]*\\scolor\\s*=\\s*[\"']?(#?[0-9a-z]+)")
-local CSS_COLOR = re.compile("(?:^|[^-])color\\s*:\\s*(#?[0-9a-z]+)")
+-- background-color and background). One regex pass each over the source as it is: names match
+-- in any ASCII case (`(?i-u:…)`, exactly what lower-casing the source first would match, without
+-- copying it), and the colours found are lower-cased.
+local FONT_COLOR = re.compile("(?i-u:<font)[^>]*\\s(?i-u:color)\\s*=\\s*[\"']?(#?[0-9a-zA-Z]+)")
+local CSS_COLOR = re.compile("(?:^|[^-])(?i-u:color)\\s*:\\s*(#?[0-9a-zA-Z]+)")
 local BACKGROUND = re.compile(
-  "bgcolor\\s*=\\s*[\"']?(#?[0-9a-z]+)|background-color\\s*:\\s*(#?[0-9a-z]+)|background\\s*:\\s*(#?[0-9a-z]+)")
-local BACKGROUND_IMAGE = re.compile("background\\s*=")
+  "(?i-u:bgcolor)\\s*=\\s*[\"']?(#?[0-9a-zA-Z]+)|(?i-u:background-color)\\s*:\\s*(#?[0-9a-zA-Z]+)|(?i-u:background)\\s*:\\s*(#?[0-9a-zA-Z]+)")
+local BACKGROUND_IMAGE = re.compile("(?i-u:background)\\s*=")
 
 local function any_white(list)
   for i = 1, #list do
-    if WHITE[list[i]] then return true end
+    if WHITE[lower(list[i])] then return true end
   end
   return false
 end
@@ -102,7 +104,7 @@ local function white_text_on_white(h)
   -- and no background other than white anywhere (a dark table behind white text is fine)
   local backgrounds = BACKGROUND:all(h, 10000)
   for i = 1, #backgrounds do
-    if not WHITE[backgrounds[i]] then return false end
+    if not WHITE[lower(backgrounds[i])] then return false end
   end
   if BACKGROUND_IMAGE:match(h) then return false end -- a background image
   return true
@@ -137,8 +139,7 @@ rule {
     if FONT_SIZE_0:match(html) then
       return 1, { "font-size:0" }
     end
-    -- lower-case the source (a copy) only when some text is coloured white at all
-    if WHITE_TEXT:match(html) and white_text_on_white(lower(html)) then
+    if WHITE_TEXT:match(html) and white_text_on_white(html) then
       return 1, { "white on white" }
     end
   end,
