@@ -434,9 +434,15 @@ end }
 fn reputation_stats_unique_counts_and_ratelimit() {
     let (_d, s) = rules(
         r#"
-rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UNIQUE = 1, STATS = 1 },
+rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UNIQUE = 1, STATS = 1, ARGS = 1 },
   check = function(msg)
     local seen = msg:stat("subject", "1h")
+    -- a type by number (8 is "subject"); unknown types and windows raise
+    local ok_kind, e_kind = pcall(msg.stat, msg, "nope", "1h")
+    local ok_window, e_window = pcall(msg.stat, msg, "subject", "2y")
+    local args = { tostring(msg:stat(8, "1h") == seen), tostring(ok_kind),
+      tostring(string.find(tostring(e_kind), "unknown shingle type", 1, true) ~= nil),
+      tostring(ok_window), tostring(string.find(tostring(e_window), "unknown window", 1, true) ~= nil) }
     -- per key: all windows, or one
     local all, one = msg:stats("subject"), msg:stats("subject", "1h")
     local stats = { tostring(#all), tostring(all[1]["1h"].seen), tostring(all[1]["14d"].ham),
@@ -451,6 +457,7 @@ rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UN
       RATE = over and { tostring(count) } or nil,
       UNIQUE = { tostring(uniq) },
       STATS = stats,
+      ARGS = args,
     }
   end }
 "#,
@@ -484,6 +491,11 @@ rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UN
         "over the limit of 3, still counting"
     );
     assert!(!v.symbols.contains_key("URL_COMPLAINTS"));
+    assert_eq!(
+        v.symbols["ARGS"].options,
+        ["true", "false", "true", "false", "true"],
+        "a type by number; unknown type and window names raise"
+    );
     let analysis = shrike::scan::analyze(&input, &Envelope::default(), s.limits());
     s.learn(&analysis, Counter::Complaint);
     s.learn(&analysis, Counter::Complaint);

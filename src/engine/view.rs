@@ -70,8 +70,8 @@ impl WindowNames {
         }
     }
 
-    pub fn index(&self, name: &str) -> Option<usize> {
-        self.names.iter().position(|n| n == name)
+    pub fn index(&self, name: &[u8]) -> Option<usize> {
+        self.names.iter().position(|n| n.as_bytes() == name)
     }
 
     pub fn names(&self) -> &[String] {
@@ -207,7 +207,8 @@ fn opt_str(lua: &Lua, s: Option<&str>) -> Result<Value> {
 /// The index of a window given by name (`"1h"`).
 fn window_arg(windows: &WindowNames, window: &Value) -> Result<usize> {
     match window {
-        Value::String(s) => windows.index(&s.to_str()?),
+        // Compared as bytes: `to_str` would validate UTF-8 on every `msg:stat` call.
+        Value::String(s) => windows.index(&s.as_bytes()),
         _ => None,
     }
     .ok_or_else(|| {
@@ -221,7 +222,9 @@ fn window_arg(windows: &WindowNames, window: &Value) -> Result<usize> {
 /// An argument given as a shingle type name or number.
 fn kind_arg(v: &Value) -> Result<Kind> {
     let k = match v {
-        Value::String(s) => Kind::parse(&s.to_str()?),
+        Value::String(s) => std::str::from_utf8(&s.as_bytes())
+            .ok()
+            .and_then(Kind::parse),
         Value::Integer(i) => u16::try_from(*i).ok().and_then(Kind::from_id),
         Value::Number(n) => Kind::from_id(*n as u16),
         _ => None,
