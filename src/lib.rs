@@ -12,6 +12,8 @@ pub mod scan;
 pub mod server;
 pub mod shingle;
 pub mod store;
+#[cfg(test)]
+mod testing;
 
 /// mimalloc for every binary that links the library (the daemon, the CLI, benches, examples and
 /// tests), so they measure the same allocator: a scan allocates and frees many small objects

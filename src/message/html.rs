@@ -508,6 +508,7 @@ impl TextSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{pick, xorshift};
 
     /// The `str::split` version `push_text` replaced.
     fn push_text_by_split(sink: &mut TextSink, s: &str) {
@@ -539,17 +540,9 @@ mod tests {
         for _ in 0..30_000 {
             let (mut a, mut b) = (TextSink::default(), TextSink::default());
             for _ in 0..4 {
-                let mut chunk = String::new();
-                for _ in 0..(x % 6) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    chunk.push_str(pieces[(x % pieces.len() as u64) as usize]);
-                }
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                if x.is_multiple_of(5) {
+                let n = x % 6;
+                let chunk = pick(&mut x, &pieces, n);
+                if xorshift(&mut x).is_multiple_of(5) {
                     a.push_break();
                     b.push_break();
                 }

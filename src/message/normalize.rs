@@ -251,6 +251,7 @@ fn is_combining(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{pick, xorshift};
 
     #[test]
     fn ascii_is_lowercased_and_collapsed() {
@@ -332,16 +333,9 @@ mod tests {
         ];
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
         for _ in 0..50_000 {
-            let mut text = String::new();
-            for _ in 0..(x % 10) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                text.push_str(pieces[(x % pieces.len() as u64) as usize]);
-            }
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let n = x % 10;
+            let text = pick(&mut x, &pieces, n);
+            xorshift(&mut x);
             assert_eq!(normalize(&text), normalize_by_token(&text), "{text:?}");
         }
     }

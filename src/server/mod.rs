@@ -498,6 +498,7 @@ async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::scan::SymbolHit;
+    use crate::testing::xorshift;
 
     #[test]
     fn a_data_directory_serves_one_daemon() {
@@ -555,9 +556,7 @@ mod tests {
             f64::MIN,
         ];
         for _ in 0..200_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             let v = (x % 4_000_001) as f64 / 1000.0 - 2000.0; // three decimals: ties included
             values.push(v);
             values.push(v * 1.5);
