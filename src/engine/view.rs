@@ -11,7 +11,7 @@ use super::rawtable::{self, Field, Row};
 use crate::entities::{EmailRole, Entities, IpSource, UrlSource};
 use crate::message::{Anomalies, Envelope, ParsedMessage};
 use crate::shingle::{Kind, Shingle};
-use crate::store::{Counter, WindowCounts};
+use crate::store::{Counter, Counts, WindowCounts};
 
 /// Everything the rules may read about one message.
 pub struct MessageData<'a> {
@@ -573,7 +573,9 @@ impl MessageData<'_> {
             .collect();
         if let Some(w) = only {
             let rows: Vec<_> = (keys.iter())
-                .map(|(hash, c)| counts_row(c.windows.get(w).unwrap_or(&[0; 5]), Some(hash)))
+                .map(|(hash, c)| {
+                    counts_row(c.windows.get(w).unwrap_or(&Counts::default()), Some(hash))
+                })
                 .collect();
             return rawtable::records(lua, &rows);
         }

@@ -243,8 +243,6 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
     }
 }
 
-/// Drops a leading mbox "From sender date" separator line: files cut from mailboxes carry it,
-/// and it is not a header (no colon after the name).
 /// `String::from_utf8_lossy`, validated by `str::from_utf8` first: the lossy decoder checks byte
 /// by byte, the strict one skips ASCII a word at a time. The same result either way.
 #[inline]
@@ -255,6 +253,8 @@ pub fn utf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
     }
 }
 
+/// Drops a leading mbox "From sender date" separator line: files cut from mailboxes carry it,
+/// and it is not a header (no colon after the name).
 fn without_mbox_separator(raw: &[u8]) -> &[u8] {
     if !raw.starts_with(b"From ") {
         return raw;

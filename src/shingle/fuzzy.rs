@@ -84,7 +84,9 @@ static ASCII_WORD: [bool; 128] = {
 /// a word) instead of one loop with a state per byte: this runs over every byte of every body.
 fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
     let bytes = text.as_bytes();
-    // Whether the character at `i` is part of a word, and its width.
+    // Whether the character at `i` is part of a word, and its width. The loops below test ASCII
+    // inline and call this only for other bytes: through the closure alone the sketch costs 10%
+    // more (callgrind).
     let class = |i: usize| -> (bool, usize) {
         let b = bytes[i];
         if b < 0x80 {
