@@ -92,7 +92,11 @@ pub fn quoted_printable_decode_char(hex1: u8, hex2: u8) -> Option<u8> {
 
 impl<'x> MessageStream<'x> {
     pub fn decode_quoted_printable_mime(&mut self, boundary: &[u8]) -> (usize, Cow<'x, [u8]>) {
-        let mut buf = Vec::with_capacity(128);
+        // shrike's patch: runs of plain bytes (outside an escape, and none of `=`, CR, LF or
+        // `-`) are copied as slices, with the state the byte loop would leave; every other
+        // byte goes through the original loop. Sized for the rest of the stream at once: the
+        // output is never longer than the input (one byte per byte, or CRLF for a line end).
+        let mut buf = Vec::with_capacity(self.remaining().min(1 << 20).max(128));
 
         let mut state = QuotedPrintableState::None;
         let mut hex1 = 0;
@@ -104,7 +108,34 @@ impl<'x> MessageStream<'x> {
 
         self.checkpoint();
 
-        while let Some(&ch) = self.next() {
+        loop {
+            if state == QuotedPrintableState::None {
+                let rest = self.bytes(self.offset()..self.len());
+                let run = rest
+                    .iter()
+                    .position(|&b| matches!(b, b'=' | b'\n' | b'\r' | b'-'))
+                    .unwrap_or(rest.len());
+                if run > 0 {
+                    let plain = &rest[..run];
+                    buf.extend_from_slice(plain);
+                    let trailing = plain
+                        .iter()
+                        .rev()
+                        .take_while(|b| b.is_ascii_whitespace())
+                        .count();
+                    ws_count = if trailing == run {
+                        ws_count + run
+                    } else {
+                        trailing
+                    };
+                    before_last_ch = if run >= 2 { plain[run - 2] } else { last_ch };
+                    last_ch = plain[run - 1];
+                    self.skip_bytes(run);
+                }
+            }
+            let Some(&ch) = self.next() else {
+                break;
+            };
             match ch {
                 b'=' => {
                     if let QuotedPrintableState::None = state {
@@ -287,7 +318,9 @@ pub static HEX_MAP: &[i8] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::{HEX_MAP, QuotedPrintableState};
     use crate::parsers::MessageStream;
+    use std::borrow::Cow;
 
     #[test]
     fn decode_quoted_printable() {
@@ -418,6 +451,154 @@ mod tests {
                 expected_result,
                 "Failed for {encoded_str:?}",
             );
+        }
+    }
+
+    /// The original byte loop, kept to check the patched version against (shrike's patch).
+    fn decode_quoted_printable_mime_reference<'x>(
+        this: &mut MessageStream<'x>,
+        boundary: &[u8],
+    ) -> (usize, Cow<'x, [u8]>) {
+        let mut buf = Vec::with_capacity(128);
+
+        let mut state = QuotedPrintableState::None;
+        let mut hex1 = 0;
+        let mut last_ch = 0;
+        let mut before_last_ch = 0;
+        let mut ws_count = 0;
+        let mut end_pos = this.offset();
+        let mut crlf = b"\n".as_ref();
+
+        this.checkpoint();
+
+        while let Some(&ch) = this.next() {
+            match ch {
+                b'=' => {
+                    if let QuotedPrintableState::None = state {
+                        state = QuotedPrintableState::Eq
+                    } else {
+                        this.restore();
+                        return (usize::MAX, b""[..].into());
+                    }
+                }
+                b'\n' => {
+                    end_pos = if last_ch == b'\r' {
+                        this.offset() - 2
+                    } else {
+                        this.offset() - 1
+                    };
+                    if QuotedPrintableState::Eq == state {
+                        state = QuotedPrintableState::None;
+                    } else {
+                        if ws_count > 0 {
+                            buf.truncate(buf.len() - ws_count);
+                        }
+                        buf.extend_from_slice(crlf);
+                    }
+                    ws_count = 0;
+                }
+                b'\r' => {
+                    crlf = b"\r\n".as_ref();
+                }
+                b'-' if !boundary.is_empty() && last_ch == b'-' && this.try_skip(boundary) => {
+                    if before_last_ch == b'\n' {
+                        buf.truncate(buf.len() - (crlf.len() + 1));
+                    } else {
+                        buf.truncate(buf.len() - 1);
+                        end_pos = this.offset() - boundary.len() - 2;
+                    }
+
+                    return (end_pos, buf.into());
+                }
+                _ => match state {
+                    QuotedPrintableState::None => {
+                        if ch.is_ascii_whitespace() {
+                            ws_count += 1;
+                        } else {
+                            ws_count = 0;
+                        }
+                        buf.push(ch);
+                    }
+                    QuotedPrintableState::Eq => {
+                        hex1 = HEX_MAP[ch as usize];
+                        if hex1 != -1 {
+                            state = QuotedPrintableState::Hex1;
+                        } else if !ch.is_ascii_whitespace() {
+                            state = QuotedPrintableState::None;
+                            buf.push(b'=');
+                            buf.push(ch);
+                            ws_count = 0;
+                        }
+                    }
+                    QuotedPrintableState::Hex1 => {
+                        let hex2 = HEX_MAP[ch as usize];
+
+                        state = QuotedPrintableState::None;
+                        if hex2 != -1 {
+                            buf.push(((hex1 as u8) << 4) | hex2 as u8);
+                            ws_count = 0;
+                        } else {
+                            buf.push(b'=');
+                            buf.push(last_ch);
+                            buf.push(ch);
+                            ws_count = 0;
+                        }
+                    }
+                },
+            }
+
+            before_last_ch = last_ch;
+            last_ch = ch;
+        }
+
+        (
+            if boundary.is_empty() {
+                this.offset()
+            } else {
+                this.restore();
+                usize::MAX
+            },
+            buf.into(),
+        )
+    }
+
+    #[test]
+    fn decode_quoted_printable_mime_matches_the_original_loop() {
+        let alphabet = [
+            b'a', b' ', b'\t', b'\x0c', b'\r', b'\n', b'=', b'-', b'3', b'D', b'z', 0xc3, 0xff,
+        ];
+        let boundaries: [&[u8]; 3] = [b"", b"b", b"bd"];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 16) as usize;
+            let mut y = x;
+            let input: Vec<u8> = (0..len)
+                .map(|_| {
+                    y ^= y << 13;
+                    y ^= y >> 7;
+                    y ^= y << 17;
+                    alphabet[(y % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            for boundary in boundaries {
+                for start in 0..=len + 1 {
+                    let mut a = MessageStream::new(&input);
+                    let mut b = MessageStream::new(&input);
+                    for _ in 0..start {
+                        a.next();
+                        b.next();
+                    }
+                    let (na, va) = a.decode_quoted_printable_mime(boundary);
+                    let (nb, vb) = decode_quoted_printable_mime_reference(&mut b, boundary);
+                    let at = format!("{input:?} from {start}, boundary {boundary:?}");
+                    assert_eq!((na, va.as_ref()), (nb, vb.as_ref()), "{at}");
+                    assert_eq!(a.offset(), b.offset(), "{at}");
+                    assert_eq!(a.next(), b.next(), "{at}");
+                }
+            }
         }
     }
 
