@@ -38,3 +38,4 @@ done
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
+./scripts/test_vendor.sh
