@@ -8,6 +8,21 @@ local big_providers = util.big_providers
 
 local DAY = 86400
 
+-- The zone after the time of a Date header when it is in no form RFC 5322 allows: "+hhmm" /
+-- "-hhmm" (optionally followed by a zone name), or an obsolete 1-3 letter name (GMT, EST, Z).
+-- Spamware writes "GMT+1", "+-0500", "01800" or "Eastern Daylight Time". A Date without any zone
+-- is INVALID_DATE's business, and "Sat Sep 21 08:18:08 2002" (the year last) is left alone.
+local function zone_malformed(date)
+  date = date:gsub("%s*%b()%s*$", "") -- a trailing comment: "(EDT)"
+  local z = match(date, "%d%d:%d%d:?%d?%d?%s+(.-)%s*$")
+  if not z or z == "" then return nil end
+  if find(z, "^[+-]%d%d%d%d$") or find(z, "^[+-]%d%d%d%d%s+%a+$") or find(z, "^%a%a?%a?$")
+    or find(z, "^%d%d%d%d$") then
+    return nil
+  end
+  return z
+end
+
 ---------------------------------------------------------------------------------------------
 -- Missing fields
 
@@ -51,8 +66,9 @@ rule {
     DATE_IN_PAST = 0.1,       -- more than a year behind the scan clock (old mail is often fine)
     DATE_AHEAD_OF_RCVD = 3.0, -- written more than 3 hours after the topmost Received stamp
     DATE_BAD_ZONE = 3.0,      -- a zone offset no place has ("-1900", "+0575")
+    DATE_ZONE_MALFORMED = 2.0, -- a zone in no form RFC 5322 allows ("GMT+1", "+-0500", "Eastern Daylight Time")
   },
-  description = "Date far from the scan clock, ahead of the time the message was received, or in an impossible zone",
+  description = "Date far from the scan clock, ahead of the time the message was received, or in an impossible or malformed zone",
   group = "headers",
   check = function(msg)
     local hits
@@ -61,6 +77,9 @@ rule {
       local zh, zm = match(raw, "[+-](%d%d)(%d%d)%s*%(?[^%d]*%)?%s*$")
       if zh and (tonumber(zh) > 14 or tonumber(zm) > 59) then
         hits = { DATE_BAD_ZONE = { (match(raw, "[+-]%d%d%d%d")) } }
+      else
+        local z = zone_malformed(raw)
+        if z then hits = { DATE_ZONE_MALFORMED = { z } } end
       end
     end
     local date = msg:date()
@@ -92,20 +111,39 @@ rule {
   scores = {
     MID_IP_LITERAL = 0.0, -- <...@[192.0.2.1]>: informational (65 ham, 4 spam in the dev replay)
     MID_NO_FQDN = 0.5,    -- <...@localhost>, <...@hostname>
+    MID_NO_AT = 2.0,      -- no "@" at all: <E9D312B69C2346E8>, "PM200011:12:45 AM"
+    MID_OUTLOOK_FORGED = 1.5, -- Outlook's <hex$hex$hex@host> form, sent by another mailer
   },
-  description = "Message-ID whose domain part is an IP literal or not a fully qualified name",
+  description = "Message-ID without @, whose domain part is an IP literal or not a fully qualified name, or in Outlook's form from another mailer",
   group = "headers",
   check = function(msg)
     local mid = msg:message_id()
     if not mid then return end
+    -- Every mailer writes id-left "@" id-right (RFC 5322); one without "@" is made up.
+    local raw = msg:raw_header("Message-ID")
+    if raw and not find(raw, "@", 1, true) then return "MID_NO_AT", 1, { raw } end
+    local hits
+    -- Outlook and Outlook Express (and Microsoft's CDO library) write
+    -- <0a1b2c3d4e5f$0a1b2c3d$0a1b2c3d@host>; ratware copies the form, zeros and all, under
+    -- other mailer names or none.
+    if raw and find(raw, "^%s*<%x%x%x%x%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x@") then
+      local mailer = msg:header("X-Mailer") or msg:header("User-Agent") or ""
+      if not find(mailer, "^Microsoft") then
+        hits = { MID_OUTLOOK_FORGED = { mailer ~= "" and mailer or "no mailer" } }
+      end
+    end
     local domain = match(mid, "@%[?([^@>%]]*)%]?>?%s*$")
-    if not domain or domain == "" then return "MID_NO_FQDN" end
-    if find(domain, "^%d+%.%d+%.%d+%.%d+$") or find(domain, "^[Ii][Pp][Vv]6:") then
-      return "MID_IP_LITERAL"
+    if not domain or domain == "" then
+      hits = hits or {}
+      hits.MID_NO_FQDN = true
+    elseif find(domain, "^%d+%.%d+%.%d+%.%d+$") or find(domain, "^[Ii][Pp][Vv]6:") then
+      hits = hits or {}
+      hits.MID_IP_LITERAL = true
+    elseif not find(domain, ".", 1, true) or find(domain, "^localhost") or find(domain, "%.$") then
+      hits = hits or {}
+      hits.MID_NO_FQDN = { domain }
     end
-    if not find(domain, ".", 1, true) or find(domain, "^localhost") or find(domain, "%.$") then
-      return "MID_NO_FQDN", 1, { domain }
-    end
+    return hits
   end,
 }
 
@@ -119,16 +157,24 @@ rule {
   scores = {
     FROM_ENDS_IN_NUMS = 1.0, -- "des34newsa" is fine, "suz0123893616943" is not: a word, then 3+ digits
     FREEMAIL_REPLYTO = 1.5,  -- replies go to a free mailbox, not to the sender's domain
+    FROM_ENCODED_ADDR = 2.0, -- "=?iso-2022-jp?B?...?=@example.jp": an encoded word as the address
   },
-  description = "From address of a word and a number; Reply-To at a free mailbox provider other than the From domain",
+  description = "From address of a word and a number, or MIME-encoded (an encoded word in the address itself); Reply-To at a free mailbox provider other than the From domain",
   group = "headers",
   check = function(msg)
     local addr, from_domain = msg:from()
     local hits
+    -- RFC 2047 allows encoded words in the display name only; ratware encodes the whole address
+    -- and leaves "@domain" after it.
+    local raw_from = msg:raw_header("From")
+    if raw_from and find(raw_from, "?=@", 1, true) then
+      hits = { FROM_ENCODED_ADDR = true }
+    end
     if addr then
       local lp = match(addr, "^([^@]*)@")
       if lp and find(lp, "%a%a%d%d%d+$") then
-        hits = { FROM_ENDS_IN_NUMS = { lp } }
+        hits = hits or {}
+        hits.FROM_ENDS_IN_NUMS = { lp }
       end
     end
     -- addresses and domains come lower-cased
