@@ -3,7 +3,7 @@
 
 local util = require("shrike.util")
 
-local find, lower, match = string.find, string.lower, string.match
+local byte, find, lower, match = string.byte, string.find, string.lower, string.match
 local big_providers = util.big_providers
 
 local DAY = 86400
@@ -12,9 +12,17 @@ local DAY = 86400
 -- "-hhmm" (optionally followed by a zone name), or an obsolete 1-3 letter name (GMT, EST, Z).
 -- Spamware writes "GMT+1", "+-0500", "01800" or "Eastern Daylight Time". A Date without any zone
 -- is INVALID_DATE's business, and "Sat Sep 21 08:18:08 2002" (the year last) is left alone.
+-- Bytes a Date can end with when it ends with a comment: ")" or white space (`%s`).
+local COMMENT_END = { [41] = true, [32] = true, [9] = true, [10] = true, [11] = true, [12] = true, [13] = true }
 local function zone_malformed(date)
-  date = date:gsub("%s*%b()%s*$", "") -- a trailing comment: "(EDT)"
-  local z = match(date, "%d%d:%d%d:?%d?%d?%s+(.-)%s*$")
+  -- a trailing comment: "(EDT)"; gsub tries its pattern at every byte, so only when it can match
+  if COMMENT_END[byte(date, -1)] then date = date:gsub("%s*%b()%s*$", "") end
+  -- The time's first colon starts the leftmost possible match: try there first (an unanchored
+  -- match tries every byte), then anywhere.
+  local colon = find(date, ":", 1, true)
+  if not colon then return nil end
+  local z = colon > 2 and match(date, "^%d%d:%d%d:?%d?%d?%s+(.-)%s*$", colon - 2) or nil
+  if z == nil then z = match(date, "%d%d:%d%d:?%d?%d?%s+(.-)%s*$") end
   if not z or z == "" then return nil end
   if find(z, "^[+-]%d%d%d%d$") or find(z, "^[+-]%d%d%d%d%s+%a+$") or find(z, "^%a%a?%a?$")
     or find(z, "^%d%d%d%d$") then
@@ -119,14 +127,14 @@ rule {
   check = function(msg)
     local mid = msg:message_id()
     if not mid then return end
-    -- Every mailer writes id-left "@" id-right (RFC 5322); one without "@" is made up.
-    local raw = msg:raw_header("Message-ID")
-    if raw and not find(raw, "@", 1, true) then return "MID_NO_AT", 1, { raw } end
+    -- Every mailer writes id-left "@" id-right (RFC 5322); one without "@" is made up. (`mid`
+    -- is the id without its angle brackets.)
+    if not find(mid, "@", 1, true) then return "MID_NO_AT", 1, { mid } end
     local hits
     -- Outlook and Outlook Express (and Microsoft's CDO library) write
     -- <0a1b2c3d4e5f$0a1b2c3d$0a1b2c3d@host>; ratware copies the form, zeros and all, under
     -- other mailer names or none.
-    if raw and find(raw, "^%s*<%x%x%x%x%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x@") then
+    if find(mid, "^%x%x%x%x%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x@") then
       local mailer = msg:header("X-Mailer") or msg:header("User-Agent") or ""
       if not find(mailer, "^Microsoft") then
         hits = { MID_OUTLOOK_FORGED = { mailer ~= "" and mailer or "no mailer" } }
@@ -165,10 +173,12 @@ rule {
     local addr, from_domain = msg:from()
     local hits
     -- RFC 2047 allows encoded words in the display name only; ratware encodes the whole address
-    -- and leaves "@domain" after it.
-    local raw_from = msg:raw_header("From")
-    if raw_from and find(raw_from, "?=@", 1, true) then
-      hits = { FROM_ENCODED_ADDR = true }
+    -- and leaves "@domain" after it, where no address can be read.
+    if not addr then
+      local raw_from = msg:raw_header("From")
+      if raw_from and find(raw_from, "?=@", 1, true) then
+        hits = { FROM_ENCODED_ADDR = true }
+      end
     end
     if addr then
       local lp = match(addr, "^([^@]*)@")
