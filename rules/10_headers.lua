@@ -8,12 +8,13 @@ local big_providers = util.big_providers
 
 local DAY = 86400
 
+-- Bytes a Date can end with when it ends with a comment: ")" or white space (`%s`).
+local COMMENT_END = { [41] = true, [32] = true, [9] = true, [10] = true, [11] = true, [12] = true, [13] = true }
+
 -- The zone after the time of a Date header when it is in no form RFC 5322 allows: "+hhmm" /
 -- "-hhmm" (optionally followed by a zone name), or an obsolete 1-3 letter name (GMT, EST, Z).
 -- Spamware writes "GMT+1", "+-0500", "01800" or "Eastern Daylight Time". A Date without any zone
 -- is INVALID_DATE's business, and "Sat Sep 21 08:18:08 2002" (the year last) is left alone.
--- Bytes a Date can end with when it ends with a comment: ")" or white space (`%s`).
-local COMMENT_END = { [41] = true, [32] = true, [9] = true, [10] = true, [11] = true, [12] = true, [13] = true }
 local function zone_malformed(date)
   -- a trailing comment: "(EDT)"; gsub tries its pattern at every byte, so only when it can match
   if COMMENT_END[byte(date, -1)] then date = date:gsub("%s*%b()%s*$", "") end
@@ -179,12 +180,10 @@ rule {
       if raw_from and find(raw_from, "?=@", 1, true) then
         hits = { FROM_ENCODED_ADDR = true }
       end
-    end
-    if addr then
+    else
       local lp = match(addr, "^([^@]*)@")
       if lp and find(lp, "%a%a%d%d%d+$") then
-        hits = hits or {}
-        hits.FROM_ENDS_IN_NUMS = { lp }
+        hits = { FROM_ENDS_IN_NUMS = { lp } }
       end
     end
     -- addresses and domains come lower-cased

@@ -29,18 +29,18 @@ function setup(thread)
 end
 
 local i = 0
-local requests = {}
+local prepared = {}
 
 function init(args)
   i = offset or 0
   for k, body in ipairs(bodies) do
-    requests[k] = wrk.format("POST", "/checkv2", { ["Content-Type"] = "text/plain" }, body)
+    prepared[k] = wrk.format("POST", "/checkv2", { ["Content-Type"] = "text/plain" }, body)
   end
 end
 
 function request()
   i = i + 1
-  return requests[(i % #requests) + 1]
+  return prepared[(i % #prepared) + 1]
 end
 
 function done(summary, latency, requests)

@@ -94,9 +94,8 @@ impl<'x> MessageStream<'x> {
     pub fn decode_quoted_printable_mime(&mut self, boundary: &[u8]) -> (usize, Cow<'x, [u8]>) {
         // shrike's patch: runs of plain bytes (outside an escape, and none of `=`, CR, LF or
         // `-`) are copied as slices, with the state the byte loop would leave; every other
-        // byte goes through the original loop. Sized for the rest of the stream at once: the
-        // output is never longer than the input (one byte per byte, or CRLF for a line end).
-        let mut buf = Vec::with_capacity(self.remaining().min(1 << 20).max(128));
+        // byte goes through the original loop.
+        let mut buf = Vec::with_capacity(128);
 
         let mut state = QuotedPrintableState::None;
         let mut hex1 = 0;
