@@ -931,8 +931,8 @@ fn build_state(
     // Most of what a scan allocates dies with the scan: the generational collector suits it.
     // A minor collection when the heap has grown by twice its size since the last major one
     // (Lua's default: by a fifth): scans' garbage is collected many scans at a time instead of
-    // several times a scan, for 2.4% fewer instructions in the rules (BENCHMARKS.md). The
-    // memory limit still holds: Lua collects fully before it lets an allocation fail.
+    // several times a scan, for fewer instructions in the rules (BENCHMARKS.md, stops 19 and
+    // 21). The memory limit still holds: Lua collects fully before it lets an allocation fail.
     lua.gc_gen(200, 0);
     Ok((lua, ctx, registered, begin, finish))
 }
