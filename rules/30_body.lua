@@ -86,7 +86,10 @@ local WHITE_TEXT = re.compile("(?i)color\\s*[=:]\\s*[\"']?(#?fff(fff)?\\b|white\
 -- in any ASCII case (`(?i-u:…)`, exactly what lower-casing the source first would match, without
 -- copying it), and the colours found are lower-cased.
 local FONT_COLOR = re.compile("(?i-u:<font)[^>]*\\s(?i-u:color)\\s*=\\s*[\"']?(#?[0-9a-zA-Z]+)")
-local CSS_COLOR = re.compile("(?:^|[^-])(?i-u:color)\\s*:\\s*(#?[0-9a-zA-Z]+)")
+-- CSS `color` but not `background-color` / `border-color`: a "-color" declaration matches the
+-- first branch, which captures nothing, so `all` skips it. (Written as "(?:^|[^-])color", the
+-- pattern starts with a class and the regex engine loses its literal prefilter: 5x slower.)
+local CSS_COLOR = re.compile("-(?i-u:color)\\s*:\\s*#?[0-9a-zA-Z]+|(?i-u:color)\\s*:\\s*(#?[0-9a-zA-Z]+)")
 local BACKGROUND = re.compile(
   "(?i-u:bgcolor)\\s*=\\s*[\"']?(#?[0-9a-zA-Z]+)|(?i-u:background-color)\\s*:\\s*(#?[0-9a-zA-Z]+)|(?i-u:background)\\s*:\\s*(#?[0-9a-zA-Z]+)")
 local BACKGROUND_IMAGE = re.compile("(?i-u:background)\\s*=")
@@ -278,8 +281,7 @@ rule {
     local t = msg:text()
     if #t < 200 then return end
     -- a sample of the text is enough for a ratio
-    if #t > CAPS_SAMPLE then t = sub(t, 1, CAPS_SAMPLE) end
-    local ratio, letters = caps_ratio(t)
+    local ratio, letters = caps_ratio(t, CAPS_SAMPLE)
     if letters >= 200 and ratio > 0.4 then return 1, { string.format("%d%%", ratio * 100 // 1) } end
   end,
 }

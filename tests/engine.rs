@@ -536,6 +536,7 @@ end }
 rule { name = 'BADRE', score = 1, check = function(msg) return re.match("(", "x") end }
 local E = re.compile("e")
 local KV = re.compile("(\\w+)=(\\d+)|(\\w+):")
+local SKIP = re.compile("-c\\w*|c(\\w+)")
 local P = re.phrases({ { "hello", "there", "ell" }, { "hello there", "the" } })
 rule { name = 'RE2', score = 1, check = function(msg)
   local s = msg:subject()
@@ -543,12 +544,15 @@ rule { name = 'RE2', score = 1, check = function(msg)
   local b = E:find(s, -2)
   local c = E:find(s, 100)
   local all = KV:all("a=1 b:2 c=3 d:", 2)
+  local kept = SKIP:all("-ca cb -cc cd ce", 2)
+  local u, l, d, sp, o = char_counts("AB cd 12!\n", 6)
   local counts, found = P:search("Hello there! hello, hello there, other")
   local n1, f1 = P:count("Hello there! hello, hello there, other", 1)
   local n0, f0 = P:count("nothing to see")
   return true, tostring(a), tostring(b), tostring(c), table.concat(all, ","),
     counts[1] .. "/" .. counts[2], table.concat(found[1], ","), table.concat(found[2], ","),
-    n1 .. ":" .. table.concat(f1, ","), n0 .. ":" .. tostring(f0)
+    n1 .. ":" .. table.concat(f1, ","), n0 .. ":" .. tostring(f0), table.concat(kept, ","),
+    table.concat({ u, l, d, sp, o, (char_counts("AB cd 12!\n")) }, ",")
 end }
 "#,
     );
@@ -557,7 +561,9 @@ end }
     assert_eq!(v.symbols["LISTS"].options, ["42", "true"]);
     assert_eq!(v.symbols["RE"].options, ["7-11", "Hello", "there", "3"]);
     // Subject "Hello there": `find` from a position (negative from the end, past the end
-    // none); `all` takes the first group that took part, up to `max`; phrases are whole
+    // none); `all` takes the first group that took part, up to `max` values (matches in
+    // which no group took part are skipped and do not count); `char_counts` of the first
+    // `max` bytes ("AB cd "); phrases are whole
     // words, counted once per list, listed in order of first appearance.
     assert_eq!(
         v.symbols["RE2"].options,
@@ -570,7 +576,9 @@ end }
             "there,hello",
             "hello there",
             "2:there",
-            "0:nil"
+            "0:nil",
+            "b,d",
+            "2,2,0,2,0,2"
         ]
     );
     assert!(v.symbols["RULE_ERROR"].options[0].contains("bad regular expression"));

@@ -73,10 +73,11 @@ function M.count_class(s, class)
   end
 end
 
---- Share of capitals among the ASCII letters of `s`, and the number of ASCII letters.
---- `caps_ratio("FREE money")` → 0.444, 9. Counts without building strings (`re.count`).
-function M.caps_ratio(s)
-  local upper, lower = char_counts(s)
+--- Share of capitals among the ASCII letters of `s` (of its first `max` bytes when given), and
+--- the number of ASCII letters. `caps_ratio("FREE money")` → 0.444, 9. Counts in Rust
+--- (`char_counts`), without building strings.
+function M.caps_ratio(s, max)
+  local upper, lower = char_counts(s, max)
   local letters = upper + lower
   if letters == 0 then return 0, 0 end
   return upper / letters, letters
