@@ -849,7 +849,7 @@ mod tests {
                 .map(|_| {
                     let r = xorshift(&mut x);
                     // mostly data, so that clean bodies come up too
-                    if r % 4 != 0 {
+                    if !r.is_multiple_of(4) {
                         b"QUJD"[(r >> 8) as usize % 4]
                     } else {
                         alphabet[(r >> 8) as usize % alphabet.len()]
