@@ -182,7 +182,33 @@ impl<'x> MessageStream<'x> {
 
         self.checkpoint();
 
-        while let Some(&ch) = self.next() {
+        loop {
+            // shrike's patch: at a quad boundary, decode whole quads of alphabet bytes four at a
+            // time (one check per quad instead of two branches per byte), leaving the state
+            // the byte loop would: the last two bytes for the boundary check.
+            if byte_count == 0 {
+                let rest = self.bytes(self.offset()..self.offset() + self.remaining());
+                let mut n = 0;
+                while let Some(q) = rest.get(n..n + 4) {
+                    let val = BASE64_MAP[0][q[0] as usize]
+                        | BASE64_MAP[1][q[1] as usize]
+                        | BASE64_MAP[2][q[2] as usize]
+                        | BASE64_MAP[3][q[3] as usize];
+                    if val >= 0x01ffffff {
+                        break;
+                    }
+                    buf.extend_from_slice(&val.to_le_bytes()[0..3]);
+                    n += 4;
+                }
+                if n > 0 {
+                    before_last_ch = rest[n - 2];
+                    last_ch = rest[n - 1];
+                    self.skip_bytes(n);
+                }
+            }
+            let Some(&ch) = self.next() else {
+                break;
+            };
             let val = BASE64_MAP[byte_count as usize][ch as usize];
 
             if val < 0x01ffffff {
@@ -499,7 +525,151 @@ pub static BASE64_MAP: &[&[u32]] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::BASE64_MAP;
     use crate::parsers::MessageStream;
+    use std::borrow::Cow;
+
+    /// The original byte loop, kept to check the patched version against (shrike's patch).
+    fn decode_base64_mime_reference<'x>(
+        this: &mut MessageStream<'x>,
+        boundary: &[u8],
+    ) -> (usize, Cow<'x, [u8]>) {
+        let mut chunk: u32 = 0;
+        let mut byte_count: u8 = 0;
+
+        let mut buf = Vec::with_capacity(this.remaining() / 4 * 3);
+        let mut last_ch = b'\n';
+        let mut before_last_ch = 0;
+        let mut end_pos = this.offset();
+
+        this.checkpoint();
+
+        while let Some(&ch) = this.next() {
+            let val = BASE64_MAP[byte_count as usize][ch as usize];
+
+            if val < 0x01ffffff {
+                byte_count = (byte_count + 1) & 3;
+
+                if byte_count == 1 {
+                    chunk = val;
+                } else {
+                    chunk |= val;
+
+                    if byte_count == 0 {
+                        buf.extend_from_slice(&chunk.to_le_bytes()[0..3]);
+                    }
+                }
+            } else {
+                match ch {
+                    b'=' => match byte_count {
+                        1 | 2 => {
+                            buf.push(chunk.to_le_bytes()[0]);
+                            byte_count = 0;
+                        }
+                        3 => {
+                            buf.extend_from_slice(&chunk.to_le_bytes()[0..2]);
+                            byte_count = 0;
+                        }
+                        0 => (),
+                        _ => {
+                            this.restore();
+                            return (usize::MAX, b""[..].into());
+                        }
+                    },
+                    b'\n' => {
+                        end_pos = if last_ch == b'\r' {
+                            this.offset() - 2
+                        } else {
+                            this.offset() - 1
+                        }
+                    }
+                    b' ' | b'\t' | b'\r' => (),
+                    b'-' => {
+                        if last_ch == b'-' {
+                            return if !boundary.is_empty() && this.try_skip(boundary) {
+                                buf.shrink_to_fit();
+                                (
+                                    if before_last_ch == b'\n' {
+                                        end_pos
+                                    } else {
+                                        this.offset() - boundary.len() - 2
+                                    },
+                                    buf.into(),
+                                )
+                            } else {
+                                this.restore();
+                                (usize::MAX, b""[..].into())
+                            };
+                        }
+                    }
+                    _ => {
+                        this.restore();
+                        return (usize::MAX, b""[..].into());
+                    }
+                }
+            }
+
+            before_last_ch = last_ch;
+            last_ch = ch;
+        }
+
+        buf.shrink_to_fit();
+        (
+            if boundary.is_empty() {
+                this.offset()
+            } else {
+                this.restore();
+                usize::MAX
+            },
+            buf.into(),
+        )
+    }
+
+    #[test]
+    fn decode_base64_mime_matches_the_original_loop() {
+        let alphabet = [
+            b'Q', b'U', b'J', b'D', b'z', b'+', b'/', b'0', b'=', b' ', b'\t', b'\r', b'\n', b'-',
+            b'b', b'!', 0xc3,
+        ];
+        let boundaries: [&[u8]; 3] = [b"", b"b", b"bd"];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 24) as usize;
+            let mut y = x;
+            let input: Vec<u8> = (0..len)
+                .map(|_| {
+                    y ^= y << 13;
+                    y ^= y >> 7;
+                    y ^= y << 17;
+                    // mostly alphabet bytes, so that whole quads come up
+                    if y % 3 != 0 {
+                        b"QUJDz+/0"[(y >> 8) as usize % 8]
+                    } else {
+                        alphabet[((y >> 8) % alphabet.len() as u64) as usize]
+                    }
+                })
+                .collect();
+            for boundary in boundaries {
+                for start in 0..=len + 1 {
+                    let mut a = MessageStream::new(&input);
+                    let mut b = MessageStream::new(&input);
+                    for _ in 0..start {
+                        a.next();
+                        b.next();
+                    }
+                    let (na, va) = a.decode_base64_mime(boundary);
+                    let (nb, vb) = decode_base64_mime_reference(&mut b, boundary);
+                    let at = format!("{input:?} from {start}, boundary {boundary:?}");
+                    assert_eq!((na, va.as_ref()), (nb, vb.as_ref()), "{at}");
+                    assert_eq!(a.offset(), b.offset(), "{at}");
+                    assert_eq!(a.next(), b.next(), "{at}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn decode_base64() {
