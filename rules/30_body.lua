@@ -35,7 +35,10 @@ end
 local INVISIBLE = re.compile("(?-u)\\xE2\\x80[\\x8B-\\x8F\\xAA-\\xAE]|\\xE2\\x81[\\xA0-\\xA4\\xA6-\\xA9]|\\xEF\\xBB\\xBF|\\xC2\\xAD")
 local DISPLAY_NONE = re.compile("(?i)display\\s*:\\s*none")
 local VISIBILITY_HIDDEN = re.compile("(?i)visibility\\s*:\\s*hidden")
-local FONT_SIZE_0 = re.compile("(?i)font-size\\s*:\\s*0*\\.?0+\\s*(px|pt|em|rem|%)?\\s*[;\"'}]")
+-- A zero font size: "-size: 0" here, "font" before it checked by `font_size_0`. From
+-- "(?i)font-size" the regex engine could only use "font" in any case as its prefilter, which
+-- every styled page is full of: 3.6 µs a page against 0.9 from "-size".
+local FONT_SIZE_0 = re.compile("-(?i-u:size)\\s*:\\s*0*\\.?0+\\s*(?:px|pt|em|rem|%)?\\s*[;\"'}]")
 local IMG_TAG = re.compile("(?i)<img\\b")
 -- A toll-free number from its "8xx" on; what may precede it is checked by `tollfree` below. (The
 -- whole number as one regex, "(?:^|[^0-9])1?[-. (]*8...", has no leading literal: the regex
@@ -101,6 +104,19 @@ local function any_white(list)
   return false
 end
 
+-- True when the HTML sets a font size of zero: a FONT_SIZE_0 match right after "font" in any
+-- case (other "-size" properties are skipped; at most 1,000 of them are looked at).
+local function font_size_0(h)
+  local pos = 1
+  for _ = 1, 1000 do
+    local s, e = FONT_SIZE_0:find(h, pos)
+    if not s then return false end
+    if s > 4 and lower(sub(h, s - 4, s - 1)) == "font" then return true end
+    pos = e + 1
+  end
+  return false
+end
+
 local function white_text_on_white(h)
   -- text coloured white, by attribute or style
   if not any_white(FONT_COLOR:all(h)) and not any_white(CSS_COLOR:all(h)) then return false end
@@ -139,7 +155,7 @@ rule {
     if html == "" then return end
     if DISPLAY_NONE:match(html) then return 1, { "display:none" } end
     if VISIBILITY_HIDDEN:match(html) then return 1, { "visibility:hidden" } end
-    if FONT_SIZE_0:match(html) then
+    if font_size_0(html) then
       return 1, { "font-size:0" }
     end
     if WHITE_TEXT:match(html) and white_text_on_white(html) then
