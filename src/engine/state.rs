@@ -397,8 +397,6 @@ struct LoadedState {
     rule_seeds: Vec<u64>,
 }
 
-/// Turns an mlua error into the message a rule author needs (file:line first when Lua gave
-/// them).
 /// Byte counts of `t` by ASCII class: upper-case letters, lower-case letters, digits, white
 /// space (space, tab, CR, LF) and the rest. Written as four independent sums of comparisons, so
 /// the compiler vectorizes it: a `match` per byte branches on every byte and mispredicts on
@@ -423,6 +421,8 @@ fn char_counts(t: &[u8]) -> (usize, usize, usize, usize, usize) {
     (upper, lower, digit, space, other)
 }
 
+/// Turns an mlua error into the message a rule author needs (file:line first when Lua gave
+/// them).
 fn describe(e: &mlua::Error) -> String {
     match e {
         mlua::Error::RuntimeError(s) => match s.find("\nstack traceback:") {

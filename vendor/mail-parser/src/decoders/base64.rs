@@ -187,7 +187,7 @@ impl<'x> MessageStream<'x> {
             // time (one check per quad instead of two branches per byte), leaving the state
             // the byte loop would: the last two bytes for the boundary check.
             if byte_count == 0 {
-                let rest = self.bytes(self.offset()..self.offset() + self.remaining());
+                let rest = self.peek_bytes(self.remaining()).unwrap_or_default();
                 let mut n = 0;
                 while let Some(q) = rest.get(n..n + 4) {
                     let val = BASE64_MAP[0][q[0] as usize]
