@@ -430,6 +430,53 @@ end }
     );
 }
 
+/// The scalar fields are read by a plain C function (`fetch_scalar`); long strings, bad
+/// arguments and values built in Rust take their own paths through it.
+#[test]
+fn scalar_fields_long_strings_and_bad_arguments() {
+    let (_d, s) = rules(
+        r#"
+rule { name = 'SCALARS', score = 0, check = function(msg)
+  local t = msg:text()
+  return true, {
+    tostring(#t), t:sub(1, 6), t:sub(-9), msg:raw_header("X-Pad"), msg:header("x-pad"),
+    tostring(msg:header_count("X-PAD")), tostring(msg:received_count()),
+    tostring(msg:received_time()), tostring(msg:received_time(2)), tostring(msg:ip()),
+    tostring(msg:mailer()),
+    select(2, pcall(msg.header, msg, 5)), select(2, pcall(msg.received_time, msg, 0)),
+    select(2, pcall(msg.header, msg, "\255")),
+  }
+end }
+"#,
+    );
+    // a body text of 100,001 bytes: more than fetch_scalar pushes itself
+    let mut raw = b"Received: from a by b; Thu, 22 Aug 2002 18:26:25 -0700\r\n\
+X-Pad:   padded value  \r\nX-Pad: second\r\nFrom: a@example.com\r\nSubject: s\r\n\r\nBEGIN "
+        .to_vec();
+    raw.extend(std::iter::repeat_n(b'x', 100_000 - 14));
+    raw.extend_from_slice(b" FINISH\r\n");
+    let v = scan(&s, &raw);
+    assert_eq!(
+        v.symbols["SCALARS"].options,
+        [
+            "100001",
+            "BEGIN ",
+            " FINISH\r\n",
+            "padded value",
+            "padded value",
+            "2",
+            "1",
+            "1030065985",
+            "nil",
+            "nil",
+            "nil",
+            "header name must be a string",
+            "msg:received_time: n must be >= 1",
+            "header name must be UTF-8",
+        ]
+    );
+}
+
 #[test]
 fn reputation_stats_unique_counts_and_ratelimit() {
     let (_d, s) = rules(

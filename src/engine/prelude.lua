@@ -130,6 +130,10 @@ end
 -- a hundred times a message).
 local NIL = {}
 local fetch, stat, stats = rust.fetch, rust.stat, rust.stats
+-- Fields that are one string or number are read by a plain C function (much cheaper to call
+-- than an mlua one); it hands long strings and anything else to `fetch`.
+local fetch_scalar, SCALAR = rust.fetch_scalar, {}
+for _, id in ipairs(rust.scalar_fields) do SCALAR[id] = true end
 local function outside() raw_error("msg used outside its scan", 3) end
 local OUTSIDE = setmetatable({}, { __index = outside, __newindex = outside, __metatable = false })
 -- what a method looked up on a dead `msg` is: it raises when called
@@ -140,10 +144,11 @@ Msg.__newindex = function() raw_error("msg is read-only", 2) end
 
 -- The accessor of field `id`: `fetch(id)` cached for the scan (NIL stands for a nil value).
 local function field(id)
+  local get = SCALAR[id] and fetch_scalar or fetch
   return function()
     local v = cache[id]
     if v == nil then
-      v = fetch(id)
+      v = get(id)
       if v == nil then cache[id] = NIL else cache[id] = v end
       return v
     elseif v == NIL then
@@ -180,6 +185,7 @@ end
 -- Lookups with an argument (a header name, a role) are cached per scan by field and argument:
 -- rules ask for the same few headers.
 local function keyed(id, default)
+  local get = SCALAR[id] and fetch_scalar or fetch
   return function(_, arg)
     if arg == nil then arg = default end
     local c = cache[id]
@@ -189,7 +195,7 @@ local function keyed(id, default)
     end
     local v = c[arg]
     if v == nil then
-      v = fetch(id, arg)
+      v = get(id, arg)
       if v == nil then c[arg] = NIL else c[arg] = v end
       return v
     elseif v == NIL then

@@ -67,6 +67,9 @@ struct Ctx {
     classified: RefCell<Option<(Option<f64>, crate::classify::Features)>>,
     windows: WindowNames,
     memory_limit: usize,
+    /// An owned string the raw `fetch_scalar` is pushing: held here, not on its frame, so that
+    /// a Lua error raised while pushing skips no destructor.
+    scratch: Cell<String>,
 }
 
 /// Publishes the scan's data to the state's primitives and withdraws it on drop, also when
@@ -83,6 +86,136 @@ impl<'c> ScanGuard<'c> {
 impl Drop for ScanGuard<'_> {
     fn drop(&mut self) {
         self.0.scan.set(std::ptr::null());
+    }
+}
+
+/// Strings longer than this go through the mlua `fetch`, which lifts the memory limit while
+/// it builds them; `fetch_scalar` pushes under the limit.
+const SCALAR_PUSH_MAX: usize = 64 * 1024;
+
+/// `msg` fields that are one string, integer or nil (`view::SCALAR_FIELDS`), read by a plain C
+/// function. A call of an mlua function costs ~1,300 instructions of argument conversion,
+/// registry handles and error plumbing before any work; rules read ~30 such fields a message.
+/// Upvalue 1 is the state's `Ctx` (a light userdata); upvalue 2 the mlua `fetch`, which keeps
+/// that `Ctx` alive as long as this closure lives and answers what this one does not (table
+/// fields, long strings).
+fn scalar_fetch(lua: &Lua, ctx: &Rc<Ctx>, fetch: &Function) -> mlua::Result<Function> {
+    let ctx = Rc::as_ptr(ctx) as *mut std::ffi::c_void;
+    // SAFETY: the stack holds `fetch` (the argument); two pushes, then the closure takes both
+    // values as upvalues. `exec_raw` checks for three free slots.
+    #[allow(unsafe_code)]
+    unsafe {
+        lua.exec_raw::<Function>(fetch, |l| {
+            mlua::ffi::lua_pushlightuserdata(l, ctx);
+            mlua::ffi::lua_insert(l, -2);
+            mlua::ffi::lua_pushcclosure(l, fetch_scalar, 2);
+        })
+    }
+}
+
+/// The C function behind `fetch_scalar`: `(id[, arg])` → the field's value.
+///
+/// Safety: Lua errors (a bad argument, "not enough memory" while pushing) unwind over this
+/// frame by `longjmp`, so at every call that can raise, the frame owns nothing with a
+/// destructor: values are borrowed from the scan's data, and an owned string is first moved
+/// into `Ctx::scratch`. Panics are caught before they reach Lua.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn fetch_scalar(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use super::view::{Arg, Scalar};
+    use mlua::ffi;
+    use std::borrow::Cow;
+    // SAFETY (whole body): upvalue 1 is the `Ctx` pointer set by `scalar_fetch`, alive while
+    // upvalue 2 (which owns an `Rc` of it) is; `scan` is non-null only during a scan, when it
+    // points at that scan's `MessageData` (see `Ctx::scan`).
+    let ctx = unsafe { &*(ffi::lua_touserdata(l, ffi::lua_upvalueindex(1)) as *const Ctx) };
+    let p = ctx.scan.get() as *const MessageData<'_>;
+    if p.is_null() {
+        unsafe { raise(l, c"msg used outside its scan") }
+    }
+    let data = unsafe { &*p };
+    let mut is_int = 0;
+    let id = unsafe { ffi::lua_tointegerx(l, 1, &mut is_int) };
+    let id = if is_int != 0 {
+        u8::try_from(id).unwrap_or(0)
+    } else {
+        0
+    };
+    let arg = match unsafe { ffi::lua_type(l, 2) } {
+        ffi::LUA_TNONE | ffi::LUA_TNIL => Arg::None,
+        ffi::LUA_TSTRING => {
+            let mut len = 0;
+            let s = unsafe { ffi::lua_tolstring(l, 2, &mut len) };
+            // the string stays on the stack (and alive) for the whole call
+            Arg::Str(unsafe { std::slice::from_raw_parts(s.cast::<u8>(), len) })
+        }
+        ffi::LUA_TNUMBER => {
+            let n = unsafe { ffi::lua_tointegerx(l, 2, &mut is_int) };
+            if is_int != 0 {
+                Arg::Int(n)
+            } else {
+                Arg::Other
+            }
+        }
+        _ => Arg::Other,
+    };
+    let value =
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data.scalar(id, arg))) {
+            Ok(Ok(Some(v))) => v,
+            Ok(Ok(None)) => return unsafe { slow_fetch(l) },
+            Ok(Err(e)) => unsafe { raise(l, e) },
+            Err(panic) => {
+                drop(panic);
+                unsafe { raise(l, c"msg field failed (internal error)") }
+            }
+        };
+    match value {
+        Scalar::Nil => unsafe { ffi::lua_pushnil(l) },
+        Scalar::Int(i) => unsafe { ffi::lua_pushinteger(l, i) },
+        Scalar::Str(s) if s.len() > SCALAR_PUSH_MAX => {
+            drop(s);
+            return unsafe { slow_fetch(l) };
+        }
+        Scalar::Str(Cow::Borrowed(s)) => unsafe {
+            ffi::lua_pushlstring(l, s.as_ptr().cast(), s.len());
+        },
+        Scalar::Str(Cow::Owned(s)) => {
+            drop(ctx.scratch.replace(s));
+            // SAFETY: nothing else touches `scratch` until the next `fetch_scalar` call.
+            let s = unsafe { &*ctx.scratch.as_ptr() };
+            unsafe { ffi::lua_pushlstring(l, s.as_ptr().cast(), s.len()) };
+        }
+    }
+    1
+}
+
+/// Answers a `fetch_scalar` call with the mlua `fetch` (upvalue 2) and the same arguments.
+///
+/// # Safety
+/// Only from `fetch_scalar`, whose frame owns nothing with a destructor.
+#[allow(unsafe_code)]
+unsafe fn slow_fetch(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use mlua::ffi;
+    // SAFETY: at most two arguments and the function: three slots, within the
+    // LUA_MINSTACK (20) a C function gets.
+    unsafe {
+        ffi::lua_settop(l, 2);
+        ffi::lua_pushvalue(l, ffi::lua_upvalueindex(2));
+        ffi::lua_insert(l, 1);
+        ffi::lua_call(l, 2, 1);
+    }
+    1
+}
+
+/// Raises a Lua error with a static message.
+///
+/// # Safety
+/// As `slow_fetch`: the calling frames own nothing with a destructor.
+#[allow(unsafe_code)]
+unsafe fn raise(l: *mut mlua::ffi::lua_State, msg: &'static std::ffi::CStr) -> ! {
+    // SAFETY: one slot; `lua_error` does not return.
+    unsafe {
+        mlua::ffi::lua_pushstring(l, msg.as_ptr());
+        mlua::ffi::lua_error(l)
     }
 }
 
@@ -670,6 +803,7 @@ fn build_state(
         classified: RefCell::new(None),
         windows: env.windows.clone(),
         memory_limit: limit,
+        scratch: Cell::new(String::new()),
     });
 
     let rust = lua.create_table().map_err(lua_err)?;
@@ -862,17 +996,23 @@ fn build_state(
         // The message view's primitives (`msg` methods in the prelude). Created once per state:
         // they read the scan's data through `Ctx::scan`.
         let c = Rc::clone(&ctx);
-        set(
-            "fetch",
-            lua.create_function(move |lua, (id, a): (u8, Value)| {
+        let fetch = lua
+            .create_function(move |lua, (id, a): (u8, Value)| {
                 let data = c.scan()?;
                 let _unlimited = Unlimited::new(lua, c.memory_limit);
                 if id == CLASSIFY_FIELD {
                     return c.classify(data);
                 }
                 data.fetch(lua, id, a)
-            }),
-        )?;
+            })
+            .map_err(lua_err)?;
+        set("fetch_scalar", scalar_fetch(&lua, &ctx, &fetch))?;
+        set("fetch", Ok(fetch))?;
+        let scalar_fields = lua
+            .create_sequence_from(super::view::SCALAR_FIELDS.iter().copied())
+            .map_err(lua_err)?;
+        rust.raw_set("scalar_fields", scalar_fields)
+            .map_err(lua_err)?;
         let c = Rc::clone(&ctx);
         set(
             "stat",

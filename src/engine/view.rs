@@ -2,6 +2,7 @@
 //! values on first use (the prelude caches them for the rest of the scan).
 
 use std::borrow::Cow;
+use std::ffi::CStr;
 
 use mail_parser::{HeaderValue, MimeHeaders, PartType};
 use mlua::{IntoLua, Lua, Result, Table, Value};
@@ -47,6 +48,53 @@ impl MessageData<'_> {
         f
     }
 }
+
+/// The argument of a field lookup (a header name, a hop number), as the Lua stack holds it.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg<'a> {
+    None,
+    Str(&'a [u8]),
+    Int(i64),
+    /// A value of another type (or a float that is no integer).
+    Other,
+}
+
+impl<'a> Arg<'a> {
+    /// The argument of a `Value` (what the mlua primitive receives).
+    fn of(v: &'a Value, bytes: Option<&'a [u8]>) -> Self {
+        match v {
+            Value::Nil => Arg::None,
+            Value::Integer(n) => Arg::Int(*n),
+            Value::String(_) => bytes.map_or(Arg::Other, Arg::Str),
+            _ => Arg::Other,
+        }
+    }
+}
+
+/// A field whose value is one string, integer or nil: what the raw `fetch` of the engine
+/// pushes itself, without a table or a registry handle.
+#[derive(Debug)]
+pub enum Scalar<'a> {
+    Nil,
+    Int(i64),
+    Str(Cow<'a, str>),
+}
+
+impl IntoLua for Scalar<'_> {
+    fn into_lua(self, lua: &Lua) -> Result<Value> {
+        match self {
+            Scalar::Nil => Ok(Value::Nil),
+            Scalar::Int(i) => Ok(Value::Integer(i)),
+            Scalar::Str(s) => s.as_ref().into_lua(lua),
+        }
+    }
+}
+
+/// The field ids whose values are scalars (`MessageData::scalar`); the prelude sends these to
+/// the raw `fetch`.
+pub const SCALAR_FIELDS: &[u8] = &[
+    1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 40, 42, 43,
+];
 
 /// How `msg:stat` combines the counts of several keys, column by column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,10 +245,12 @@ fn records<const N: usize>(lua: &Lua, rows: &[Row<'_, N>]) -> Result<Value> {
     Ok(Value::Table(rawtable::records(lua, rows)?))
 }
 
-fn opt_str(lua: &Lua, s: Option<&str>) -> Result<Value> {
+/// A string without its leading and trailing white space, borrowed where it was.
+fn trim_cow(s: Cow<'_, str>) -> Cow<'_, str> {
     match s {
-        Some(s) => s.into_lua(lua),
-        None => Ok(Value::Nil),
+        Cow::Borrowed(b) => Cow::Borrowed(b.trim()),
+        Cow::Owned(o) if o.trim().len() == o.len() => Cow::Owned(o),
+        Cow::Owned(o) => Cow::Owned(o.trim().to_string()),
     }
 }
 
@@ -254,11 +304,11 @@ impl MessageData<'_> {
 
     /// A header's value as text: decoded where mail-parser decoded it, else the raw value
     /// unfolded and trimmed.
-    fn header_text(&self, h: &mail_parser::Header<'_>) -> String {
+    fn header_text<'s>(&'s self, h: &'s mail_parser::Header<'_>) -> Cow<'s, str> {
         match &h.value {
-            HeaderValue::Text(t) => t.trim().to_string(),
-            HeaderValue::TextList(l) => l.join(", "),
-            _ => unfold(&self.raw_value(h)),
+            HeaderValue::Text(t) => Cow::Borrowed(t.trim()),
+            HeaderValue::TextList(l) => Cow::Owned(l.join(", ")),
+            _ => Cow::Owned(unfold(&self.raw_value(h))),
         }
     }
 
@@ -271,13 +321,91 @@ impl MessageData<'_> {
             .filter(move |h| h.name.as_str().eq_ignore_ascii_case(name))
     }
 
+    /// The value of field `id` when it is a scalar (see `SCALAR_FIELDS`); `Ok(None)` for the
+    /// fields that are tables. Errors are static, so the raw `fetch` can raise them without
+    /// owning anything.
+    pub fn scalar<'s>(
+        &'s self,
+        id: u8,
+        a: Arg<'_>,
+    ) -> std::result::Result<Option<Scalar<'s>>, &'static CStr> {
+        let m = self.message;
+        let e = self.entities;
+        let s = |s: &'s str| Scalar::Str(Cow::Borrowed(s));
+        let opt = |s: Option<&'s str>| s.map_or(Scalar::Nil, |s| Scalar::Str(Cow::Borrowed(s)));
+        Ok(Some(match id {
+            1 => s(&m.subject.display),
+            2 => s(&m.subject.normalized),
+            6 => match self.envelope.client_ip {
+                Some(ip) => Scalar::Str(Cow::Owned(IpText::new(ip).as_str().to_string())),
+                None => Scalar::Nil,
+            },
+            7 => opt(self.envelope.helo.as_deref()),
+            8 => opt(self.envelope.mail_from.as_deref()),
+            10 => s(&m.body.display),
+            11 => s(&m.body.normalized),
+            12 => s(&m.html_text),
+            13 => Scalar::Str(self.html_source()),
+            20 => Scalar::Int(self.named("received").count() as i64),
+            24 => match m.mime.as_ref().and_then(|x| x.date()) {
+                Some(d) if d.is_valid() => Scalar::Int(d.to_timestamp()),
+                _ => Scalar::Nil,
+            },
+            25 => opt(e.message_id.as_deref()),
+            26 => opt(e.message_id_domain.as_deref()),
+            27 => opt(e.mailer.as_deref()),
+            28 => Scalar::Int(m.raw.len() as i64),
+            29 => Scalar::Int(self.now as i64),
+            31 => {
+                let n = match a {
+                    Arg::Int(n) if n >= 1 => n as usize,
+                    Arg::None => 1,
+                    _ => return Err(c"msg:received_time: n must be >= 1"),
+                };
+                self.named("received")
+                    .nth(n - 1)
+                    .and_then(|h| received_time(&self.raw_value(h)))
+                    .map_or(Scalar::Nil, Scalar::Int)
+            }
+            40 | 42 | 43 => {
+                let Arg::Str(name) = a else {
+                    return Err(c"header name must be a string");
+                };
+                let Ok(name) = std::str::from_utf8(name) else {
+                    return Err(c"header name must be UTF-8");
+                };
+                let is = |h: &&mail_parser::Header<'_>| h.name.as_str().eq_ignore_ascii_case(name);
+                let mut named = self.mime_headers().iter().filter(is);
+                match id {
+                    40 => named
+                        .next()
+                        .map_or(Scalar::Nil, |h| Scalar::Str(self.header_text(h))),
+                    42 => named
+                        .next()
+                        .map_or(Scalar::Nil, |h| Scalar::Str(trim_cow(self.raw_value(h)))),
+                    _ => Scalar::Int(named.count() as i64),
+                }
+            }
+            _ => return Ok(None),
+        }))
+    }
+
     /// The value of field `id` (see the prelude), with its argument where it takes one.
     pub fn fetch(&self, lua: &Lua, id: u8, a: Value) -> Result<Value> {
+        let bytes = match &a {
+            Value::String(s) => Some(s.as_bytes()),
+            _ => None,
+        };
+        let scalar = self.scalar(id, Arg::of(&a, bytes.as_deref()));
+        match scalar {
+            Ok(Some(v)) => return v.into_lua(lua),
+            Ok(None) => {}
+            Err(e) => return Err(mlua::Error::runtime(e.to_string_lossy())),
+        }
+        drop(bytes);
         let m = self.message;
         let e = self.entities;
         match id {
-            1 => m.subject.display.as_str().into_lua(lua),
-            2 => m.subject.normalized.as_str().into_lua(lua),
             3 => match e.from() {
                 Some(f) => Ok(Value::Table(lua.create_sequence_from([
                     Some(f.address.as_str()),
@@ -312,17 +440,7 @@ impl MessageData<'_> {
                     )
                 }
             }
-            6 => match self.envelope.client_ip {
-                Some(ip) => IpText::new(ip).as_str().into_lua(lua),
-                None => Ok(Value::Nil),
-            },
-            7 => opt_str(lua, self.envelope.helo.as_deref()),
-            8 => opt_str(lua, self.envelope.mail_from.as_deref()),
             9 => strings(lua, self.envelope.rcpt_to.iter().map(String::as_str)),
-            10 => m.body.display.as_str().into_lua(lua),
-            11 => m.body.normalized.as_str().into_lua(lua),
-            12 => m.html_text.as_str().into_lua(lua),
-            13 => self.html_source().as_ref().into_lua(lua),
             14 => self.parts(lua),
             15 => {
                 let rows: Vec<_> = (e.urls.iter())
@@ -391,7 +509,6 @@ impl MessageData<'_> {
                     .collect();
                 records(lua, &rows)
             }
-            20 => Ok(Value::Integer(self.named("received").count() as i64)),
             21 => {
                 let rows: Vec<_> = (e.attachments.iter())
                     .map(|a| {
@@ -412,15 +529,6 @@ impl MessageData<'_> {
                 self.anomalies.iter().map(|a| (a.as_str(), true)),
             )?)),
             23 => strings(lua, m.mixed_script_words.iter().map(String::as_str)),
-            24 => match m.mime.as_ref().and_then(|x| x.date()) {
-                Some(d) if d.is_valid() => Ok(Value::Integer(d.to_timestamp())),
-                _ => Ok(Value::Nil),
-            },
-            25 => opt_str(lua, e.message_id.as_deref()),
-            26 => opt_str(lua, e.message_id_domain.as_deref()),
-            27 => opt_str(lua, e.mailer.as_deref()),
-            28 => Ok(Value::Integer(m.raw.len() as i64)),
-            29 => Ok(Value::Integer(self.now as i64)),
             30 => {
                 // all addresses, or those of one role
                 let role = match &a {
@@ -444,37 +552,14 @@ impl MessageData<'_> {
                 }
                 records(lua, &rows)
             }
-            31 => {
-                let n = match a {
-                    Value::Integer(n) if n >= 1 => n as usize,
-                    Value::Nil => 1,
-                    _ => return Err(mlua::Error::runtime("msg:received_time: n must be >= 1")),
-                };
-                Ok(self
-                    .named("received")
-                    .nth(n - 1)
-                    .and_then(|h| received_time(&self.raw_value(h)))
-                    .map_or(Value::Nil, Value::Integer))
-            }
-            40..=43 => {
+            41 => {
                 let Value::String(name) = a else {
                     return Err(mlua::Error::runtime("header name must be a string"));
                 };
                 let name = name.to_str()?;
-                match id {
-                    40 => match self.named(&name).next() {
-                        Some(h) => self.header_text(h).into_lua(lua),
-                        None => Ok(Value::Nil),
-                    },
-                    41 => Ok(Value::Table(lua.create_sequence_from(
-                        self.named(&name).map(|h| self.header_text(h)),
-                    )?)),
-                    42 => match self.named(&name).next() {
-                        Some(h) => self.raw_value(h).trim().into_lua(lua),
-                        None => Ok(Value::Nil),
-                    },
-                    _ => Ok(Value::Integer(self.named(&name).count() as i64)),
-                }
+                Ok(Value::Table(lua.create_sequence_from(
+                    self.named(&name).map(|h| self.header_text(h)),
+                )?))
             }
             46 => {
                 let kind = kind_arg(&a)?;
