@@ -490,6 +490,12 @@ rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UN
     local args = { tostring(msg:stat(8, "1h") == seen), tostring(ok_kind),
       tostring(string.find(tostring(e_kind), "unknown shingle type", 1, true) ~= nil),
       tostring(ok_window), tostring(string.find(tostring(e_window), "unknown window", 1, true) ~= nil) }
+    -- one subject key: its sum, minimum and median are its counts; a bad `how` raises
+    local ok_how, e_how = pcall(msg.stat, msg, "subject", "1h", "avg")
+    args[#args + 1] = tostring(msg:stat("subject", "1h", "sum") == seen
+      and msg:stat("subject", "1h", "median") == seen and msg:stat("subject", "1h", "min") == seen)
+    args[#args + 1] = tostring(ok_how)
+    args[#args + 1] = tostring(string.find(tostring(e_how), "`how` must be", 1, true) ~= nil)
     -- per key: all windows, or one
     local all, one = msg:stats("subject"), msg:stats("subject", "1h")
     local stats = { tostring(#all), tostring(all[1]["1h"].seen), tostring(all[1]["14d"].ham),
@@ -540,8 +546,8 @@ rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UN
     assert!(!v.symbols.contains_key("URL_COMPLAINTS"));
     assert_eq!(
         v.symbols["ARGS"].options,
-        ["true", "false", "true", "false", "true"],
-        "a type by number; unknown type and window names raise"
+        ["true", "false", "true", "false", "true", "true", "false", "true"],
+        "a type by number; unknown type and window names raise; sum, median, min; bad how raises"
     );
     let analysis = shrike::scan::analyze(&input, &Envelope::default(), s.limits());
     s.learn(&analysis, Counter::Complaint);

@@ -93,75 +93,105 @@ impl Drop for ScanGuard<'_> {
 /// it builds them; `fetch_scalar` pushes under the limit.
 const SCALAR_PUSH_MAX: usize = 64 * 1024;
 
-/// `msg` fields that are one string, integer or nil (`view::SCALAR_FIELDS`), read by a plain C
-/// function. A call of an mlua function costs ~1,300 instructions of argument conversion,
-/// registry handles and error plumbing before any work; rules read ~30 such fields a message.
-/// Upvalue 1 is the state's `Ctx` (a light userdata); upvalue 2 the mlua `fetch`, which keeps
-/// that `Ctx` alive as long as this closure lives and answers what this one does not (table
-/// fields, long strings).
-fn scalar_fetch(lua: &Lua, ctx: &Rc<Ctx>, fetch: &Function) -> mlua::Result<Function> {
+// Raw C functions for the hottest primitives. A call of an mlua function costs ~700
+// instructions of argument conversion, registry handles and error plumbing before any work;
+// rules read ~20 scalar fields and ~9 `msg:stat`s a message. Each C function has two upvalues:
+// the state's `Ctx` (a light userdata) and the mlua function doing the same work, which keeps
+// that `Ctx` alive as long as the closure lives and answers what the C function does not
+// (table fields, long strings, bad arguments: its errors carry the details).
+//
+// Safety: Lua errors (a bad argument, "not enough memory" while pushing) unwind over these
+// frames by `longjmp`, so at every call that can raise, the frames own nothing with a
+// destructor: values are borrowed from the scan's data, an owned string is first moved into
+// `Ctx::scratch`, and panics are caught (and their payloads dropped) before Lua is called.
+
+/// Wraps the C function `f` with its two upvalues: the `Ctx` and `slow`.
+fn raw_closure(
+    lua: &Lua,
+    ctx: &Rc<Ctx>,
+    slow: &Function,
+    f: mlua::ffi::lua_CFunction,
+) -> mlua::Result<Function> {
     let ctx = Rc::as_ptr(ctx) as *mut std::ffi::c_void;
-    // SAFETY: the stack holds `fetch` (the argument); two pushes, then the closure takes both
+    // SAFETY: the stack holds `slow` (the argument); two pushes, then the closure takes both
     // values as upvalues. `exec_raw` checks for three free slots.
     #[allow(unsafe_code)]
     unsafe {
-        lua.exec_raw::<Function>(fetch, |l| {
+        lua.exec_raw::<Function>(slow, |l| {
             mlua::ffi::lua_pushlightuserdata(l, ctx);
             mlua::ffi::lua_insert(l, -2);
-            mlua::ffi::lua_pushcclosure(l, fetch_scalar, 2);
+            mlua::ffi::lua_pushcclosure(l, f, 2);
         })
     }
 }
 
-/// The C function behind `fetch_scalar`: `(id[, arg])` → the field's value.
+/// The `Ctx` and the scan's data in a raw closure's C function; raises outside a scan.
 ///
-/// Safety: Lua errors (a bad argument, "not enough memory" while pushing) unwind over this
-/// frame by `longjmp`, so at every call that can raise, the frame owns nothing with a
-/// destructor: values are borrowed from the scan's data, and an owned string is first moved
-/// into `Ctx::scratch`. Panics are caught before they reach Lua.
+/// # Safety
+/// Only from the C functions `raw_closure` wraps (upvalue 1 is the `Ctx`, alive while upvalue
+/// 2, which owns an `Rc` of it, is), whose frames own nothing with a destructor.
 #[allow(unsafe_code)]
-unsafe extern "C-unwind" fn fetch_scalar(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
-    use super::view::{Arg, Scalar};
+unsafe fn raw_scan<'c>(l: *mut mlua::ffi::lua_State) -> (&'c Ctx, &'c MessageData<'c>) {
     use mlua::ffi;
-    use std::borrow::Cow;
-    // SAFETY (whole body): upvalue 1 is the `Ctx` pointer set by `scalar_fetch`, alive while
-    // upvalue 2 (which owns an `Rc` of it) is; `scan` is non-null only during a scan, when it
-    // points at that scan's `MessageData` (see `Ctx::scan`).
+    // SAFETY: see above; `scan` is non-null only during a scan, when it points at that
+    // scan's `MessageData` (see `Ctx::scan`), which outlives the call.
     let ctx = unsafe { &*(ffi::lua_touserdata(l, ffi::lua_upvalueindex(1)) as *const Ctx) };
     let p = ctx.scan.get() as *const MessageData<'_>;
     if p.is_null() {
         unsafe { raise(l, c"msg used outside its scan") }
     }
-    let data = unsafe { &*p };
+    (ctx, unsafe { &*p })
+}
+
+/// Argument `i` of a raw C function, borrowed from the Lua stack (where it stays for the call).
+///
+/// # Safety
+/// `l` is the running C function's state.
+#[allow(unsafe_code)]
+unsafe fn raw_arg<'a>(l: *mut mlua::ffi::lua_State, i: std::ffi::c_int) -> super::view::Arg<'a> {
+    use super::view::Arg;
+    use mlua::ffi;
     let mut is_int = 0;
-    let id = unsafe { ffi::lua_tointegerx(l, 1, &mut is_int) };
-    let id = if is_int != 0 {
-        u8::try_from(id).unwrap_or(0)
-    } else {
-        0
-    };
-    let arg = match unsafe { ffi::lua_type(l, 2) } {
-        ffi::LUA_TNONE | ffi::LUA_TNIL => Arg::None,
-        ffi::LUA_TSTRING => {
-            let mut len = 0;
-            let s = unsafe { ffi::lua_tolstring(l, 2, &mut len) };
-            // the string stays on the stack (and alive) for the whole call
-            Arg::Str(unsafe { std::slice::from_raw_parts(s.cast::<u8>(), len) })
-        }
-        ffi::LUA_TNUMBER => {
-            let n = unsafe { ffi::lua_tointegerx(l, 2, &mut is_int) };
-            if is_int != 0 {
-                Arg::Int(n)
-            } else {
-                Arg::Other
+    // SAFETY: reads of a stack slot; a string's bytes live while it is on the stack.
+    unsafe {
+        match ffi::lua_type(l, i) {
+            ffi::LUA_TNONE | ffi::LUA_TNIL => Arg::None,
+            ffi::LUA_TSTRING => {
+                let mut len = 0;
+                let s = ffi::lua_tolstring(l, i, &mut len);
+                Arg::Str(std::slice::from_raw_parts(s.cast::<u8>(), len))
             }
+            ffi::LUA_TNUMBER => {
+                let n = ffi::lua_tointegerx(l, i, &mut is_int);
+                if is_int != 0 {
+                    Arg::Int(n)
+                } else {
+                    Arg::Other
+                }
+            }
+            _ => Arg::Other,
         }
-        _ => Arg::Other,
+    }
+}
+
+/// `fetch_scalar(id[, arg])`: the `msg` fields that are one string, integer or nil
+/// (`view::SCALAR_FIELDS`).
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn fetch_scalar(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use super::view::Scalar;
+    use mlua::ffi;
+    use std::borrow::Cow;
+    // SAFETY (whole body): see the comment above `raw_closure`.
+    let (ctx, data) = unsafe { raw_scan(l) };
+    let id = match unsafe { raw_arg(l, 1) } {
+        super::view::Arg::Int(i) => u8::try_from(i).unwrap_or(0),
+        _ => 0,
     };
+    let arg = unsafe { raw_arg(l, 2) };
     let value =
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data.scalar(id, arg))) {
             Ok(Ok(Some(v))) => v,
-            Ok(Ok(None)) => return unsafe { slow_fetch(l) },
+            Ok(Ok(None)) => return unsafe { slow_call(l, 2) },
             Ok(Err(e)) => unsafe { raise(l, e) },
             Err(panic) => {
                 drop(panic);
@@ -173,7 +203,7 @@ unsafe extern "C-unwind" fn fetch_scalar(l: *mut mlua::ffi::lua_State) -> std::f
         Scalar::Int(i) => unsafe { ffi::lua_pushinteger(l, i) },
         Scalar::Str(s) if s.len() > SCALAR_PUSH_MAX => {
             drop(s);
-            return unsafe { slow_fetch(l) };
+            return unsafe { slow_call(l, 2) };
         }
         Scalar::Str(Cow::Borrowed(s)) => unsafe {
             ffi::lua_pushlstring(l, s.as_ptr().cast(), s.len());
@@ -188,28 +218,54 @@ unsafe extern "C-unwind" fn fetch_scalar(l: *mut mlua::ffi::lua_State) -> std::f
     1
 }
 
-/// Answers a `fetch_scalar` call with the mlua `fetch` (upvalue 2) and the same arguments.
+/// `stat(type, window[, how])` (`msg:stat`): five integers.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn stat_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    // SAFETY (whole body): see the comment above `raw_closure`.
+    let (ctx, data) = unsafe { raw_scan(l) };
+    let (kind, window, how) = unsafe { (raw_arg(l, 1), raw_arg(l, 2), raw_arg(l, 3)) };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        data.stat_args(&ctx.windows, kind, window, how)
+    }));
+    match r {
+        Ok(Some(counts)) => {
+            for n in counts {
+                let n = mlua::ffi::lua_Integer::try_from(n).unwrap_or(mlua::ffi::lua_Integer::MAX);
+                unsafe { mlua::ffi::lua_pushinteger(l, n) };
+            }
+            5
+        }
+        Ok(None) => unsafe { slow_call(l, 3) },
+        Err(panic) => {
+            drop(panic);
+            unsafe { raise(l, c"msg:stat failed (internal error)") }
+        }
+    }
+}
+
+/// Answers a raw closure's call with its mlua function (upvalue 2) and the same first `nargs`
+/// arguments, returning what that returns.
 ///
 /// # Safety
-/// Only from `fetch_scalar`, whose frame owns nothing with a destructor.
+/// As `raw_scan`.
 #[allow(unsafe_code)]
-unsafe fn slow_fetch(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+unsafe fn slow_call(l: *mut mlua::ffi::lua_State, nargs: std::ffi::c_int) -> std::ffi::c_int {
     use mlua::ffi;
-    // SAFETY: at most two arguments and the function: three slots, within the
-    // LUA_MINSTACK (20) a C function gets.
+    // SAFETY: at most three arguments and the function: four slots, within the LUA_MINSTACK
+    // (20) a C function gets.
     unsafe {
-        ffi::lua_settop(l, 2);
+        ffi::lua_settop(l, nargs);
         ffi::lua_pushvalue(l, ffi::lua_upvalueindex(2));
         ffi::lua_insert(l, 1);
-        ffi::lua_call(l, 2, 1);
+        ffi::lua_call(l, nargs, ffi::LUA_MULTRET);
+        ffi::lua_gettop(l)
     }
-    1
 }
 
 /// Raises a Lua error with a static message.
 ///
 /// # Safety
-/// As `slow_fetch`: the calling frames own nothing with a destructor.
+/// As `raw_scan`.
 #[allow(unsafe_code)]
 unsafe fn raise(l: *mut mlua::ffi::lua_State, msg: &'static std::ffi::CStr) -> ! {
     // SAFETY: one slot; `lua_error` does not return.
@@ -1006,7 +1062,10 @@ fn build_state(
                 data.fetch(lua, id, a)
             })
             .map_err(lua_err)?;
-        set("fetch_scalar", scalar_fetch(&lua, &ctx, &fetch))?;
+        set(
+            "fetch_scalar",
+            raw_closure(&lua, &ctx, &fetch, fetch_scalar),
+        )?;
         set("fetch", Ok(fetch))?;
         let scalar_fields = lua
             .create_sequence_from(super::view::SCALAR_FIELDS.iter().copied())
@@ -1014,13 +1073,13 @@ fn build_state(
         rust.raw_set("scalar_fields", scalar_fields)
             .map_err(lua_err)?;
         let c = Rc::clone(&ctx);
-        set(
-            "stat",
-            lua.create_function(move |_, (k, w, how): (Value, Value, Value)| {
+        let stat = lua
+            .create_function(move |_, (k, w, how): (Value, Value, Value)| {
                 let r = c.scan()?.stat(&c.windows, &k, &w, &how)?;
                 Ok((r[0], r[1], r[2], r[3], r[4]))
-            }),
-        )?;
+            })
+            .map_err(lua_err)?;
+        set("stat", raw_closure(&lua, &ctx, &stat, stat_raw))?;
         let c = Rc::clone(&ctx);
         set(
             "stats",

@@ -105,6 +105,18 @@ enum Combine {
     Median,
 }
 
+impl Combine {
+    fn parse(s: &[u8]) -> Option<Self> {
+        match s {
+            b"max" => Some(Combine::Max),
+            b"sum" => Some(Combine::Sum),
+            b"min" => Some(Combine::Min),
+            b"median" => Some(Combine::Median),
+            _ => None,
+        }
+    }
+}
+
 /// How window names map to window indices (`10m`, `1h`, ...).
 #[derive(Debug, Clone, Default)]
 pub struct WindowNames {
@@ -587,20 +599,44 @@ impl MessageData<'_> {
     ) -> Result<[u64; 5]> {
         let kind = kind_arg(kind)?;
         let w = window_arg(windows, window)?;
-        let bad_how = || {
-            mlua::Error::runtime("msg:stat: `how` must be \"max\", \"sum\", \"min\" or \"median\"")
-        };
         let how = match how {
-            Value::Nil => Combine::Max,
-            Value::String(s) => match &*s.to_str()? {
-                "max" => Combine::Max,
-                "sum" => Combine::Sum,
-                "min" => Combine::Min,
-                "median" => Combine::Median,
-                _ => return Err(bad_how()),
-            },
-            _ => return Err(bad_how()),
+            Value::Nil => Some(Combine::Max),
+            Value::String(s) => Combine::parse(&s.as_bytes()),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            mlua::Error::runtime("msg:stat: `how` must be \"max\", \"sum\", \"min\" or \"median\"")
+        })?;
+        Ok(self.combined(kind, w, how))
+    }
+
+    /// `stat` from arguments as the raw C function reads them; None for any bad argument (the
+    /// caller then asks `stat` for the error).
+    pub fn stat_args(
+        &self,
+        windows: &WindowNames,
+        kind: Arg<'_>,
+        window: Arg<'_>,
+        how: Arg<'_>,
+    ) -> Option<[u64; 5]> {
+        let kind = match kind {
+            Arg::Str(s) => std::str::from_utf8(s).ok().and_then(Kind::parse),
+            Arg::Int(i) => u16::try_from(i).ok().and_then(Kind::from_id),
+            _ => None,
+        }?;
+        let Arg::Str(window) = window else {
+            return None;
         };
+        let w = windows.index(window)?;
+        let how = match how {
+            Arg::None => Combine::Max,
+            Arg::Str(s) => Combine::parse(s)?,
+            _ => return None,
+        };
+        Some(self.combined(kind, w, how))
+    }
+
+    fn combined(&self, kind: Kind, w: usize, how: Combine) -> [u64; 5] {
         let rows = self
             .shingles
             .iter()
@@ -635,7 +671,7 @@ impl MessageData<'_> {
                 }
             }
         }
-        Ok(out)
+        out
     }
 
     /// `msg:stats(type[, window])`: one table per key, with a table per window, or with
