@@ -260,6 +260,56 @@ fn errors_name_the_file_and_line_and_are_counted() {
     );
 }
 
+/// Rules run in one loop per message: misses never leave it, hits and errors do. Each rule's
+/// runs, hits, errors and time are still counted on its own, and the loop goes on after a rule
+/// that hit or failed.
+#[test]
+fn every_rule_is_counted_between_hits_and_errors() {
+    let (_d, s) = rules(
+        "rule { name = 'MISS', score = 1, check = function(msg) return nil end }\n\
+         rule { name = 'HIT', score = 1, check = function(msg) return true, 'a', 'b' end }\n\
+         rule { name = 'FALSE', score = 1, check = function(msg) return false, 'x' end }\n\
+         rule { name = 'ERR', score = 1, check = function(msg) error('boom') end }\n\
+         rule { name = 'ZERO', score = 1, check = function(msg) return 0 end }\n\
+         rule { name = 'LAST', score = 1, check = function(msg) return 2 end }\n",
+    );
+    let mut w = s.worker();
+    let input = prepare(MSG, s.limits());
+    for _ in 0..3 {
+        let v = w.scan(&input, &Envelope::default()).verdict;
+        assert_eq!(v.symbols["HIT"].options, ["a", "b"]);
+        assert_eq!(v.symbols["LAST"].score, 2.0);
+        assert!(!v.symbols.contains_key("MISS") && !v.symbols.contains_key("FALSE"));
+        assert!(!v.symbols.contains_key("ZERO"));
+        assert!(v.symbols["RULE_ERROR"].options[0].contains("boom"));
+    }
+    w.rules().flush_counters();
+    let g = s.engine().generation();
+    let c = |i: usize| {
+        let c = &g.counters[i];
+        (
+            c.runs.load(Ordering::Relaxed),
+            c.hits.load(Ordering::Relaxed),
+            c.errors.load(Ordering::Relaxed),
+        )
+    };
+    assert_eq!(
+        (0..6).map(c).collect::<Vec<_>>(),
+        [
+            (3, 0, 0),
+            (3, 3, 0),
+            (3, 0, 0),
+            (3, 0, 3),
+            (3, 0, 0),
+            (3, 3, 0)
+        ]
+    );
+    assert!(g
+        .counters
+        .iter()
+        .all(|c| c.nanos.load(Ordering::Relaxed) > 0));
+}
+
 #[test]
 fn declarations_are_validated_with_file_and_line() {
     let e = load_error("rule { name = 'lower', score = 1, check = function() end }");

@@ -176,6 +176,15 @@ impl Preempt {
         self.slot.fired.load(Relaxed)
     }
 
+    /// Inside `run`, starts the budget of a new call: the Lua side runs several rules in one
+    /// call into Lua and marks each rule's start, so each is charged and stopped on its own.
+    /// A stop the watchdog asked for the previous call is dropped with its epoch.
+    pub(super) fn next_call(&self) {
+        compiler_fence(SeqCst);
+        self.slot.call.store(self.epoch(), Relaxed);
+        compiler_fence(SeqCst);
+    }
+
     /// Runs `f` (one call into Lua) under the call budget. `Some(stop)` when the watchdog
     /// stopped it; the hook is disarmed again before this returns.
     pub(super) fn run<R>(&self, f: impl FnOnce() -> R) -> (R, Option<Stop>) {

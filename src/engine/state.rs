@@ -70,6 +70,9 @@ struct Ctx {
     /// An owned string the raw `fetch_scalar` is pushing: held here, not on its frame, so that
     /// a Lua error raised while pushing skips no destructor.
     scratch: Cell<String>,
+    /// (rule index, start) of each rule the Lua-side loop started in the current call, set
+    /// by `mark`: the rules' run counts and times.
+    marks: RefCell<Vec<(u32, Instant)>>,
 }
 
 /// Publishes the scan's data to the state's primitives and withdraws it on drop, also when
@@ -240,6 +243,68 @@ unsafe extern "C-unwind" fn stat_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::
             drop(panic);
             unsafe { raise(l, c"msg:stat failed (internal error)") }
         }
+    }
+}
+
+/// Runs the checks from rule `next` (0-based) on, inside `Lua::exec_raw`, whose stack holds
+/// the checks (1) and the scan's `msg` (2). Each rule gets its own protected call, CPU budget
+/// (`Preempt::next_call`) and start time (`Ctx::marks`); a rule that returns nil or false (most
+/// of them, most of the time) is done here. Leaves on the stack what Rust reads next: 0 when
+/// all ran; -k when the message budget ran out before rule k (1-based), which did not run; or
+/// k, then true and what rule k returned when it returned something else, or false and the
+/// error its call raised. A call from Rust through mlua per rule cost ~800 instructions more.
+///
+/// # Safety
+/// Only inside `exec_raw` with those two arguments. No call here raises a Lua error: the
+/// protected call catches the rule's, and the other calls neither allocate in Lua nor grow the
+/// stack past the slots checked for.
+#[allow(unsafe_code)]
+unsafe fn run_checks(l: *mut mlua::ffi::lua_State, ctx: &Ctx, mut next: usize, n: usize) {
+    use mlua::ffi;
+    // SAFETY (whole body): see above.
+    unsafe {
+        while next < n {
+            ctx.current_rule.set(next);
+            ctx.marks
+                .borrow_mut()
+                .push((u32::try_from(next).unwrap_or(u32::MAX), Instant::now()));
+            ctx.preempt.next_call();
+            let rule = next as ffi::lua_Integer + 1;
+            if ctx.preempt.message_over() {
+                ffi::lua_settop(l, 0);
+                ffi::lua_pushinteger(l, -rule);
+                return;
+            }
+            ffi::lua_rawgeti(l, 1, rule);
+            ffi::lua_pushvalue(l, 2);
+            let status = ffi::lua_pcall(l, 1, ffi::LUA_MULTRET, 0);
+            // (A stop that landed as the rule returned leaves the hook armed: back to Rust,
+            // which disarms it, before the next rule runs.)
+            if status == ffi::LUA_OK && ffi::lua_toboolean(l, 3) == 0 && !ctx.preempt.stopping() {
+                ffi::lua_settop(l, 2);
+                next += 1;
+                continue;
+            }
+            // Results (or the error) are at 3..top: put the rule and the status before them,
+            // and drop the checks and `msg`. (If the stack cannot grow by two, Rust reads an
+            // error of this rule.)
+            let ok = status == ffi::LUA_OK;
+            if ffi::lua_checkstack(l, 2) == 0 {
+                ffi::lua_settop(l, 0);
+                ffi::lua_pushinteger(l, rule);
+                ffi::lua_pushboolean(l, 0);
+                return;
+            }
+            ffi::lua_pushinteger(l, rule);
+            ffi::lua_pushboolean(l, std::ffi::c_int::from(ok));
+            ffi::lua_rotate(l, 3, 2);
+            ffi::lua_rotate(l, 1, -2);
+            let top = ffi::lua_gettop(l);
+            ffi::lua_settop(l, top - 2);
+            return;
+        }
+        ffi::lua_settop(l, 0);
+        ffi::lua_pushinteger(l, 0);
     }
 }
 
@@ -579,8 +644,11 @@ struct LoadedState {
     generation: Arc<Generation>,
     lua: Lua,
     ctx: Rc<Ctx>,
-    rules: Vec<Function>,
+    /// How many rules the generation has.
+    rules: usize,
     begin: Function,
+    /// The rules' checks, in order (a sequence).
+    checks: Table,
     finish: Function,
     /// Sampling seeds of test-mode rules (hash of the rule name).
     rule_seeds: Vec<u64>,
@@ -612,6 +680,29 @@ fn char_counts(t: &[u8]) -> (usize, usize, usize, usize, usize) {
 
 /// Turns an mlua error into the message a rule author needs (file:line first when Lua gave
 /// them).
+/// The text of an error value a rule's protected call caught, and whether it is Lua's
+/// out-of-memory error (the state is then collected after the scan).
+fn error_value(v: Value) -> (String, bool) {
+    match v {
+        Value::Error(e) => {
+            let memory = matches!(*e, mlua::Error::MemoryError(_));
+            (describe(&e), memory)
+        }
+        // what Lua raises when an allocation fails (here: the state's memory limit)
+        Value::String(s) if s.as_bytes() == b"not enough memory" => {
+            (describe(&mlua::Error::MemoryError(String::new())), true)
+        }
+        Value::String(s) => (s.to_string_lossy(), false),
+        Value::Nil => ("nil".into(), false),
+        other => (
+            other
+                .to_string()
+                .unwrap_or_else(|_| format!("(error object: {})", other.type_name())),
+            false,
+        ),
+    }
+}
+
 fn describe(e: &mlua::Error) -> String {
     match e {
         mlua::Error::RuntimeError(s) => match s.find("\nstack traceback:") {
@@ -812,7 +903,14 @@ fn declaration(def: &Table, file: &str) -> Result<(RuleMeta, Function), String> 
 
 /// A freshly built state: the Lua state, its context, the registered rules, and the prelude's
 /// `begin` and `finish`.
-type Built = (Lua, Rc<Ctx>, Vec<(RuleMeta, Function)>, Function, Function);
+type Built = (Lua, Rc<Ctx>, Vec<(RuleMeta, Function)>, Entry);
+
+/// What a scan calls: the prelude's `begin` and `finish`, and the rules' checks in order.
+struct Entry {
+    begin: Function,
+    checks: Table,
+    finish: Function,
+}
 
 struct BuildEnv<'a> {
     config: &'a EngineConfig,
@@ -860,6 +958,7 @@ fn build_state(
         windows: env.windows.clone(),
         memory_limit: limit,
         scratch: Cell::new(String::new()),
+        marks: RefCell::new(Vec::new()),
     });
 
     let rust = lua.create_table().map_err(lua_err)?;
@@ -1150,7 +1249,20 @@ fn build_state(
     // several times a scan, for fewer instructions in the rules (BENCHMARKS.md, stops 19 and
     // 21). The memory limit still holds: Lua collects fully before it lets an allocation fail.
     lua.gc_gen(200, 0);
-    Ok((lua, ctx, registered, begin, finish))
+    let checks = lua
+        .create_sequence_from(registered.iter().map(|(_, f)| f.clone()))
+        .map_err(lua_err)?;
+    ctx.marks.borrow_mut().reserve(registered.len());
+    Ok((
+        lua,
+        ctx,
+        registered,
+        Entry {
+            begin,
+            checks,
+            finish,
+        },
+    ))
 }
 
 /// Reads and validates a rule set: the next generation.
@@ -1171,7 +1283,7 @@ pub(super) fn build_generation(
         namespace,
         windows: &windows,
     };
-    let (_lua, _ctx, registered, _, _) = build_state(&sources, None, &env)?;
+    let (_lua, _ctx, registered, _) = build_state(&sources, None, &env)?;
     let rules: Vec<RuleMeta> = registered.into_iter().map(|(m, _)| m).collect();
     let mut symbols = HashMap::new();
     for (ri, r) in rules.iter().enumerate() {
@@ -1280,7 +1392,7 @@ impl RuleRunner {
             windows: self.engine.windows(),
         };
         match build_state(&current.sources, Some(&current), &env) {
-            Ok((lua, ctx, registered, begin, finish)) => {
+            Ok((lua, ctx, registered, entry)) => {
                 let rule_seeds = registered
                     .iter()
                     .map(|(m, _)| hash_bytes(m.name.as_bytes()))
@@ -1291,9 +1403,10 @@ impl RuleRunner {
                     generation: current,
                     lua,
                     ctx,
-                    rules: registered.into_iter().map(|(_, f)| f).collect(),
-                    begin,
-                    finish,
+                    rules: registered.len(),
+                    begin: entry.begin,
+                    checks: entry.checks,
+                    finish: entry.finish,
                     rule_seeds,
                 });
             }
@@ -1327,67 +1440,128 @@ impl RuleRunner {
         let result = (|| -> mlua::Result<()> {
             let msg: Table = st.begin.call(())?;
             let mut skipped = 0usize;
-            // One clock read per rule: a rule's end is the next one's start.
-            let mut t0 = Instant::now();
-            for (i, check) in st.rules.iter().enumerate() {
-                let meta = &gen.rules[i];
-                if ctx.preempt.message_over() {
-                    skipped += 1;
+            let n = st.rules;
+            // `run_checks` runs rules until one hits, fails or is stopped; each such rule is
+            // read here, then the loop goes on after it.
+            let mut next = 0usize;
+            while next < n {
+                ctx.marks.borrow_mut().clear();
+                let (r, stop) = ctx.preempt.run(|| {
+                    // SAFETY: the arguments are the checks and `msg`, as `run_checks` needs.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        st.lua.exec_raw::<MultiValue>((&st.checks, &msg), |l| {
+                            run_checks(l, ctx, next, n)
+                        })
+                    }
+                });
+                // Runs and times of the rules this call started: a rule's end is the next
+                // one's start, the last one's is now (after its result reached Rust).
+                let t_end = Instant::now();
+                {
+                    let marks = ctx.marks.borrow();
+                    for (k, &(i, t0)) in marks.iter().enumerate() {
+                        let t1 = marks.get(k + 1).map_or(t_end, |m| m.1);
+                        if let Some(c) = counters.get_mut(i as usize) {
+                            c.runs += 1;
+                            c.nanos += t1.duration_since(t0).as_nanos() as u64;
+                        }
+                    }
+                }
+                let timeout = |meta: &RuleMeta, c: &mut LocalCounters, out: &mut RuleOutcome| {
+                    c.timeouts += 1;
+                    let why = if stop == Some(Stop::Call) {
+                        format!("rule CPU budget of {} ms exhausted", cfg.rule_cpu_ms)
+                    } else {
+                        format!("message CPU budget of {} ms exhausted", cfg.message_cpu_ms)
+                    };
+                    out.timeouts.push((meta.name.clone(), why));
+                };
+                let values = match r {
+                    Ok(values) => values,
+                    Err(e) => {
+                        // Raised outside the rule's own protected call: the watchdog's stop
+                        // (its hook stays armed after the rule's `pcall` caught it), or the
+                        // loop failing. Either belongs to the rule it was running.
+                        let i = ctx.current_rule.get();
+                        let (Some(meta), Some(c)) = (gen.rules.get(i), counters.get_mut(i)) else {
+                            return Err(e);
+                        };
+                        if stop.is_some() {
+                            timeout(meta, c, &mut out);
+                        } else {
+                            c.errors += 1;
+                            memory_error |= matches!(e, mlua::Error::MemoryError(_));
+                            out.errors.push((meta.name.clone(), describe(&e)));
+                        }
+                        next = i + 1;
+                        continue;
+                    }
+                };
+                let mut values = values.into_iter();
+                let code = match values.next() {
+                    Some(Value::Integer(code)) => code,
+                    other => {
+                        return Err(mlua::Error::runtime(format!(
+                            "rule loop returned {other:?}"
+                        )))
+                    }
+                };
+                if code == 0 {
+                    break;
+                }
+                let i = code.unsigned_abs() as usize - 1;
+                if code < 0 {
+                    skipped += n.saturating_sub(i);
+                    break;
+                }
+                next = i + 1;
+                let (Some(meta), Some(c)) = (gen.rules.get(i), counters.get_mut(i)) else {
+                    return Err(mlua::Error::runtime(format!(
+                        "rule loop returned rule {code}"
+                    )));
+                };
+                if !matches!(values.next(), Some(Value::Boolean(true))) {
+                    // the rule raised an error, which its protected call caught
+                    if stop.is_some() {
+                        timeout(meta, c, &mut out);
+                        continue;
+                    }
+                    c.errors += 1;
+                    let (text, memory) = error_value(values.next().unwrap_or(Value::Nil));
+                    memory_error |= memory;
+                    out.errors.push((meta.name.clone(), text));
                     continue;
                 }
                 let applied = !meta.shadow
                     && meta
                         .share
                         .is_none_or(|s| selected(sample, st.rule_seeds[i], s));
-                ctx.current_rule.set(i);
-                let (r, stop) = ctx.preempt.run(|| check.call::<MultiValue>(&msg));
-                let c = &mut counters[i];
-                c.runs += 1;
-                match r {
-                    Ok(values) => match interpret(meta, values) {
-                        Ok(hits) => {
-                            if !hits.is_empty() {
-                                c.hits += 1;
-                            }
-                            for (si, weight, options) in hits {
-                                let s = &meta.symbols[si];
-                                if applied {
-                                    ctx.applied.borrow_mut().push((i, si));
-                                }
-                                out.hits.push(Hit {
-                                    symbol: s.name.clone(),
-                                    score: s.score * weight,
-                                    options,
-                                    action: s.action,
-                                    shadow: !applied,
-                                });
-                            }
+                match interpret(meta, values.collect()) {
+                    Ok(hits) => {
+                        if !hits.is_empty() {
+                            c.hits += 1;
                         }
-                        Err(e) => {
-                            c.errors += 1;
-                            out.errors
-                                .push((meta.name.clone(), format!("{}: {e}", meta.file)));
+                        for (si, weight, options) in hits {
+                            let s = &meta.symbols[si];
+                            if applied {
+                                ctx.applied.borrow_mut().push((i, si));
+                            }
+                            out.hits.push(Hit {
+                                symbol: s.name.clone(),
+                                score: s.score * weight,
+                                options,
+                                action: s.action,
+                                shadow: !applied,
+                            });
                         }
-                    },
-                    Err(_) if stop.is_some() => {
-                        c.timeouts += 1;
-                        let why = if stop == Some(Stop::Call) {
-                            format!("rule CPU budget of {} ms exhausted", cfg.rule_cpu_ms)
-                        } else {
-                            format!("message CPU budget of {} ms exhausted", cfg.message_cpu_ms)
-                        };
-                        out.timeouts.push((meta.name.clone(), why));
                     }
                     Err(e) => {
                         c.errors += 1;
-                        memory_error |= matches!(e, mlua::Error::MemoryError(_));
-                        out.errors.push((meta.name.clone(), describe(&e)));
+                        out.errors
+                            .push((meta.name.clone(), format!("{}: {e}", meta.file)));
                     }
                 }
-                // the rule's time includes reading its result
-                let t1 = Instant::now();
-                c.nanos += t1.duration_since(t0).as_nanos() as u64;
-                t0 = t1;
             }
             ctx.current_rule.set(usize::MAX);
             if skipped > 0 {
