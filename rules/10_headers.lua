@@ -344,7 +344,7 @@ rule {
     elseif msg:has_anomaly("missing_to") then
       hits = { TO_MISSING = true }
     end
-    local n = #msg:emails("to") + #msg:emails("cc")
+    local n = msg:email_count("to") + msg:email_count("cc")
     if n >= 10 then
       hits = hits or {}
       hits.RCPT_MANY = { weight = n >= 20 and 1 or 0.5, tostring(n) }

@@ -437,6 +437,8 @@ rule { name = 'VIEW', score = 0, check = function(msg)
     tostring(msg:date()), msg:message_id(), tostring(#msg:shingles("url")),
     tostring(msg:has_anomaly("missing_date")), tostring(msg:header("X-Nope")),
     tostring(msg:size()), join(msg:emails("to"), "address"),
+    tostring(msg:email_count("to")), tostring(msg:email_count() == #msg:emails()),
+    tostring(msg:email_count("bcc")), select(2, pcall(msg.email_count, msg, 7)),
   }
 end }
 rule { name = 'KEEP', score = 0, check = function(msg) KEPT = msg; return true end }
@@ -466,6 +468,10 @@ end }
             "nil",
             &MSG.len().to_string(),
             "alice@example.net",
+            "1",
+            "true",
+            "0",
+            "msg:email_count: role must be a string",
         ]
     );
     // A `msg` kept past its scan is dead.

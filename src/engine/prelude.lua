@@ -206,6 +206,7 @@ local function keyed(id, default)
 end
 -- Addresses of one role are picked out in Rust ("" stands for all of them).
 Msg.emails = keyed(30, "")
+Msg.email_count = keyed(32, "")
 Msg.received_time = keyed(31, 1)
 Msg.header = keyed(40)
 Msg.headers = keyed(41)

@@ -93,7 +93,7 @@ impl IntoLua for Scalar<'_> {
 /// The field ids whose values are scalars (`MessageData::scalar`); the prelude sends these to
 /// the raw `fetch`.
 pub const SCALAR_FIELDS: &[u8] = &[
-    1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 40, 42, 43,
+    1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 32, 40, 42, 43,
 ];
 
 /// How `msg:stat` combines the counts of several keys, column by column.
@@ -378,6 +378,21 @@ impl MessageData<'_> {
                     .nth(n - 1)
                     .and_then(|h| received_time(&self.raw_value(h)))
                     .map_or(Scalar::Nil, Scalar::Int)
+            }
+            32 => {
+                // addresses of one role ("" or none: all), as `msg:emails(role)` lists them
+                let role = match a {
+                    Arg::None => None,
+                    Arg::Str(r) if r.is_empty() => None,
+                    Arg::Str(r) => Some(r),
+                    _ => return Err(c"msg:email_count: role must be a string"),
+                };
+                let n = e
+                    .emails
+                    .iter()
+                    .filter(|x| role.is_none_or(|r| role_name(x.role).as_bytes() == r))
+                    .count();
+                Scalar::Int(n as i64)
             }
             40 | 42 | 43 => {
                 let Arg::Str(name) = a else {
