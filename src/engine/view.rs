@@ -383,7 +383,7 @@ impl MessageData<'_> {
                 // addresses of one role ("" or none: all), as `msg:emails(role)` lists them
                 let role = match a {
                     Arg::None => None,
-                    Arg::Str(r) if r.is_empty() => None,
+                    Arg::Str(b"") => None,
                     Arg::Str(r) => Some(r),
                     _ => return Err(c"msg:email_count: role must be a string"),
                 };
