@@ -176,8 +176,9 @@ impl Preempt {
         self.slot.fired.load(Relaxed)
     }
 
-    /// Inside `run`, starts the budget of a new call: the Lua side runs several rules in one
-    /// call into Lua and marks each rule's start, so each is charged and stopped on its own.
+    /// Inside `run`, starts the budget of a new call: `run_checks` (engine/state.rs) runs
+    /// several rules in one call into Lua and starts each this way, so each is charged and
+    /// stopped on its own.
     /// A stop the watchdog asked for the previous call is dropped with its epoch.
     pub(super) fn next_call(&self) {
         compiler_fence(SeqCst);

@@ -70,8 +70,8 @@ struct Ctx {
     /// An owned string the raw `fetch_scalar` is pushing: held here, not on its frame, so that
     /// a Lua error raised while pushing skips no destructor.
     scratch: Cell<String>,
-    /// (rule index, start) of each rule the Lua-side loop started in the current call, set
-    /// by `mark`: the rules' run counts and times.
+    /// (rule index, start) of each rule `run_checks` started in the current call: the rules'
+    /// run counts and times.
     marks: RefCell<Vec<(u32, Instant)>>,
 }
 
@@ -644,8 +644,6 @@ struct LoadedState {
     generation: Arc<Generation>,
     lua: Lua,
     ctx: Rc<Ctx>,
-    /// How many rules the generation has.
-    rules: usize,
     begin: Function,
     /// The rules' checks, in order (a sequence).
     checks: Table,
@@ -678,8 +676,6 @@ fn char_counts(t: &[u8]) -> (usize, usize, usize, usize, usize) {
     (upper, lower, digit, space, other)
 }
 
-/// Turns an mlua error into the message a rule author needs (file:line first when Lua gave
-/// them).
 /// The text of an error value a rule's protected call caught, and whether it is Lua's
 /// out-of-memory error (the state is then collected after the scan).
 fn error_value(v: Value) -> (String, bool) {
@@ -703,6 +699,8 @@ fn error_value(v: Value) -> (String, bool) {
     }
 }
 
+/// Turns an mlua error into the message a rule author needs (file:line first when Lua gave
+/// them).
 fn describe(e: &mlua::Error) -> String {
     match e {
         mlua::Error::RuntimeError(s) => match s.find("\nstack traceback:") {
@@ -901,8 +899,8 @@ fn declaration(def: &Table, file: &str) -> Result<(RuleMeta, Function), String> 
     ))
 }
 
-/// A freshly built state: the Lua state, its context, the registered rules, and the prelude's
-/// `begin` and `finish`.
+/// A freshly built state: the Lua state, its context, the registered rules, and what a scan
+/// calls.
 type Built = (Lua, Rc<Ctx>, Vec<(RuleMeta, Function)>, Entry);
 
 /// What a scan calls: the prelude's `begin` and `finish`, and the rules' checks in order.
@@ -1403,7 +1401,6 @@ impl RuleRunner {
                     generation: current,
                     lua,
                     ctx,
-                    rules: registered.len(),
                     begin: entry.begin,
                     checks: entry.checks,
                     finish: entry.finish,
@@ -1440,12 +1437,14 @@ impl RuleRunner {
         let result = (|| -> mlua::Result<()> {
             let msg: Table = st.begin.call(())?;
             let mut skipped = 0usize;
-            let n = st.rules;
+            let n = gen.rules.len();
             // `run_checks` runs rules until one hits, fails or is stopped; each such rule is
             // read here, then the loop goes on after it.
             let mut next = 0usize;
             while next < n {
                 ctx.marks.borrow_mut().clear();
+                // set by `run_checks` for each rule it starts
+                ctx.current_rule.set(usize::MAX);
                 let (r, stop) = ctx.preempt.run(|| {
                     // SAFETY: the arguments are the checks and `msg`, as `run_checks` needs.
                     #[allow(unsafe_code)]
@@ -1480,9 +1479,9 @@ impl RuleRunner {
                 let values = match r {
                     Ok(values) => values,
                     Err(e) => {
-                        // Raised outside the rule's own protected call: the watchdog's stop
-                        // (its hook stays armed after the rule's `pcall` caught it), or the
-                        // loop failing. Either belongs to the rule it was running.
+                        // Raised outside every rule's own protected call (`exec_raw` failing):
+                        // it belongs to the rule `run_checks` was running, if it had started
+                        // one (so the loop moves on), else to the engine.
                         let i = ctx.current_rule.get();
                         let (Some(meta), Some(c)) = (gen.rules.get(i), counters.get_mut(i)) else {
                             return Err(e);

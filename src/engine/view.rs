@@ -324,10 +324,12 @@ impl MessageData<'_> {
         }
     }
 
-    fn named<'h>(
+    /// The headers called `name` (in any case), in order. The headers borrow from `self` only,
+    /// not from `name`.
+    fn named<'h, 'n>(
         &'h self,
-        name: &'h str,
-    ) -> impl Iterator<Item = &'h mail_parser::Header<'h>> + 'h {
+        name: &'n str,
+    ) -> impl Iterator<Item = &'h mail_parser::Header<'h>> + use<'h, 'n> {
         self.mime_headers()
             .iter()
             .filter(move |h| h.name.as_str().eq_ignore_ascii_case(name))
@@ -401,8 +403,7 @@ impl MessageData<'_> {
                 let Ok(name) = std::str::from_utf8(name) else {
                     return Err(c"header name must be UTF-8");
                 };
-                let is = |h: &&mail_parser::Header<'_>| h.name.as_str().eq_ignore_ascii_case(name);
-                let mut named = self.mime_headers().iter().filter(is);
+                let mut named = self.named(name);
                 match id {
                     40 => named
                         .next()
