@@ -179,55 +179,6 @@ pub fn role_name(r: EmailRole) -> &'static str {
     }
 }
 
-/// An IP address as text without the formatting machinery (`Display` for `Ipv4Addr` was
-/// ~300 instructions an address, and the IP records format every hop of every message).
-struct IpText {
-    buf: [u8; 15],
-    len: usize,
-    /// IPv6 addresses (rare in Received chains) take `Display`.
-    v6: Option<String>,
-}
-
-impl IpText {
-    fn new(ip: std::net::IpAddr) -> IpText {
-        let mut t = IpText {
-            buf: [0; 15],
-            len: 0,
-            v6: None,
-        };
-        match ip {
-            std::net::IpAddr::V4(v4) => {
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        t.push(b'.');
-                    }
-                    if octet >= 100 {
-                        t.push(b'0' + octet / 100);
-                    }
-                    if octet >= 10 {
-                        t.push(b'0' + octet / 10 % 10);
-                    }
-                    t.push(b'0' + octet % 10);
-                }
-            }
-            std::net::IpAddr::V6(_) => t.v6 = Some(ip.to_string()),
-        }
-        t
-    }
-
-    fn push(&mut self, b: u8) {
-        self.buf[self.len] = b;
-        self.len += 1;
-    }
-
-    fn as_str(&self) -> &str {
-        match &self.v6 {
-            Some(s) => s,
-            None => std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default(),
-        }
-    }
-}
-
 fn strings<'s>(lua: &Lua, items: impl Iterator<Item = &'s str>) -> Result<Value> {
     Ok(Value::Table(lua.create_sequence_from(items)?))
 }
@@ -351,7 +302,9 @@ impl MessageData<'_> {
             1 => s(&m.subject.display),
             2 => s(&m.subject.normalized),
             6 => match self.envelope.client_ip {
-                Some(ip) => Scalar::Str(Cow::Owned(IpText::new(ip).as_str().to_string())),
+                Some(ip) => Scalar::Str(Cow::Owned(
+                    crate::entities::IpText::new(ip).as_str().to_string(),
+                )),
                 None => Scalar::Nil,
             },
             7 => opt(self.envelope.helo.as_deref()),
@@ -509,7 +462,7 @@ impl MessageData<'_> {
                         let domain = ip.host.as_ref().and_then(|h| {
                             crate::entities::url::registrable_domain(&h.to_ascii_lowercase())
                         });
-                        (IpText::new(ip.ip), domain)
+                        (crate::entities::IpText::new(ip.ip), domain)
                     })
                     .collect();
                 let rows: Vec<_> = (e.ips.iter().zip(&owned))
@@ -1005,28 +958,6 @@ fn unfold(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ip_text_matches_display() {
-        let mut ips: Vec<std::net::IpAddr> = [
-            "0.0.0.0",
-            "255.255.255.255",
-            "10.0.9.100",
-            "192.168.1.1",
-            "1.20.199.250",
-            "::1",
-            "2001:db8::7",
-        ]
-        .iter()
-        .map(|s| s.parse().unwrap())
-        .collect();
-        ips.extend(
-            (0..=255u8).map(|b| std::net::IpAddr::from([b, b.wrapping_mul(7), 255 - b, b / 3])),
-        );
-        for ip in ips {
-            assert_eq!(IpText::new(ip).as_str(), ip.to_string());
-        }
-    }
 
     #[test]
     fn window_names() {

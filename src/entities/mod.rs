@@ -10,7 +10,7 @@ pub mod url;
 use std::net::IpAddr;
 
 use mail_parser::{Address, HeaderName, HeaderValue};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::message::{normalize, Anomaly, Envelope, LinkAttr, ParsedMessage};
@@ -236,9 +236,22 @@ struct Extractor {
     seen_hosts: FxHashSet<u64>,
     seen_domains: FxHashSet<u64>,
     seen_emails: FxHashSet<(u64, EmailRole)>,
-    /// Hashes of raw URL spellings already canonicalized (the same link shows up in the plain
+    /// Hashes of raw URL spellings already seen per source (the same link shows up in the plain
     /// part, the HTML part and its text).
     seen_raw_urls: FxHashSet<(u64, UrlSource)>,
+    /// What each raw spelling canonicalized to, by its hash and whether it was a link target:
+    /// a newsletter repeats its links, and the plain and HTML parts carry the same ones, while
+    /// `url::Url::parse` costs ~5,000 instructions a URL.
+    canonical_of: FxHashMap<(u64, bool), Canon>,
+}
+
+/// A raw URL spelling canonicalized before (`Extractor::canonical_of`).
+#[derive(Clone, Copy)]
+enum Canon {
+    /// It is no web URL.
+    Failed,
+    /// It gave the URL at this index of `Entities::urls`.
+    At(usize),
 }
 
 impl Extractor {
@@ -362,13 +375,14 @@ impl Extractor {
             self.email(address, None, EmailRole::Mailto);
             return;
         }
-        let Some(canonical) = canonicalize_link(target) else {
+        let (k, canonical) = self.canonical(target, true);
+        let Some(canonical) = canonical else {
             return;
         };
         if let (Some(text), LinkAttr::Href) = (text, attr) {
             self.anchor(text, &canonical);
         }
-        self.push_url(canonical, attr.into(), text);
+        self.push_url_from(k, canonical, attr.into(), text);
     }
 
     fn anchor(&mut self, text: &str, target: &CanonicalUrl) {
@@ -395,20 +409,74 @@ impl Extractor {
         if !self.seen_raw_urls.insert((key(raw), source)) {
             return;
         }
-        if let Some(canonical) = canonicalize(raw) {
-            self.push_url(canonical, source, text);
+        let (k, canonical) = self.canonical(raw, false);
+        if let Some(canonical) = canonical {
+            self.push_url_from(k, canonical, source, text);
         }
     }
 
-    fn push_url(&mut self, c: CanonicalUrl, source: UrlSource, text: Option<&str>) {
+    /// `raw` canonicalized (as a link target when `link`), parsed once per message: a spelling
+    /// seen before is rebuilt from the URL record it gave. Also returns the cache key, for
+    /// `push_url_from`.
+    fn canonical(&mut self, raw: &str, link: bool) -> ((u64, bool), Option<CanonicalUrl>) {
+        let k = (key(raw), link);
+        match self.canonical_of.get(&k) {
+            Some(Canon::Failed) => return (k, None),
+            Some(&Canon::At(i)) => {
+                if let Some(u) = self.out.urls.get(i) {
+                    return (
+                        k,
+                        Some(CanonicalUrl {
+                            url: u.url.clone(),
+                            host: u.host.clone(),
+                            domain: u.domain.clone(),
+                            ip: if u.host_is_ip {
+                                u.host.parse().ok()
+                            } else {
+                                None
+                            },
+                        }),
+                    );
+                }
+            }
+            None => {}
+        }
+        let c = if link {
+            canonicalize_link(raw)
+        } else {
+            canonicalize(raw)
+        };
+        if c.is_none() {
+            self.canonical_of.insert(k, Canon::Failed);
+        }
+        (k, c)
+    }
+
+    /// `push_url`, remembering where the URL of raw spelling `k` went.
+    fn push_url_from(
+        &mut self,
+        k: (u64, bool),
+        c: CanonicalUrl,
+        source: UrlSource,
+        text: Option<&str>,
+    ) {
+        if self.push_url(c, source, text) {
+            self.canonical_of
+                .entry(k)
+                .or_insert(Canon::At(self.out.urls.len() - 1));
+        }
+    }
+
+    /// Adds a URL; false when it was there already (for this source) or there are too many.
+    fn push_url(&mut self, c: CanonicalUrl, source: UrlSource, text: Option<&str>) -> bool {
         if !self.seen_urls.insert((key(&c.url), source)) {
-            return;
+            return false;
         }
         if self.out.urls.len() >= MAX_URLS {
             if !self.out.anomalies.contains(&Anomaly::TooManyLinks) {
                 self.out.anomalies.push(Anomaly::TooManyLinks);
             }
-            return;
+            return false;
         }
         if self.seen_hosts.insert(key(&c.host)) {
             self.out.hosts.push(c.host.clone());
@@ -426,6 +494,7 @@ impl Extractor {
             source,
             text: text.map(str::to_string),
         });
+        true
     }
 
     fn attachment(&mut self, part: &crate::message::AttachmentPart) {
@@ -478,6 +547,55 @@ pub fn canonical_email(raw: &str) -> Option<(String, String)> {
     Some((address, domain))
 }
 
+/// An IP address as text without the formatting machinery (`Display` for `Ipv4Addr` was
+/// ~300 instructions an address, and the IP records and the shingles format every hop of every message).
+pub struct IpText {
+    buf: [u8; 15],
+    len: usize,
+    /// IPv6 addresses (rare in Received chains) take `Display`.
+    v6: Option<String>,
+}
+
+impl IpText {
+    pub fn new(ip: std::net::IpAddr) -> IpText {
+        let mut t = IpText {
+            buf: [0; 15],
+            len: 0,
+            v6: None,
+        };
+        match ip {
+            std::net::IpAddr::V4(v4) => {
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        t.push(b'.');
+                    }
+                    if octet >= 100 {
+                        t.push(b'0' + octet / 100);
+                    }
+                    if octet >= 10 {
+                        t.push(b'0' + octet / 10 % 10);
+                    }
+                    t.push(b'0' + octet % 10);
+                }
+            }
+            std::net::IpAddr::V6(_) => t.v6 = Some(ip.to_string()),
+        }
+        t
+    }
+
+    fn push(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
+
+    pub fn as_str(&self) -> &str {
+        match &self.v6 {
+            Some(s) => s,
+            None => std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default(),
+        }
+    }
+}
+
 /// IPv4-mapped IPv6 addresses become IPv4; everything else as is (Display is canonical).
 pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
@@ -519,6 +637,28 @@ fn attachment_flags(name: &str) -> (Option<String>, AttachmentFlags) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ip_text_matches_display() {
+        let mut ips: Vec<std::net::IpAddr> = [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.0.9.100",
+            "192.168.1.1",
+            "1.20.199.250",
+            "::1",
+            "2001:db8::7",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        ips.extend(
+            (0..=255u8).map(|b| std::net::IpAddr::from([b, b.wrapping_mul(7), 255 - b, b / 3])),
+        );
+        for ip in ips {
+            assert_eq!(IpText::new(ip).as_str(), ip.to_string());
+        }
+    }
     use crate::message::{parse, prepare, Limits};
 
     #[test]
@@ -597,5 +737,63 @@ mod tests {
         assert!(e.anchors[0].mismatch);
         assert!(!e.anchors[1].mismatch);
         assert!(e.domains.contains(&"bit.ly".to_string()));
+    }
+
+    #[test]
+    fn repeated_spellings_give_the_same_urls_as_a_first_parse() {
+        // The same links in the plain part, as HTML targets (twice) and in the HTML text: each
+        // spelling is parsed once, and every record built from the cache must equal a parse.
+        let raw = "Subject: s\nContent-Type: multipart/alternative; boundary=b\n\n--b\n\
+                   Content-Type: text/plain\n\nsee http://WWW.Example.co.uk./a#f and http://198.51.100.7/x \
+                   and //nohost.invalid and mailto:x@example.org\n--b\nContent-Type: text/html\n\n\
+                   <a href=\"http://WWW.Example.co.uk./a#f\">here</a> <a href=\"http://WWW.Example.co.uk./a#f\">again</a> \
+                   <a href=\"http://198.51.100.7/x\">http://198.51.100.7/x</a> <a href=\"//cdn.example.net/i\">i</a> \
+                   <a href=\"//nohost.invalid\">n</a> http://WWW.Example.co.uk./a#f\n--b--\n";
+        let input = prepare(raw.as_bytes(), &Limits::default());
+        let m = parse(&input, &Limits::default());
+        let e = extract(&m, &Envelope::default());
+        let sources: FxHashSet<UrlSource> = e.urls.iter().map(|u| u.source).collect();
+        assert!(sources.len() >= 3, "{:?}", e.urls);
+        let mut hosts = FxHashSet::default();
+        for u in &e.urls {
+            let direct = canonicalize(&u.url).expect("a canonical URL parses again");
+            assert_eq!(
+                (&u.url, &u.host, &u.domain, u.host_is_ip),
+                (
+                    &direct.url,
+                    &direct.host,
+                    &direct.domain,
+                    direct.ip.is_some()
+                ),
+                "{u:?}"
+            );
+            hosts.insert(u.host.as_str());
+        }
+        assert_eq!(
+            hosts,
+            [
+                "www.example.co.uk",
+                "198.51.100.7",
+                "cdn.example.net",
+                "nohost.invalid"
+            ]
+            .into_iter()
+            .collect()
+        );
+        // The same spelling as text and as a link target is cached apart: scheme-less text
+        // needs a known public suffix, a link target does not.
+        let nohost: Vec<UrlSource> = (e.urls.iter())
+            .filter(|u| u.host == "nohost.invalid")
+            .map(|u| u.source)
+            .collect();
+        assert_eq!(nohost, [UrlSource::HtmlHref]);
+        let ip_records = e.urls.iter().filter(|u| u.host_is_ip).count();
+        assert!(ip_records >= 2, "{:?}", e.urls);
+        // One record per (URL, source), however often a spelling repeats.
+        let mut seen = FxHashSet::default();
+        assert!(e
+            .urls
+            .iter()
+            .all(|u| seen.insert((u.url.clone(), u.source))));
     }
 }

@@ -27,7 +27,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::entities::{
     canonical_email, canonical_host, canonicalize, registrable_domain, EmailRole, Entities,
-    IpSource,
+    IpSource, IpText,
 };
 use crate::message::{normalize, Envelope, ParsedMessage};
 
@@ -110,8 +110,10 @@ pub fn subject_key(normalized_subject: &str) -> &str {
 pub fn ip_network(ip: IpAddr) -> String {
     match ip {
         IpAddr::V4(v4) => {
-            let o = v4.octets();
-            format!("{}.{}.{}.0/24", o[0], o[1], o[2])
+            let [a, b, c, _] = v4.octets();
+            let mut net = IpText::new(IpAddr::from([a, b, c, 0])).as_str().to_owned();
+            net.push_str("/24");
+            net
         }
         IpAddr::V6(v6) => {
             let s = v6.segments();
@@ -182,7 +184,7 @@ pub fn compute(
         c.push(Kind::EnvelopeFrom, &e.address);
     }
     if let Some(sender) = entities.ips.first() {
-        c.push(Kind::SenderIp, &sender.ip.to_string());
+        c.push(Kind::SenderIp, IpText::new(sender.ip).as_str());
         c.push(Kind::SenderNet, &ip_network(sender.ip));
     }
     if let Some(helo) = &envelope.helo {
@@ -193,7 +195,7 @@ pub fn compute(
         .iter()
         .filter(|i| i.source == IpSource::Received)
     {
-        c.push(Kind::ReceivedIp, &ip.ip.to_string());
+        c.push(Kind::ReceivedIp, IpText::new(ip.ip).as_str());
     }
     if let Some(d) = &entities.message_id_domain {
         c.push(Kind::MessageIdDomain, d);
