@@ -705,9 +705,10 @@ fn read_u16(bytes: &[u8], at: usize) -> Option<u16> {
 /// Splits at the first NUL: (the string, `Some(the rest after the NUL)`), or (everything, `None`)
 /// when there is no NUL.
 fn split_cstr(bytes: &[u8]) -> (&[u8], Option<&[u8]>) {
-    let mut parts = bytes.splitn(2, |&b| b == 0);
-    let first = parts.next().unwrap_or_default();
-    (first, parts.next())
+    match memchr::memchr(0, bytes) {
+        Some(nul) => (&bytes[..nul], Some(&bytes[nul + 1..])),
+        None => (bytes, None),
+    }
 }
 
 /// The string up to the first NUL, or everything when the terminator is missing.
@@ -721,7 +722,14 @@ fn cstr_list(bytes: &[u8]) -> Vec<Vec<u8>> {
         return Vec::new();
     }
     let body = bytes.strip_suffix(&[0]).unwrap_or(bytes);
-    body.split(|&b| b == 0).map(<[u8]>::to_vec).collect()
+    let mut out = Vec::with_capacity(memchr::memchr_iter(0, body).count() + 1);
+    let mut start = 0;
+    for nul in memchr::memchr_iter(0, body) {
+        out.push(body[start..nul].to_vec());
+        start = nul + 1;
+    }
+    out.push(body[start..].to_vec());
+    out
 }
 
 fn parse_command(code: u8, p: &[u8]) -> Result<Command, MilterError> {
@@ -743,8 +751,9 @@ fn parse_command(code: u8, p: &[u8]) -> Result<Command, MilterError> {
                 .split_first()
                 .ok_or_else(|| malformed(code, "no stage byte"))?;
             // Names and values alternate; a trailing name without a value is dropped.
-            let mut strings = cstr_list(rest).into_iter();
-            let mut pairs = Vec::new();
+            let strings = cstr_list(rest);
+            let mut pairs = Vec::with_capacity(strings.len() / 2);
+            let mut strings = strings.into_iter();
             while let (Some(name), Some(value)) = (strings.next(), strings.next()) {
                 pairs.push((name, value));
             }
@@ -2296,6 +2305,25 @@ mod tests {
             assert!(dec.buffered() <= max_packet + 4 + largest);
         }
         got
+    }
+
+    proptest! {
+        /// The memchr-based string splitting gives what the slice-split version gave.
+        #[test]
+        fn cstr_splitting_matches_slice_split(
+            data in proptest::collection::vec(prop_oneof![Just(0u8), Just(b'a'), any::<u8>()], 0..40),
+        ) {
+            let old_list: Vec<Vec<u8>> = if data.is_empty() {
+                Vec::new()
+            } else {
+                let body = data.strip_suffix(&[0]).unwrap_or(&data);
+                body.split(|&b| b == 0).map(<[u8]>::to_vec).collect()
+            };
+            prop_assert_eq!(cstr_list(&data), old_list);
+            let mut parts = data.splitn(2, |&b| b == 0);
+            let old_split = (parts.next().unwrap_or_default(), parts.next());
+            prop_assert_eq!(split_cstr(&data), old_split);
+        }
     }
 
     proptest! {

@@ -237,6 +237,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
     let scan = ScanRequest {
         raw,
         envelope: request.envelope,
+        lists: true,
     };
     let answer = match daemon.pool.scan(scan, daemon.scan_timeout()).await {
         Ok(a) => a,

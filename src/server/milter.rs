@@ -8,7 +8,7 @@
 //! verdict came in time. Each batch of replies goes out in one write on a TCP_NODELAY socket,
 //! so no reply waits for the MTA's delayed ACK. The codec is `proto::milter`.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -163,7 +163,7 @@ pub enum Step {
 #[derive(Debug, Default)]
 pub struct Session {
     negotiated: Option<OptNeg>,
-    macros: HashMap<String, String>,
+    macros: FxHashMap<String, String>,
     client_ip: Option<IpAddr>,
     helo: Option<String>,
     mail_from: Option<String>,
@@ -171,7 +171,7 @@ pub struct Session {
     /// The header block as received, CRLF line ends.
     head: Vec<u8>,
     /// Occurrences per lower-case X-Spam-* header name (for CHGHDR indexes).
-    header_counts: HashMap<String, u32>,
+    header_counts: FxHashMap<String, u32>,
     /// X-Spam-* headers that came with the message: (name, index among its name).
     forged: Vec<(String, u32)>,
     subject: Option<String>,
@@ -182,6 +182,9 @@ pub struct Session {
     /// Queue id (macro `i`), for the log.
     queue_id: Option<String>,
 }
+
+/// A session keeps head and body buffers up to this capacity between messages.
+const KEEP_CAPACITY: usize = 256 * 1024;
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -361,9 +364,18 @@ impl Session {
                         "message beyond the size limit; scanning its first part"
                     );
                 }
-                let mut raw = std::mem::take(&mut self.head);
+                // One allocation of the exact size; the session keeps its buffers (up to
+                // KEEP_CAPACITY each) for the next message instead of growing them from empty.
+                let mut raw = Vec::with_capacity(self.head.len() + 2 + self.body.len());
+                raw.extend_from_slice(&self.head);
                 raw.extend_from_slice(b"\r\n");
-                raw.append(&mut self.body);
+                raw.extend_from_slice(&self.body);
+                for buf in [&mut self.head, &mut self.body] {
+                    buf.clear();
+                    if buf.capacity() > KEEP_CAPACITY {
+                        *buf = Vec::new();
+                    }
+                }
                 Step::Scan(ScanRequest {
                     raw,
                     envelope: Envelope {
@@ -372,6 +384,7 @@ impl Session {
                         mail_from: self.mail_from.clone(),
                         rcpt_to: self.rcpts.clone(),
                     },
+                    lists: false,
                 })
             }
             Command::Abort => {
@@ -755,6 +768,48 @@ mod tests {
                 .unwrap();
         }
         assert!(s.macros.len() <= MAX_MACROS);
+    }
+
+    #[test]
+    fn buffers_are_reused_without_leftovers_and_big_ones_dropped() {
+        let mut s = Session::default();
+        let limit = 4 << 20;
+        let message = |s: &mut Session, subject: &[u8], body: usize| {
+            s.command(Command::Mail(vec![b"<a@b.example>".to_vec()]), limit)
+                .unwrap();
+            s.command(
+                Command::Header {
+                    name: b"Subject".to_vec(),
+                    value: subject.to_vec(),
+                },
+                limit,
+            )
+            .unwrap();
+            s.command(Command::Body(vec![b'x'; body]), limit).unwrap();
+            let Step::Scan(req) = s.command(Command::EndOfMessage(vec![]), limit).unwrap() else {
+                panic!("no scan at end of message")
+            };
+            s.verdict(&Err(PoolError::Busy), &MilterConfig::default(), 6.0);
+            req
+        };
+        let first = message(&mut s, b"first", 1000);
+        assert_eq!(first.raw.len(), "Subject: first\r\n\r\n".len() + 1000);
+        assert!(!first.lists, "the milter needs no URL or address lists");
+        assert!(s.body.capacity() >= 1000, "kept for the next message");
+        // The next message gets exactly its own bytes, from the kept buffers.
+        let second = message(&mut s, b"2nd", 10);
+        assert_eq!(second.raw, b"Subject: 2nd\r\n\r\nxxxxxxxxxx");
+        // A body over KEEP_CAPACITY is scanned whole, and its buffer is not kept.
+        let big = message(&mut s, b"big", KEEP_CAPACITY + 1);
+        assert_eq!(
+            big.raw.len(),
+            "Subject: big\r\n\r\n".len() + KEEP_CAPACITY + 1
+        );
+        assert!(s.body.capacity() <= KEEP_CAPACITY, "{}", s.body.capacity());
+        assert_eq!(
+            message(&mut s, b"after", 3).raw,
+            b"Subject: after\r\n\r\nxxx"
+        );
     }
 
     #[test]

@@ -24,6 +24,9 @@ use crate::store::Counter;
 pub struct ScanRequest {
     pub raw: Vec<u8>,
     pub envelope: Envelope,
+    /// Whether the reply carries the message's distinct URLs and addresses (the HTTP reply's
+    /// extras; the milter has no use for them).
+    pub lists: bool,
 }
 
 /// What a worker found, owned (the analysis borrows the raw bytes and stays on the worker).
@@ -261,8 +264,16 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 std::mem::take(&mut scanned.verdict)
             };
             let answer = ScanReply {
-                urls: owned(scanned.analysis.distinct_urls()),
-                emails: owned(scanned.analysis.distinct_emails()),
+                urls: if request.lists {
+                    owned(scanned.analysis.distinct_urls())
+                } else {
+                    Vec::new()
+                },
+                emails: if request.lists {
+                    owned(scanned.analysis.distinct_emails())
+                } else {
+                    Vec::new()
+                },
                 verdict,
                 message_id: scanned.analysis.entities.message_id.clone(),
                 subject: scanned.analysis.message.subject.display.clone(),
