@@ -655,22 +655,24 @@ struct LoadedState {
 /// Byte counts of `t` by ASCII class: upper-case letters, lower-case letters, digits, white
 /// space (space, tab, CR, LF) and the rest. Written as four independent sums of comparisons, so
 /// the compiler vectorizes it: a `match` per byte branches on every byte and mispredicts on
-/// mixed text (3.8 µs a message for BODY_CAPS's 4 KB sample, BENCHMARKS.md stop 22).
+/// mixed text (3.8 µs a message for BODY_CAPS's 4 KB sample, BENCHMARKS.md stop 22). The sums
+/// are bytes over chunks of 255 (one vector lane per text byte, widened once a chunk): with
+/// u32 sums every 16 bytes took a dozen widening instructions, 3.6 instructions a byte in all.
 fn char_counts(t: &[u8]) -> (usize, usize, usize, usize, usize) {
     let (mut upper, mut lower, mut digit, mut space) = (0usize, 0usize, 0usize, 0usize);
-    // u32 sums over chunks keep the vector lanes narrow; a chunk cannot overflow them.
-    for chunk in t.chunks(1 << 16) {
-        let (mut u, mut l, mut d, mut s) = (0u32, 0u32, 0u32, 0u32);
+    // A chunk of 255 bytes cannot overflow a byte sum.
+    for chunk in t.chunks(255) {
+        let (mut u, mut l, mut d, mut s) = (0u8, 0u8, 0u8, 0u8);
         for &c in chunk {
-            u += u32::from(c.wrapping_sub(b'A') < 26);
-            l += u32::from(c.wrapping_sub(b'a') < 26);
-            d += u32::from(c.wrapping_sub(b'0') < 10);
-            s += u32::from((c == b' ') | (c == b'\t') | (c == b'\r') | (c == b'\n'));
+            u += u8::from(c.wrapping_sub(b'A') < 26);
+            l += u8::from(c.wrapping_sub(b'a') < 26);
+            d += u8::from(c.wrapping_sub(b'0') < 10);
+            s += u8::from((c == b' ') | (c == b'\t') | (c == b'\r') | (c == b'\n'));
         }
-        upper += u as usize;
-        lower += l as usize;
-        digit += d as usize;
-        space += s as usize;
+        upper += usize::from(u);
+        lower += usize::from(l);
+        digit += usize::from(d);
+        space += usize::from(s);
     }
     let other = t.len() - upper - lower - digit - space;
     (upper, lower, digit, space, other)
