@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Instructions each default rule costs when it runs alone (callgrind, `rules_profile 1 5`).
+
+For every rule of rules/, a copy of the directory in which every other rule's `check` is an
+empty function; the copy with every check empty is the baseline, subtracted. A rule alone also
+pays for the msg fields only it reads in that copy (the text, record tables), which the full set
+shares, so the column adds up to more than the whole set.
+
+    cargo build --release --examples && scripts/rule_costs.py [STRIDE]   # ~10 minutes
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RULES = os.path.join(ROOT, "rules")
+PROFILE = os.path.join(ROOT, "target/release/examples/rules_profile")
+
+
+def blocks(texts):
+    """(file, rule name, start of its check, end of its check) of every top-level rule."""
+    out = []
+    for f, t in texts.items():
+        for m in re.finditer(r"^rule \{", t, re.M):
+            start, end = m.start(), t.index("\n}\n", m.start()) + 3
+            name = re.search(r'name = "([A-Z0-9_]+)"', t[start:end]).group(1)
+            check = t.index("check = function(msg)", start)
+            check_end = t.rindex("  end,\n}", start, end)
+            out.append((f, name, check, check_end))
+    return out
+
+
+def write_copy(texts, found, keep, out):
+    shutil.copytree(RULES, out)
+    for f, t in texts.items():
+        for (_, name, c, ce) in sorted((b for b in found if b[0] == f), key=lambda b: -b[2]):
+            if name != keep:
+                t = t[:c] + "check = function(msg)\n" + t[ce:]
+        with open(os.path.join(out, f), "w") as w:
+            w.write(t)
+
+
+def instructions(rules_dir, stride, messages):
+    cg = os.path.join(rules_dir, "callgrind.out")
+    run = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}",
+         "--toggle-collect=rules_profile::measured", PROFILE, "1", str(stride), rules_dir],
+        capture_output=True, text=True, check=True)
+    collected = re.search(r"Collected : ([\d,]+)", run.stderr).group(1)
+    hits = re.search(r"(\d+) messages x 1: (\d+) hits", run.stdout)
+    messages[0] = int(hits.group(1))
+    return int(collected.replace(",", "")), int(hits.group(2))
+
+
+def main():
+    stride = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    texts = {f: open(os.path.join(RULES, f)).read() for f in sorted(os.listdir(RULES))
+             if f.endswith(".lua")}
+    found = blocks(texts)
+    messages = [1]
+    with tempfile.TemporaryDirectory() as tmp:
+        base_dir = os.path.join(tmp, "none")
+        write_copy(texts, found, None, base_dir)
+        base, _ = instructions(base_dir, stride, messages)
+        print(f"all checks empty: {base / messages[0] / 1000:.1f} k instructions a message")
+        rows = []
+        for (_, name, _, _) in found:
+            d = os.path.join(tmp, name)
+            write_copy(texts, found, name, d)
+            n, hits = instructions(d, stride, messages)
+            rows.append(((n - base) / messages[0] / 1000, name, hits))
+        for k, name, hits in sorted(rows, reverse=True):
+            print(f"{name:28} {k:7.1f} k  ({hits} hits)")
+
+
+if __name__ == "__main__":
+    main()
