@@ -83,7 +83,9 @@ rule {
     local hits
     local raw = msg:header("Date")
     if raw then
-      local zh, zm = match(raw, "[+-](%d%d)(%d%d)%s*%(?[^%d]*%)?%s*$")
+      -- Only the last sign followed by four digits can match (no digit may follow them), so
+      -- "^.*" finds it from the end: an unanchored search retried the pattern at every byte.
+      local zh, zm = match(raw, "^.*[+-](%d%d)(%d%d)%s*%(?[^%d]*%)?%s*$")
       if zh and (tonumber(zh) > 14 or tonumber(zm) > 59) then
         hits = { DATE_BAD_ZONE = { (match(raw, "[+-]%d%d%d%d")) } }
       else
@@ -141,14 +143,15 @@ rule {
         hits = { MID_OUTLOOK_FORGED = { mailer ~= "" and mailer or "no mailer" } }
       end
     end
-    local domain = match(mid, "@%[?([^@>%]]*)%]?>?%s*$")
+    -- Only the last "@" can match (none may follow it): "^.*" finds it from the end.
+    local domain = match(mid, "^.*@%[?([^@>%]]*)%]?>?%s*$")
     if not domain or domain == "" then
       hits = hits or {}
       hits.MID_NO_FQDN = true
     elseif find(domain, "^%d+%.%d+%.%d+%.%d+$") or find(domain, "^[Ii][Pp][Vv]6:") then
       hits = hits or {}
       hits.MID_IP_LITERAL = true
-    elseif not find(domain, ".", 1, true) or find(domain, "^localhost") or find(domain, "%.$") then
+    elseif not find(domain, ".", 1, true) or find(domain, "^localhost") or byte(domain, -1) == 46 then
       hits = hits or {}
       hits.MID_NO_FQDN = { domain }
     end
