@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Instructions each default rule costs when it runs alone (callgrind, `rules_profile 1 5`).
+"""Instructions each default rule costs (callgrind, `rules_profile 1 STRIDE`, STRIDE 5 by default).
 
-For every rule of rules/, a copy of the directory in which every other rule's `check` is an
-empty function; the copy with every check empty is the baseline, subtracted. A rule alone also
-pays for the msg fields only it reads in that copy (the text, record tables), which the full set
-shares, so the column adds up to more than the whole set.
+Alone (the default): for every rule of rules/, a copy of the directory in which every other
+rule's `check` is an empty function; the copy with every check empty is the baseline,
+subtracted. A rule alone also pays for the msg fields only it reads in that copy (the text,
+record tables), which the full set shares, so the column adds up to more than the whole set.
 
-    cargo build --release --examples && scripts/rule_costs.py [STRIDE]   # ~10 minutes
+--marginal: what the full set saves without each rule (its check emptied): the rule's own work
+plus whatever only it reads.
+
+    cargo build --release --examples && scripts/rule_costs.py [STRIDE] [--marginal]   # ~10 min
 """
 import os
 import re
@@ -33,11 +36,12 @@ def blocks(texts):
     return out
 
 
-def write_copy(texts, found, keep, out):
+def write_copy(texts, found, empty, out):
+    """rules/ copied to `out` with the checks of the rules for which `empty(name)` emptied."""
     shutil.copytree(RULES, out)
     for f, t in texts.items():
         for (_, name, c, ce) in sorted((b for b in found if b[0] == f), key=lambda b: -b[2]):
-            if name != keep:
+            if empty(name):
                 t = t[:c] + "check = function(msg)\n" + t[ce:]
         with open(os.path.join(out, f), "w") as w:
             w.write(t)
@@ -56,24 +60,30 @@ def instructions(rules_dir, stride, messages):
 
 
 def main():
-    stride = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    args = [a for a in sys.argv[1:] if a != "--marginal"]
+    marginal = "--marginal" in sys.argv[1:]
+    stride = int(args[0]) if args else 5
     texts = {f: open(os.path.join(RULES, f)).read() for f in sorted(os.listdir(RULES))
              if f.endswith(".lua")}
     found = blocks(texts)
     messages = [1]
     with tempfile.TemporaryDirectory() as tmp:
-        base_dir = os.path.join(tmp, "none")
-        write_copy(texts, found, None, base_dir)
+        base_dir = os.path.join(tmp, "base")
+        write_copy(texts, found, lambda name: not marginal, base_dir)
         base, _ = instructions(base_dir, stride, messages)
-        print(f"all checks empty: {base / messages[0] / 1000:.1f} k instructions a message")
+        what = "all rules" if marginal else "all checks empty"
+        print(f"{what}: {base / messages[0] / 1000:.1f} k instructions a message")
         rows = []
-        for (_, name, _, _) in found:
-            d = os.path.join(tmp, name)
-            write_copy(texts, found, name, d)
+        for (_, rule, _, _) in found:
+            d = os.path.join(tmp, rule)
+            if marginal:
+                write_copy(texts, found, lambda name, r=rule: name == r, d)
+            else:
+                write_copy(texts, found, lambda name, r=rule: name != r, d)
             n, hits = instructions(d, stride, messages)
-            rows.append(((n - base) / messages[0] / 1000, name, hits))
-        for k, name, hits in sorted(rows, reverse=True):
-            print(f"{name:28} {k:7.1f} k  ({hits} hits)")
+            rows.append(((base - n if marginal else n - base) / messages[0] / 1000, rule, hits))
+        for k, rule, hits in sorted(rows, reverse=True):
+            print(f"{rule:28} {k:7.1f} k  ({hits} hits)")
 
 
 if __name__ == "__main__":
