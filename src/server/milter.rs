@@ -265,7 +265,7 @@ impl Session {
             }
             Command::Macro { pairs, .. } => {
                 for (name, value) in pairs {
-                    let name = lossy(&name);
+                    let name = String::from_utf8_lossy(&name); // borrowed when valid UTF-8: no copy
                     let name = name.trim_start_matches('{').trim_end_matches('}');
                     // Postfix repeats `i` before every header: an unchanged value costs nothing.
                     if self.macros.get(name).is_some_and(|v| v.as_bytes() == value) {
