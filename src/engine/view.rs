@@ -9,7 +9,7 @@ use mlua::{IntoLua, Lua, Result, Table, Value};
 
 use super::rawtable::{self, Field, Row};
 
-use crate::entities::{EmailRole, Entities, IpSource, UrlSource};
+use crate::entities::{EmailRole, Entities, IpSource, IpText, UrlSource};
 use crate::message::{Anomalies, Envelope, ParsedMessage};
 use crate::shingle::{Kind, Shingle};
 use crate::store::{Counter, Counts, WindowCounts};
@@ -302,9 +302,7 @@ impl MessageData<'_> {
             1 => s(&m.subject.display),
             2 => s(&m.subject.normalized),
             6 => match self.envelope.client_ip {
-                Some(ip) => Scalar::Str(Cow::Owned(
-                    crate::entities::IpText::new(ip).as_str().to_string(),
-                )),
+                Some(ip) => Scalar::Str(Cow::Owned(IpText::new(ip).as_str().to_string())),
                 None => Scalar::Nil,
             },
             7 => opt(self.envelope.helo.as_deref()),
@@ -462,7 +460,7 @@ impl MessageData<'_> {
                         let domain = ip.host.as_ref().and_then(|h| {
                             crate::entities::url::registrable_domain(&h.to_ascii_lowercase())
                         });
-                        (crate::entities::IpText::new(ip.ip), domain)
+                        (IpText::new(ip.ip), domain)
                     })
                     .collect();
                 let rows: Vec<_> = (e.ips.iter().zip(&owned))

@@ -722,7 +722,7 @@ fn cstr_list(bytes: &[u8]) -> Vec<Vec<u8>> {
         return Vec::new();
     }
     let body = bytes.strip_suffix(&[0]).unwrap_or(bytes);
-    let mut out = Vec::with_capacity(memchr::memchr_iter(0, body).count() + 1);
+    let mut out = Vec::new();
     let mut start = 0;
     for nul in memchr::memchr_iter(0, body) {
         out.push(body[start..nul].to_vec());

@@ -8,12 +8,12 @@
 //! verdict came in time. Each batch of replies goes out in one write on a TCP_NODELAY socket,
 //! so no reply waits for the MTA's delayed ACK. The codec is `proto::milter`.
 
-use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};

@@ -263,17 +263,17 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             } else {
                 std::mem::take(&mut scanned.verdict)
             };
+            let (urls, emails) = if request.lists {
+                (
+                    owned(scanned.analysis.distinct_urls()),
+                    owned(scanned.analysis.distinct_emails()),
+                )
+            } else {
+                (Vec::new(), Vec::new())
+            };
             let answer = ScanReply {
-                urls: if request.lists {
-                    owned(scanned.analysis.distinct_urls())
-                } else {
-                    Vec::new()
-                },
-                emails: if request.lists {
-                    owned(scanned.analysis.distinct_emails())
-                } else {
-                    Vec::new()
-                },
+                urls,
+                emails,
                 verdict,
                 message_id: scanned.analysis.entities.message_id.clone(),
                 subject: scanned.analysis.message.subject.display.clone(),
