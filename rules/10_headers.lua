@@ -8,6 +8,14 @@ local big_providers = util.big_providers
 
 local DAY = 86400
 
+-- HELO names that only spamware uses: a mailbox provider's bare domain, or a placeholder.
+local FAKE_HELO = util.set {
+  "yahoo.com", "msn.com", "aol.com", "lycos.com", "excite.com", "juno.com", "compuserve.com",
+  "caramail.com", "eudoramail.com", "desertmail.com", "rediffmail.com", "netscape.net",
+  "bigfoot.com", "mail.com", "email.com", "gmail.com", "outlook.com",
+  "localhost.com", "mydomain.com", "yourdomain.com", "domain.com", "yourwebsite.com",
+}
+
 -- Bytes a Date can end with when it ends with a comment: ")" or white space (`%s`).
 local COMMENT_END = { [41] = true, [32] = true, [9] = true, [10] = true, [11] = true, [12] = true, [13] = true }
 
@@ -73,7 +81,7 @@ rule {
   scores = {
     DATE_IN_FUTURE = 2.0,     -- more than a day ahead of the scan clock
     DATE_IN_PAST = 0.1,       -- more than a year behind the scan clock (old mail is often fine)
-    DATE_AHEAD_OF_RCVD = 3.0, -- written more than 3 hours after the topmost Received stamp
+    DATE_AHEAD_OF_RCVD = 3.0, -- written more than 6 hours after the receiving side's stamp
     DATE_BAD_ZONE = 3.0,      -- a zone offset no place has ("-1900", "+0575")
     DATE_ZONE_MALFORMED = 2.0, -- a zone in no form RFC 5322 allows ("GMT+1", "+-0500", "Eastern Daylight Time")
   },
@@ -103,10 +111,18 @@ rule {
       hits = hits or {}
       hits.DATE_IN_PAST = true
     end
-    -- The topmost Received header is written by the receiving side: a sender's clock that runs
-    -- hours ahead of it is a forged or careless bulk mailer.
-    local rtime = msg:received_time()
-    if rtime and date > rtime + 3 * 3600 and date < rtime + 365 * DAY then
+    -- The receiving side stamps the Received header of the hop where a public address handed
+    -- the message over: a sender's clock that runs hours ahead of it is a forged or careless
+    -- bulk mailer. The hops above that one are local (a content filter, fetchmail), and their
+    -- stamps can come days later; without a public hop, the topmost stamp.
+    local rtime
+    local ips = msg:ips()
+    for i = 1, #ips do
+      local h = ips[i]
+      if h.hop and not h.private then rtime = msg:received_time(h.hop + 1); break end
+    end
+    rtime = rtime or msg:received_time()
+    if rtime and date > rtime + 6 * 3600 and date < rtime + 365 * DAY then
       hits = hits or {}
       hits.DATE_AHEAD_OF_RCVD = { string.format("%dh", (date - rtime) // 3600) }
     end
@@ -285,8 +301,9 @@ rule {
     RCVD_TOO_MANY = 1.0,       -- 20 or more hops: a loop or a forged chain
     RCVD_FORGED_PROVIDER = 1.5, -- a hop claims a big mailbox provider from a private address
     RCVD_HELO_IP = 1.0,        -- "from 192.0.2.7 ([192.0.2.7])": a bare IP as HELO name
+    RCVD_FAKE_HELO = 2.5,      -- greeted as a mailbox provider's bare domain ("from yahoo.com (")
   },
-  description = "Suspicious Received chain: too long, forged provider hops, bare IP as HELO",
+  description = "Suspicious Received chain: too long, forged provider hops, bare IP or a provider's bare domain as HELO",
   group = "headers",
   check = function(msg)
     local n = msg:received_count()
@@ -300,6 +317,17 @@ rule {
       if ips[i].helo_ip then
         hits = hits or {}
         hits.RCVD_HELO_IP = { ips[i].ip }
+        break
+      end
+    end
+    -- A mailbox provider's relays greet with their own full names (mta5.mail.yahoo.com), never
+    -- with the provider's bare domain, nor with a placeholder like "mydomain.com". (Hotmail's web
+    -- servers did greet as "hotmail.com": it is not in the set.)
+    for i = 1, #ips do
+      local host = ips[i].host
+      if host and FAKE_HELO[host] and ips[i].source ~= "client" then
+        hits = hits or {}
+        hits.RCVD_FAKE_HELO = { host }
         break
       end
     end

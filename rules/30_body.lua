@@ -19,11 +19,19 @@ local PHRASE_GROUPS = {
   { symbol = "BODY_DEAR_FRIEND", set = sets.greeting, options = 1, steps = { 1, 1 } },
 }
 
--- All the groups' lists behind one matcher: one pass over the text finds them all.
+-- Words without which the BODY_DIET pattern below cannot match: the pattern runs only on
+-- texts that have one (found in the same pass as the phrases).
+local DIET_WORDS = { "weight", "weightloss", "lbs", "pounds", "inches", "fat", "exercise",
+  "exercising", "dieting", "diet pill", "diet pills" }
+
+-- All the groups' lists behind one matcher, the diet words last: one pass over the text finds
+-- them all.
 local PHRASES
+local DIET_LIST = #PHRASE_GROUPS + 1
 do
   local lists = {}
   for i = 1, #PHRASE_GROUPS do lists[i] = PHRASE_GROUPS[i].set.phrases end
+  lists[DIET_LIST] = DIET_WORDS
   PHRASES = re.phrases(lists)
 end
 
@@ -40,6 +48,10 @@ local VISIBILITY_HIDDEN = re.compile("(?i)visibility\\s*:\\s*hidden")
 -- every styled page is full of: 3.6 µs a page against 0.9 from "-size".
 local FONT_SIZE_0 = re.compile("-(?i-u:size)\\s*:\\s*0*\\.?0+\\s*(?:px|pt|em|rem|%)?\\s*[;\"'}]")
 local IMG_TAG = re.compile("(?i)<img\\b")
+local HTML_TAG = re.compile("<(?i-u:html)\\b")
+-- A weight-loss pitch: "lose 10-12 lbs", "burning fat", "weight loss", "without exercise".
+-- (In normalized text: lower case, white space runs as one space.)
+local DIET = re.compile("(?-u)\\b(?:weight[ -]?loss|lose weight|los(?:e|t|ing)\\b.{0,12}\\b(?:pounds|lbs|inches|weight)\\b|burn.{1,10}\\bfat\\b|without (?:exercis|dieting)|diet pills?)")
 -- A toll-free number from its "8xx" on; what may precede it is checked by `tollfree` below. (The
 -- whole number as one regex, "(?:^|[^0-9])1?[-. (]*8...", has no leading literal: the regex
 -- engine then searches around every "8" and falls back to its slowest matcher, 30 µs a body.)
@@ -65,16 +77,17 @@ rule {
   scores = {
     HTML_ONLY = 1.5,       -- HTML without a plain-text alternative
     HTML_SHORT_TEXT = 2.0, -- ... and little visible text
+    HTML_NO_HTML_TAG = 2.0, -- ... and no <html> tag: a fragment pasted by a bulk tool
   },
-  description = "HTML-only message, and HTML-only with little visible text",
+  description = "HTML-only message, HTML-only with little visible text, HTML-only without an <html> tag",
   group = "body",
   check = function(msg)
     if not has_part(msg, "text/html") or has_part(msg, "text/plain") then return end
+    local hits = { HTML_ONLY = true }
     local visible = #msg:html_text()
-    if visible < 250 then
-      return { HTML_ONLY = true, HTML_SHORT_TEXT = { tostring(visible) } }
-    end
-    return "HTML_ONLY"
+    if visible < 250 then hits.HTML_SHORT_TEXT = { tostring(visible) } end
+    if not HTML_TAG:match(msg:html()) then hits.HTML_NO_HTML_TAG = true end
+    return hits
   end,
 }
 
@@ -347,8 +360,9 @@ rule {
     BODY_PHARMA = 1.5,  -- pharmacy and diet offers: 2 distinct phrases
     BODY_FINANCE = 1.0, -- loan, mortgage, insurance, income pitch: 4 distinct words (weight 2 at 7)
     BODY_DEAR_FRIEND = 1.0, -- greets an unnamed reader: "Dear Friend", "Dear Sir/Madam"
+    BODY_DIET = 2.0,    -- a weight-loss pitch ("lose 10-12 lbs", "burning fat")
   },
-  description = "Body text with money, urgency, bulk-mail, advance-fee-fraud, adult, pharmacy or loan phrasing, or greeting nobody in particular",
+  description = "Body text with money, urgency, bulk-mail, advance-fee-fraud, adult, pharmacy, diet or loan phrasing, or greeting nobody in particular",
   group = "body",
   check = function(msg)
     local t = msg:text_normalized()
@@ -357,6 +371,10 @@ rule {
     if #t > TEXT_LIMIT then t = sub(t, 1, TEXT_LIMIT) end
     local counts, found = PHRASES:search(t, 3)
     local hits
+    if counts[DIET_LIST] > 0 then
+      local ds, de = DIET:find(t)
+      if ds then hits = { BODY_DIET = { sub(t, ds, de) } } end
+    end
     for i = 1, #PHRASE_GROUPS do
       local g = PHRASE_GROUPS[i]
       local n = counts[i]
