@@ -279,6 +279,17 @@ rule {
       if msg:header_count("X-MimeOLE") == 0 then
         return "FORGED_OUTLOOK", 1, { "no X-MimeOLE" }
       end
+      -- Outlook Express wrote its own Message-ID, always <8 or 12 hex$8 hex$8 hex@host>
+      -- (through Hotmail's web gateway, Hotmail's <27 letters and digits@hotmail.com>). Any
+      -- other id was written by the program that really sent the message, or by a relay.
+      if oe then
+        local mid = msg:message_id() or ""
+        if not find(mid, "^%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x@")
+          and not find(mid, "^%x%x%x%x%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x@")
+          and not find(mid, "^[%w-]+@hotmail%.com$") then
+          return "FORGED_OUTLOOK", 1, { "message-id" }
+        end
+      end
       return
     end
     -- "kmsOS3CsY2G6UT3hb": one token of 10+ letters and digits mixing cases and digits.
