@@ -180,14 +180,25 @@ rule {
 
 local freemail = util.freemail
 
+-- Free mailbox providers and what their own servers' names contain. Hotmail and AOL are left
+-- out: in the dev split, lists and gateways that drop Received headers passed their users' ham.
+local PROVIDER_HOSTS = {
+  ["yahoo.com"] = { "yahoo." }, ["yahoo.co.uk"] = { "yahoo." }, ["ymail.com"] = { "yahoo." },
+  ["msn.com"] = { "msn.com", "hotmail.com" }, ["excite.com"] = { "excite" },
+  ["lycos.com"] = { "lycos" }, ["juno.com"] = { "juno.com" }, ["netscape.net"] = { "netscape", "aol.com" },
+  ["mail.com"] = { "mail.com" }, ["email.com"] = { "mail.com" }, ["caramail.com"] = { "caramail" },
+  ["gmail.com"] = { "google.com", "gmail.com" }, ["googlemail.com"] = { "google.com" },
+}
+
 rule {
   name = "SENDER_ADDRESS",
   scores = {
     FROM_ENDS_IN_NUMS = 1.0, -- "des34newsa" is fine, "suz0123893616943" is not: a word, then 3+ digits
     FREEMAIL_REPLYTO = 1.5,  -- replies go to a free mailbox, not to the sender's domain
     FROM_ENCODED_ADDR = 2.0, -- "=?iso-2022-jp?B?...?=@example.jp": an encoded word as the address
+    FREEMAIL_FORGED_RCVD = 1.5, -- From a free mailbox provider, but none of its servers in the Received chain
   },
-  description = "From address of a word and a number, or MIME-encoded (an encoded word in the address itself); Reply-To at a free mailbox provider other than the From domain",
+  description = "From address of a word and a number, or MIME-encoded (an encoded word in the address itself), or at a free mailbox provider whose servers the message never passed; Reply-To at a free mailbox provider other than the From domain",
   group = "headers",
   check = function(msg)
     local addr, from_domain = msg:from()
@@ -203,6 +214,24 @@ rule {
       local lp = match(addr, "^([^@]*)@")
       if lp and find(lp, "%a%a%d%d%d+$") then
         hits = { FROM_ENDS_IN_NUMS = { lp } }
+      end
+    end
+    -- Mail from a provider's mailbox leaves through the provider's servers, and the Received
+    -- chain names them (its web front ends write "by web12.mail.yahoo.com via HTTP").
+    local needles = from_domain and PROVIDER_HOSTS[from_domain]
+    if needles then
+      local rcvd = msg:headers("Received")
+      local seen = false
+      for i = 1, #rcvd do
+        local r = lower(rcvd[i])
+        for j = 1, #needles do
+          if find(r, needles[j], 1, true) then seen = true; break end
+        end
+        if seen then break end
+      end
+      if not seen then
+        hits = hits or {}
+        hits.FREEMAIL_FORGED_RCVD = { from_domain }
       end
     end
     -- addresses and domains come lower-cased
