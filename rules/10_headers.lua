@@ -68,7 +68,7 @@ rule {
 
 rule {
   name = "INVALID_DATE",
-  score = 2.0,
+  score = 2.5,
   description = "Date header that does not parse",
   group = "headers",
   check = function(msg)
@@ -291,7 +291,7 @@ end
 rule {
   name = "MAILER_CHECKS",
   scores = {
-    FORGED_OUTLOOK = 5.0,  -- claims Outlook (Express) in a form it never wrote, or without X-MimeOLE
+    FORGED_OUTLOOK = 6.0,  -- claims Outlook (Express) in a form it never wrote, or without X-MimeOLE
     MAILER_RANDOM = 2.0,   -- a random-looking token as mailer name
   },
   description = "X-Mailer that no real mail client writes",

@@ -355,7 +355,7 @@ rule {
     BODY_MONEY = 1.5,   -- weight 0.5 at 2 distinct phrases, 1 at 3, 2 at 6
     BODY_URGENCY = 1.0, -- weight 0.5 at 1 phrase, 1 at 2, 1.5 at 3
     BODY_BULK = 2.5,    -- opt-out boilerplate of unsolicited mail: weight 1 at 2, 2 at 4
-    BODY_FRAUD = 4.0,   -- advance-fee fraud: 4 distinct phrases
+    BODY_FRAUD = 4.5,   -- advance-fee fraud: 4 distinct phrases
     BODY_ADULT = 1.5,   -- adult-content vocabulary: 2 distinct words (weight 2 at 4)
     BODY_PHARMA = 1.5,  -- pharmacy and diet offers: 2 distinct phrases
     BODY_FINANCE = 1.0, -- loan, mortgage, insurance, income pitch: 4 distinct words (weight 2 at 7)
