@@ -220,8 +220,19 @@ rule {
     -- chain names them (its web front ends write "by web12.mail.yahoo.com via HTTP").
     local needles = from_domain and PROVIDER_HOSTS[from_domain]
     if needles then
-      local rcvd = msg:headers("Received")
+      -- first the hops' host names (already parsed), then the whole headers ("by" clauses)
       local seen = false
+      local ips = msg:ips()
+      for i = 1, #ips do
+        local d = ips[i].domain
+        if d then
+          for j = 1, #needles do
+            if find(d, needles[j], 1, true) then seen = true; break end
+          end
+          if seen then break end
+        end
+      end
+      local rcvd = seen and {} or msg:headers("Received")
       for i = 1, #rcvd do
         local r = lower(rcvd[i])
         for j = 1, #needles do

@@ -86,7 +86,10 @@ rule {
     local hits = { HTML_ONLY = true }
     local visible = #msg:html_text()
     if visible < 250 then hits.HTML_SHORT_TEXT = { tostring(visible) } end
-    if not HTML_TAG:match(msg:html()) then hits.HTML_NO_HTML_TAG = true end
+    -- the root element opens the source: the first 4 KB (DOCTYPE and comments before it) do
+    local h = msg:html()
+    if #h > 4096 then h = sub(h, 1, 4096) end
+    if not HTML_TAG:match(h) then hits.HTML_NO_HTML_TAG = true end
     return hits
   end,
 }
