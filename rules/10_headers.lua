@@ -232,13 +232,15 @@ rule {
           if seen then break end
         end
       end
-      local rcvd = seen and {} or msg:headers("Received")
-      for i = 1, #rcvd do
-        local r = lower(rcvd[i])
-        for j = 1, #needles do
-          if find(r, needles[j], 1, true) then seen = true; break end
+      if not seen then
+        local rcvd = msg:headers("Received")
+        for i = 1, #rcvd do
+          local r = lower(rcvd[i])
+          for j = 1, #needles do
+            if find(r, needles[j], 1, true) then seen = true; break end
+          end
+          if seen then break end
         end
-        if seen then break end
       end
       if not seen then
         hits = hits or {}
