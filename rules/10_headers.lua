@@ -133,6 +133,32 @@ rule {
 ---------------------------------------------------------------------------------------------
 -- Message-ID
 
+-- Outlook and Outlook Express write the time into the 12-hex-digit first part of their ids:
+-- digits 5 to 12 are the high 32 bits of the Windows FILETIME (100 ns since 1601) of the moment
+-- the message was written, one unit every 429.5 seconds. Ratware copies the form with digits
+-- of its own.
+local function outlook_time_token(mid)
+  local t = match(mid, "^%x%x%x%x(%x%x%x%x%x%x%x%x)%$")
+  return t and tonumber(t, 16)
+end
+
+-- Whether the token is within 250 units (about 30 hours) of the Date, or of the topmost or
+-- the earliest Received stamp (a sender's clock may be wrong, the Date rewritten).
+local function outlook_time_fits(msg, token)
+  local n = msg:received_count()
+  local times = { msg:date(), n > 0 and msg:received_time() or nil,
+    n > 1 and msg:received_time(n) or nil }
+  local any = false
+  for i = 1, 3 do
+    local t = times[i]
+    if t then
+      any = true
+      if math.abs((t + 11644473600) * 1e7 / 4294967296 - token) < 250 then return true end
+    end
+  end
+  return not any
+end
+
 rule {
   name = "MID_DOMAIN",
   scores = {
@@ -140,8 +166,9 @@ rule {
     MID_NO_FQDN = 0.5,    -- <...@localhost>, <...@hostname>
     MID_NO_AT = 2.0,      -- no "@" at all: <E9D312B69C2346E8>, "PM200011:12:45 AM"
     MID_OUTLOOK_FORGED = 1.5, -- Outlook's <hex$hex$hex@host> form, sent by another mailer
+    MID_OUTLOOK_TIME = 3.0,   -- Outlook's form, but the time written into it is not the message's
   },
-  description = "Message-ID without @, whose domain part is an IP literal or not a fully qualified name, or in Outlook's form from another mailer",
+  description = "Message-ID without @, whose domain part is an IP literal or not a fully qualified name, or in Outlook's form from another mailer or with another time in it",
   group = "headers",
   check = function(msg)
     local mid = msg:message_id()
@@ -157,6 +184,11 @@ rule {
       local mailer = msg:header("X-Mailer") or msg:header("User-Agent") or ""
       if not find(mailer, "^Microsoft") then
         hits = { MID_OUTLOOK_FORGED = { mailer ~= "" and mailer or "no mailer" } }
+      end
+      local token = outlook_time_token(mid)
+      if token and not outlook_time_fits(msg, token) then
+        hits = hits or {}
+        hits.MID_OUTLOOK_TIME = true
       end
     end
     -- Only the last "@" can match (none may follow it): "^.*" finds it from the end.
