@@ -21,8 +21,9 @@ local PHRASE_GROUPS = {
 
 -- Words without which the BODY_DIET pattern below cannot match: the pattern runs only on
 -- texts that have one (found in the same pass as the phrases).
-local DIET_WORDS = { "weight", "weightloss", "lbs", "pounds", "inches", "fat", "exercise",
-  "exercises", "exercising", "dieting", "diet pill", "diet pills" }
+local DIET_WORDS = { "weight", "weightloss", "lbs", "pounds", "inches", "fat",
+  "without exercise", "without exercises", "without exercising", "without dieting", "diet pill",
+  "diet pills" }
 
 -- All the groups' lists behind one matcher, the diet words last: one pass over the text finds
 -- them all.

@@ -925,6 +925,7 @@ fn build_state(
     generation: Option<&Arc<Generation>>,
     env: &BuildEnv<'_>,
 ) -> Result<Built, LoadError> {
+    super::view::warm();
     let lua = Lua::new_with(
         StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8 | StdLib::OS,
         LuaOptions::default(),
