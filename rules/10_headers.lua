@@ -386,7 +386,7 @@ rule {
     RCVD_TOO_MANY = 1.0,       -- 20 or more hops: a loop or a forged chain
     RCVD_FORGED_PROVIDER = 1.5, -- a hop claims a big mailbox provider from a private address
     RCVD_HELO_IP = 1.0,        -- "from 192.0.2.7 ([192.0.2.7])": a bare IP as HELO name
-    RCVD_FAKE_HELO = 2.5,      -- greeted as a mailbox provider's bare domain ("from yahoo.com (")
+    RCVD_FAKE_HELO = 4.0,      -- greeted as a mailbox provider's bare domain ("from yahoo.com (")
   },
   description = "Suspicious Received chain: too long, forged provider hops, bare IP or a provider's bare domain as HELO",
   group = "headers",
