@@ -363,7 +363,7 @@ rule {
     BODY_ADULT = 1.5,   -- adult-content vocabulary: 2 distinct words (weight 2 at 4)
     BODY_PHARMA = 1.5,  -- pharmacy and diet offers: 2 distinct phrases
     BODY_FINANCE = 1.0, -- loan, mortgage, insurance, income pitch: 4 distinct words (weight 2 at 7)
-    BODY_DEAR_FRIEND = 1.0, -- greets an unnamed reader: "Dear Friend", "Dear Sir/Madam"
+    BODY_DEAR_FRIEND = 1.5, -- greets an unnamed reader: "Dear Friend", "Dear Sir/Madam"
     BODY_DIET = 2.0,    -- a weight-loss pitch ("lose 10-12 lbs", "burning fat")
   },
   description = "Body text with money, urgency, bulk-mail, advance-fee-fraud, adult, pharmacy, diet or loan phrasing, or greeting nobody in particular",
