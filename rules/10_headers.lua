@@ -222,6 +222,14 @@ local PROVIDER_HOSTS = {
   ["gmail.com"] = { "google.com", "gmail.com" }, ["googlemail.com"] = { "google.com" },
 }
 
+-- Whether `s` contains one of the plain strings `needles`.
+local function contains_any(s, needles)
+  for j = 1, #needles do
+    if find(s, needles[j], 1, true) then return true end
+  end
+  return false
+end
+
 rule {
   name = "SENDER_ADDRESS",
   scores = {
@@ -257,21 +265,12 @@ rule {
       local ips = msg:ips()
       for i = 1, #ips do
         local d = ips[i].domain
-        if d then
-          for j = 1, #needles do
-            if find(d, needles[j], 1, true) then seen = true; break end
-          end
-          if seen then break end
-        end
+        if d and contains_any(d, needles) then seen = true; break end
       end
       if not seen then
         local rcvd = msg:headers("Received")
         for i = 1, #rcvd do
-          local r = lower(rcvd[i])
-          for j = 1, #needles do
-            if find(r, needles[j], 1, true) then seen = true; break end
-          end
-          if seen then break end
+          if contains_any(lower(rcvd[i]), needles) then seen = true; break end
         end
       end
       if not seen then
