@@ -16,30 +16,6 @@ local FAKE_HELO = util.set {
   "localhost.com", "mydomain.com", "yourdomain.com", "domain.com", "yourwebsite.com",
 }
 
--- Bytes a Date can end with when it ends with a comment: ")" or white space (`%s`).
-local COMMENT_END = { [41] = true, [32] = true, [9] = true, [10] = true, [11] = true, [12] = true, [13] = true }
-
--- The zone after the time of a Date header when it is in no form RFC 5322 allows: "+hhmm" /
--- "-hhmm" (optionally followed by a zone name), or an obsolete 1-3 letter name (GMT, EST, Z).
--- Spamware writes "GMT+1", "+-0500", "01800" or "Eastern Daylight Time". A Date without any zone
--- is INVALID_DATE's business, and "Sat Sep 21 08:18:08 2002" (the year last) is left alone.
-local function zone_malformed(date)
-  -- a trailing comment: "(EDT)"; gsub tries its pattern at every byte, so only when it can match
-  if COMMENT_END[byte(date, -1)] then date = date:gsub("%s*%b()%s*$", "") end
-  -- The time's first colon starts the leftmost possible match: try there first (an unanchored
-  -- match tries every byte), then anywhere.
-  local colon = find(date, ":", 1, true)
-  if not colon then return nil end
-  local z = colon > 2 and match(date, "^%d%d:%d%d:?%d?%d?%s+(.-)%s*$", colon - 2) or nil
-  if z == nil then z = match(date, "%d%d:%d%d:?%d?%d?%s+(.-)%s*$") end
-  if not z or z == "" then return nil end
-  if find(z, "^[+-]%d%d%d%d$") or find(z, "^[+-]%d%d%d%d%s+%a+$") or find(z, "^%a%a?%a?$")
-    or find(z, "^%d%d%d%d$") then
-    return nil
-  end
-  return z
-end
-
 ---------------------------------------------------------------------------------------------
 -- Missing fields
 
@@ -89,17 +65,12 @@ rule {
   group = "headers",
   check = function(msg)
     local hits
-    local raw = msg:header("Date")
-    if raw then
-      -- Only the last sign followed by four digits can match (no digit may follow them), so
-      -- "^.*" finds it from the end: an unanchored search retried the pattern at every byte.
-      local zh, zm = match(raw, "^.*[+-](%d%d)(%d%d)%s*%(?[^%d]*%)?%s*$")
-      if zh and (tonumber(zh) > 14 or tonumber(zm) > 59) then
-        hits = { DATE_BAD_ZONE = { (match(raw, "[+-]%d%d%d%d")) } }
-      else
-        local z = zone_malformed(raw)
-        if z then hits = { DATE_ZONE_MALFORMED = { z } } end
-      end
+    -- the zone read in Rust: an impossible offset, or a form RFC 5322 does not allow
+    local problem, zone = msg:date_zone()
+    if problem == "bad_offset" then
+      hits = { DATE_BAD_ZONE = { zone } }
+    elseif problem then
+      hits = { DATE_ZONE_MALFORMED = { zone } }
     end
     local date = msg:date()
     if not date then return hits end

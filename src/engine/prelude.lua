@@ -205,6 +205,12 @@ local function keyed(id, default)
   end
 end
 -- Addresses of one role are picked out in Rust ("" stands for all of them).
+-- The Date's zone when it is wrong: "bad_offset" or "malformed", and the zone as written.
+local date_zone = field(33)
+function Msg:date_zone()
+  local v = date_zone()
+  if v then return string.sub(v, 1, 1) == "b" and "bad_offset" or "malformed", string.sub(v, 3) end
+end
 Msg.emails = keyed(30, "")
 Msg.email_count = keyed(32, "")
 Msg.received_time = keyed(31, 1)
