@@ -3,7 +3,7 @@
 local util = require("shrike.util")
 
 local find, lower, sub, byte = string.find, string.lower, string.sub, string.byte
-local is_shortener, caps_ratio = util.is_shortener, util.caps_ratio
+local shorteners, caps_ratio = util.shorteners, util.caps_ratio
 local sets = util.sets
 
 -- BODY_PHRASES: per symbol, its phrase set, how many matched phrases to show, and
@@ -274,26 +274,32 @@ rule {
   description = "Links to IP addresses, through URL shorteners, with a user name posing as host, or to very many domains",
   group = "body",
   check = function(msg)
-    local urls = msg:urls()
-    if #urls == 0 then return end
+    -- the distinct hosts and domains and two per-URL facts: no URL records to build
+    local hosts = msg:hosts()
+    if #hosts == 0 then return end
     local hits
-    local ip_host, shortener, userinfo
-    for i = 1, #urls do
-      local u = urls[i]
-      if u.is_ip and not ip_host then ip_host = u.host end
-      if not shortener and is_shortener(u.host, u.domain) then shortener = u.host end
-      if not userinfo and u.userinfo then userinfo = u.url end
-    end
+    local userinfo = msg:first_url("userinfo")
     if userinfo then hits = { URL_USERINFO = { userinfo } } end
-    if ip_host then
+    local ip_url = msg:first_url("is_ip")
+    if ip_url then
       hits = hits or {}
-      hits.URL_IP = { ip_host }
+      hits.URL_IP = { ip_url }
+    end
+    local domains = msg:domains()
+    local shortener
+    for i = 1, #hosts do
+      if shorteners[hosts[i]] then shortener = hosts[i]; break end
+    end
+    if not shortener then
+      for i = 1, #domains do
+        if shorteners[domains[i]] then shortener = domains[i]; break end
+      end
     end
     if shortener then
       hits = hits or {}
       hits.URL_SHORTENER = { shortener }
     end
-    local nd = #msg:domains()
+    local nd = #domains
     if nd >= 10 then
       hits = hits or {}
       hits.URL_MANY_DOMAINS = { weight = nd >= 20 and 2 or 1, tostring(nd) }

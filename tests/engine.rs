@@ -533,6 +533,50 @@ X-Pad:   padded value  \r\nX-Pad: second\r\nFrom: a@example.com\r\nSubject: s\r\
     );
 }
 
+/// Facts the view computes in Rust so that rules need no records or patterns for them: the
+/// first URL with a flag, and what is wrong with the Date's zone.
+#[test]
+fn first_url_and_date_zone() {
+    let (_d, s) = rules(
+        r#"
+rule { name = 'FACTS', score = 0, check = function(msg)
+  local p, z = msg:date_zone()
+  return true, {
+    tostring(msg:first_url("is_ip")), tostring(msg:first_url("userinfo")),
+    select(2, pcall(msg.first_url, msg, "text")), tostring(p), tostring(z),
+  }
+end }
+"#,
+    );
+    let raw = b"From: a@example.com\r\nSubject: s\r\nDate: Thu, 22 Aug 2002 18:26:25 GMT+1\r\n\r\n\
+see http://www.example.com/a then http://192.0.2.7/b and http://www.bank.example@198.51.100.7/c\r\n";
+    let v = scan(&s, raw);
+    assert_eq!(
+        v.symbols["FACTS"].options,
+        [
+            "http://192.0.2.7/b",
+            "http://www.bank.example@198.51.100.7/c",
+            "msg:first_url: flag must be \"is_ip\" or \"userinfo\"",
+            "malformed",
+            "GMT+1",
+        ]
+    );
+    let clean =
+        b"From: a@example.com\r\nSubject: s\r\nDate: Thu, 22 Aug 2002 18:26:25 -1900\r\n\r\n\
+see http://www.example.com/a\r\n";
+    let v = scan(&s, clean);
+    assert_eq!(
+        v.symbols["FACTS"].options,
+        [
+            "nil",
+            "nil",
+            "msg:first_url: flag must be \"is_ip\" or \"userinfo\"",
+            "bad_offset",
+            "-1900",
+        ]
+    );
+}
+
 #[test]
 fn reputation_stats_unique_counts_and_ratelimit() {
     let (_d, s) = rules(

@@ -211,6 +211,7 @@ function Msg:date_zone()
   local v = date_zone()
   if v then return string.sub(v, 1, 1) == "b" and "bad_offset" or "malformed", string.sub(v, 3) end
 end
+Msg.first_url = keyed(34)
 Msg.emails = keyed(30, "")
 Msg.email_count = keyed(32, "")
 Msg.received_time = keyed(31, 1)

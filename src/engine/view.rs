@@ -93,7 +93,7 @@ impl IntoLua for Scalar<'_> {
 /// The field ids whose values are scalars (`MessageData::scalar`); the prelude sends these to
 /// the raw `fetch`.
 pub const SCALAR_FIELDS: &[u8] = &[
-    1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 32, 33, 40, 42, 43,
+    1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 32, 33, 34, 40, 42, 43,
 ];
 
 /// How `msg:stat` combines the counts of several keys, column by column.
@@ -343,6 +343,15 @@ impl MessageData<'_> {
                     Some(ZoneProblem::Malformed(z)) => Scalar::Str(Cow::Owned(format!("m:{z}"))),
                     None => Scalar::Nil,
                 }
+            }
+            34 => {
+                // the first URL with a flag of its `msg:urls()` record, without the records
+                let test: fn(&crate::entities::UrlEntity) -> bool = match a {
+                    Arg::Str(b"is_ip") => |u| u.host_is_ip,
+                    Arg::Str(b"userinfo") => |u| has_userinfo(&u.url),
+                    _ => return Err(c"msg:first_url: flag must be \"is_ip\" or \"userinfo\""),
+                };
+                opt(e.urls.iter().find(|u| test(u)).map(|u| u.url.as_str()))
             }
             32 => {
                 // addresses of one role ("" or none: all), as `msg:emails(role)` lists them
