@@ -548,33 +548,25 @@ rule { name = 'FACTS', score = 0, check = function(msg)
 end }
 "#,
     );
-    let raw = b"From: a@example.com\r\nSubject: s\r\nDate: Thu, 22 Aug 2002 18:26:25 GMT+1\r\n\r\n\
-see http://www.example.com/a then http://192.0.2.7/b and http://www.bank.example@198.51.100.7/c\r\n";
-    let v = scan(&s, raw);
-    assert_eq!(
-        v.symbols["FACTS"].options,
-        [
-            "http://192.0.2.7/b",
-            "http://www.bank.example@198.51.100.7/c",
-            "msg:first_url: flag must be \"is_ip\" or \"userinfo\"",
-            "malformed",
+    let bad_flag = "msg:first_url: flag must be \"is_ip\" or \"userinfo\"";
+    let cases: [(&str, &str, [&str; 5]); 2] = [
+        (
             "GMT+1",
-        ]
-    );
-    let clean =
-        b"From: a@example.com\r\nSubject: s\r\nDate: Thu, 22 Aug 2002 18:26:25 -1900\r\n\r\n\
-see http://www.example.com/a\r\n";
-    let v = scan(&s, clean);
-    assert_eq!(
-        v.symbols["FACTS"].options,
-        [
-            "nil",
-            "nil",
-            "msg:first_url: flag must be \"is_ip\" or \"userinfo\"",
-            "bad_offset",
-            "-1900",
-        ]
-    );
+            "http://www.example.com/a then http://192.0.2.7/b and http://www.bank.example@198.51.100.7/c",
+            ["http://192.0.2.7/b", "http://www.bank.example@198.51.100.7/c", bad_flag, "malformed", "GMT+1"],
+        ),
+        ("-1900", "http://www.example.com/a", ["nil", "nil", bad_flag, "bad_offset", "-1900"]),
+    ];
+    for (zone, links, want) in cases {
+        let raw = format!(
+            "From: a@example.com\r\nSubject: s\r\nDate: Thu, 22 Aug 2002 18:26:25 {zone}\r\n\r\nsee {links}\r\n"
+        );
+        assert_eq!(
+            scan(&s, raw.as_bytes()).symbols["FACTS"].options,
+            want,
+            "{zone}"
+        );
+    }
 }
 
 #[test]
