@@ -204,7 +204,6 @@ local function keyed(id, default)
     return v
   end
 end
--- Addresses of one role are picked out in Rust ("" stands for all of them).
 -- The Date's zone when it is wrong: "bad_offset" or "malformed", and the zone as written.
 local date_zone = field(33)
 function Msg:date_zone()
@@ -212,6 +211,7 @@ function Msg:date_zone()
   if v then return string.sub(v, 1, 1) == "b" and "bad_offset" or "malformed", string.sub(v, 3) end
 end
 Msg.first_url = keyed(34)
+-- Addresses of one role are picked out in Rust ("" stands for all of them).
 Msg.emails = keyed(30, "")
 Msg.email_count = keyed(32, "")
 Msg.received_time = keyed(31, 1)
