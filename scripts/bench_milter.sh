@@ -5,7 +5,10 @@
 # The two setups alternate for ROUNDS rounds (default 3), so that a change in the machine's
 # load hits both; each round prints its ratio, and the last line the median per connection count.
 #
-#   [ROUNDS=3] [SHRIKE_CONFIG=FILE] scripts/bench_milter.sh [N] [CONNECTIONS...]
+# MILTER_SOCKET=unix puts the milter on a unix socket (the setup for a milter on the MTA's own
+# host) instead of loopback TCP.
+#
+#   [ROUNDS=3] [SHRIKE_CONFIG=FILE] [MILTER_SOCKET=tcp|unix] scripts/bench_milter.sh [N] [CONNECTIONS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-1000}
@@ -19,10 +22,14 @@ mkdir -p "$work"
 [ -d "$work/corpus/spamassassin-dev" ] || { mkdir -p "$work/corpus"; tar xzf "$corpus" -C "$work/corpus"; }
 chmod 755 "$work"
 cargo build --release --quiet
-milter_port=21332
+case ${MILTER_SOCKET:-tcp} in
+    tcp) listen=127.0.0.1:21332; postfix_milter=inet:127.0.0.1:21332 ;;
+    unix) listen=unix:$work/milter.sock; postfix_milter=unix:$work/milter.sock ;;
+    *) echo "MILTER_SOCKET must be tcp or unix" >&2; exit 2 ;;
+esac
 rm -rf "$work/data-milter"
 ./target/release/shrike serve ${SHRIKE_CONFIG:+--config "$SHRIKE_CONFIG"} \
-    --http 127.0.0.1:21335 --milter "127.0.0.1:$milter_port" --data "$work/data-milter" 2> "$work/shrike-milter.log" &
+    --http 127.0.0.1:21335 --milter "$listen" --data "$work/data-milter" 2> "$work/shrike-milter.log" &
 pid=$!
 cleanup() { kill $pid 2>/dev/null || true; "$tools/mta-down" --dir "$work/mta" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -44,7 +51,7 @@ bench() {  # bench LABEL MILTER KEY ROUND
 
 rounds=${ROUNDS:-3}
 for r in $(seq "$rounds"); do
-    bench "Postfix + shrike milter" "inet:127.0.0.1:$milter_port" milter "$r"
+    bench "Postfix + shrike milter (${MILTER_SOCKET:-tcp})" "$postfix_milter" milter "$r"
     bench "Postfix, no milter" none none "$r"
     for c in "${conns[@]}"; do
         echo "round $r, $c connections: shrike ${rate[milter,$c,$r]} / none ${rate[none,$c,$r]} msg/s = $(

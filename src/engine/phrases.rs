@@ -2,7 +2,8 @@
 //! occurrences of every phrase of several lists (`re.phrases` in Lua). The default rules'
 //! body and subject phrase checks run on it; a regex alternation per list cost a pass per list.
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
+use aho_corasick::automaton::Automaton;
+use aho_corasick::{dfa::DFA, Anchored, MatchKind};
 
 /// Distinct phrases found per list stop being collected past this many (the count stops too).
 const MAX_DISTINCT: usize = 1_000;
@@ -10,7 +11,7 @@ const MAX_DISTINCT: usize = 1_000;
 /// Several phrase lists behind one automaton.
 #[derive(Debug)]
 pub struct PhraseSets {
-    matcher: AhoCorasick,
+    dfa: DFA,
     /// Per pattern: its list, its index within the list, and whether its first and last bytes
     /// are word bytes (then the text must not continue the word there).
     patterns: Vec<Pattern>,
@@ -57,17 +58,19 @@ impl PhraseSets {
                 });
             }
         }
-        let matcher = AhoCorasickBuilder::new()
+        // A full DFA: one table lookup per text byte (a contiguous NFA, the crate's default for
+        // this many phrases, was about twice as slow here). A few hundred phrases make a table
+        // of a few hundred KB per Lua state. No prefilter: it cannot skip ahead in an
+        // overlapping search, and without one the start state is no special state, so the
+        // search loop checks one comparison a byte.
+        let dfa = DFA::builder()
             .match_kind(MatchKind::Standard)
-            // A full DFA: one table lookup per text byte (the default for this many phrases is
-            // a contiguous NFA, about twice as slow here). A few hundred phrases make a table
-            // of a few hundred KB per Lua state.
-            .kind(Some(AhoCorasickKind::DFA))
             .byte_classes(true)
+            .prefilter(false)
             .build(&bytes)
             .map_err(|e| format!("phrase lists: {e}"))?;
         Ok(PhraseSets {
-            matcher,
+            dfa,
             patterns,
             lists: lists.len(),
         })
@@ -80,21 +83,62 @@ impl PhraseSets {
         if self.patterns.is_empty() {
             return out;
         }
-        for m in self.matcher.find_overlapping_iter(text) {
-            let p = self.patterns[m.pattern().as_usize()];
-            if p.word_start && m.start() > 0 && is_word(text[m.start() - 1]) {
+        // The overlapping search, written out over the DFA: the crate's iterator keeps its
+        // state in memory between calls and cost ~16 instructions a byte here, this loop ~10
+        // (callgrind, BENCHMARKS.md stop 26). Every phrase ending at a byte is in that byte's
+        // match state (Standard semantics), in the order the iterator reports them.
+        let Ok(mut sid) = self.dfa.start_state(Anchored::No) else {
+            return out;
+        };
+        let mut at = 0;
+        loop {
+            (sid, at) = advance(&self.dfa, sid, text, at);
+            if at == 0 || self.dfa.is_dead(sid) {
+                // (at 0: the text ran out)
+                break;
+            }
+            if !self.dfa.is_match(sid) {
                 continue;
             }
-            if p.word_end && text.get(m.end()).is_some_and(|&b| is_word(b)) {
-                continue;
-            }
-            let found = &mut out[p.list].indices;
-            if found.len() < MAX_DISTINCT && !found.contains(&p.index) {
-                found.push(p.index);
+            let end = at;
+            for k in 0..self.dfa.match_len(sid) {
+                let pid = self.dfa.match_pattern(sid, k);
+                let start = end - self.dfa.pattern_len(pid);
+                let p = self.patterns[pid.as_usize()];
+                if p.word_start && start > 0 && is_word(text[start - 1]) {
+                    continue;
+                }
+                if p.word_end && text.get(end).is_some_and(|&b| is_word(b)) {
+                    continue;
+                }
+                let found = &mut out[p.list].indices;
+                if found.len() < MAX_DISTINCT && !found.contains(&p.index) {
+                    found.push(p.index);
+                }
             }
         }
         out
     }
+}
+
+/// Runs the DFA from state `sid` over `text[at..]` to the first special state (a match, or
+/// the dead state): that state and the position after the byte that led to it. At the end of
+/// the text with no special state: the state reached, and position 0 (no match ends at 0).
+/// Apart from the search's bookkeeping, so that the loop keeps its few values in registers.
+#[inline(never)]
+fn advance(
+    dfa: &DFA,
+    mut sid: aho_corasick::automaton::StateID,
+    text: &[u8],
+    at: usize,
+) -> (aho_corasick::automaton::StateID, usize) {
+    for (i, &b) in text.iter().enumerate().skip(at) {
+        sid = dfa.next_state(Anchored::No, sid, b);
+        if dfa.is_special(sid) {
+            return (sid, i + 1);
+        }
+    }
+    (sid, 0)
 }
 
 #[cfg(test)]
@@ -138,5 +182,59 @@ mod tests {
         let s = sets(&[&["a"]]);
         assert_eq!(s.search(b"").len(), 1);
         assert_eq!(s.search(b"a").first().map(|f| f.indices.len()), Some(1));
+    }
+
+    /// The search as the crate's own overlapping iterator runs it (what `search` replaced).
+    fn reference(lists: &[&[&str]], text: &[u8]) -> Vec<Vec<usize>> {
+        let mut pats = Vec::new();
+        for (l, list) in lists.iter().enumerate() {
+            for (i, p) in list.iter().enumerate() {
+                if !p.is_empty() {
+                    pats.push((l, i, p.as_bytes()));
+                }
+            }
+        }
+        let ac = aho_corasick::AhoCorasick::builder()
+            .match_kind(MatchKind::Standard)
+            .build(pats.iter().map(|p| p.2))
+            .unwrap();
+        let mut out = vec![Vec::new(); lists.len()];
+        for m in ac.find_overlapping_iter(text) {
+            let (l, i, p) = pats[m.pattern().as_usize()];
+            let (first, last) = (p[0], p[p.len() - 1]);
+            if is_word(first) && m.start() > 0 && is_word(text[m.start() - 1]) {
+                continue;
+            }
+            if is_word(last) && text.get(m.end()).is_some_and(|&b| is_word(b)) {
+                continue;
+            }
+            if !out[l].contains(&i) {
+                out[l].push(i);
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Same phrases, in the same order, as the crate's overlapping iterator: texts made of
+        /// the phrases' own pieces, so that phrases overlap, nest and touch word bytes.
+        #[test]
+        fn search_matches_the_crates_overlapping_iterator(
+            pieces in proptest::collection::vec(0usize..12, 0..40),
+        ) {
+            const PIECES: [&str; 12] = [
+                "lose ", "weight", " loss", "viagra", "a", "% off", "_", " ", "free", "dom",
+                "freedom", "!",
+            ];
+            let lists: [&[&str]; 3] = [
+                &["lose weight", "weight loss", "viagra", "% off", "free"],
+                &["freedom", "dom", "a", "weight", "eight", "free", "e"],
+                &["loss", "ss", "s vi", " "],
+            ];
+            let text: String = pieces.iter().map(|&i| PIECES[i]).collect();
+            let got: Vec<Vec<usize>> =
+                sets(&lists).search(text.as_bytes()).into_iter().map(|f| f.indices).collect();
+            proptest::prop_assert_eq!(got, reference(&lists, text.as_bytes()));
+        }
     }
 }
