@@ -86,13 +86,7 @@ rule {
     -- the message over: a sender's clock that runs hours ahead of it is a forged or careless
     -- bulk mailer. The hops above that one are local (a content filter, fetchmail), and their
     -- stamps can come days later; without a public hop, the topmost stamp.
-    local rtime
-    local ips = msg:ips()
-    for i = 1, #ips do
-      local h = ips[i]
-      if h.hop and not h.private then rtime = msg:received_time(h.hop + 1); break end
-    end
-    rtime = rtime or msg:received_time()
+    local rtime = msg:received_time("public") or msg:received_time()
     if rtime and date > rtime + 6 * 3600 and date < rtime + 365 * DAY then
       hits = hits or {}
       hits.DATE_AHEAD_OF_RCVD = { string.format("%dh", (date - rtime) // 3600) }
@@ -367,14 +361,20 @@ rule {
     if n >= 20 then hits = { RCVD_TOO_MANY = { tostring(n) } } end
     -- A client that greets with its bare address (not the [address] literal) is spamware:
     -- `helo_ip` marks a hop written "from 192.0.2.7 ([192.0.2.7])".
-    local ips = msg:ips()
-    for i = 1, #ips do
-      if ips[i].helo_ip then
-        hits = hits or {}
-        hits.RCVD_HELO_IP = { ips[i].ip }
-        break
-      end
+    local helo_ip = msg:bare_helo_ip()
+    if helo_ip then
+      hits = hits or {}
+      hits.RCVD_HELO_IP = { helo_ip }
     end
+    -- The two checks below look at hops whose host is under a name of FAKE_HELO or
+    -- big_providers: without one (most mail), the hop records are not needed.
+    local domains, named = msg:hop_domains(), false
+    for i = 1, #domains do
+      local d = domains[i]
+      if FAKE_HELO[d] or big_providers[d] then named = true; break end
+    end
+    if not named then return hits end
+    local ips = msg:ips()
     -- A mailbox provider's relays greet with their own full names (mta5.mail.yahoo.com), never
     -- with the provider's bare domain, nor with a placeholder like "mydomain.com". (Hotmail's web
     -- servers did greet as "hotmail.com": it is not in the set.)

@@ -157,14 +157,9 @@ rule {
       hits = check_reputation(msg, "from", hits, "REP_FROM_SPAM", "REP_FROM_COMPLAINTS")
     end
     -- A private or loopback address says nothing about the sender (it is our own relay).
-    local ip, public = msg:ip(), false
-    if ip then
-      public = not is_private_ip(ip)
-    else
-      local first = msg:ips()[1]
-      public = first ~= nil and not first.private
-    end
-    if public then
+    -- (`sender_ip`: the client's address, else the first of the Received chain)
+    local ip = msg:sender_ip()
+    if ip and not is_private_ip(ip) then
       hits = check_reputation(msg, "sender_ip", hits, "REP_IP_SPAM", "REP_IP_COMPLAINTS")
     end
     if #msg:domains() > 0 then

@@ -569,6 +569,61 @@ end }
     }
 }
 
+/// The hop facts (`msg:sender_ip()`, `msg:bare_helo_ip()`, `msg:hop_domains()`,
+/// `msg:received_time("public")`) say what a walk over the `msg:ips()` records finds.
+#[test]
+fn hop_facts_agree_with_the_records() {
+    let (_d, s) = rules(
+        r#"
+rule { name = 'HOPS', score = 0, check = function(msg)
+  local ips = msg:ips()
+  -- the same four facts from the records
+  local helo, public, domains, seen = nil, nil, {}, {}
+  for i = 1, #ips do
+    local h = ips[i]
+    if h.helo_ip and not helo then helo = h.ip end
+    if h.hop and not h.private and not public then public = msg:received_time(h.hop + 1) end
+    if h.domain and not seen[h.domain] then seen[h.domain] = true; domains[#domains + 1] = h.domain end
+  end
+  local facts = { tostring(msg:sender_ip()), tostring(msg:bare_helo_ip()),
+    tostring(msg:received_time("public")), table.concat(msg:hop_domains(), ",") }
+  local walked = { tostring(ips[1] and ips[1].ip), tostring(helo), tostring(public),
+    table.concat(domains, ",") }
+  local ok = select(2, pcall(msg.received_time, msg, "private"))
+  facts[#facts + 1] = table.concat(walked, "|") == table.concat(facts, "|") and "agree" or "differ"
+  facts[#facts + 1] = tostring(ok)
+  return true, facts
+end }
+"#,
+    );
+    let bad = "msg:received_time: n must be >= 1 or \"public\"";
+    let chain = "Received: from mail.corp.example (localhost [127.0.0.1]) by mx.example.org; Thu, 22 Aug 2002 18:30:00 +0000\r\n\
+                 Received: from 203.0.113.9 ([203.0.113.9]) by mail.corp.example; Thu, 22 Aug 2002 18:26:25 +0000\r\n\
+                 Received: from smtp.mail.yahoo.com (smtp.mail.yahoo.com [198.51.100.4]) by relay.example.net; Thu, 22 Aug 2002 18:20:00 +0000\r\n";
+    let cases: [(&str, [&str; 6]); 2] = [
+        (
+            chain,
+            [
+                "127.0.0.1",
+                "203.0.113.9",
+                "1030040785",
+                "corp.example,yahoo.com",
+                "agree",
+                bad,
+            ],
+        ),
+        ("", ["nil", "nil", "nil", "", "agree", bad]),
+    ];
+    for (received, want) in cases {
+        let raw = format!("{received}From: a@example.com\r\nSubject: s\r\n\r\nbody\r\n");
+        assert_eq!(
+            scan(&s, raw.as_bytes()).symbols["HOPS"].options,
+            want,
+            "{received}"
+        );
+    }
+}
+
 #[test]
 fn reputation_stats_unique_counts_and_ratelimit() {
     let (_d, s) = rules(

@@ -132,8 +132,10 @@ local NIL = {}
 local fetch, stat, stats = rust.fetch, rust.stat, rust.stats
 -- Fields that are one string or number are read by a plain C function (much cheaper to call
 -- than an mlua one); it hands long strings and anything else to `fetch`.
-local fetch_scalar, SCALAR = rust.fetch_scalar, {}
-for _, id in ipairs(rust.scalar_fields) do SCALAR[id] = true end
+local fetch_scalar, RAW = rust.fetch_scalar, {}
+for _, id in ipairs(rust.scalar_fields) do RAW[id] = fetch_scalar end
+-- Fields that are an array of strings or numbers are built by another plain C function.
+for _, id in ipairs(rust.array_fields) do RAW[id] = rust.fetch_array end
 local function outside() raw_error("msg used outside its scan", 3) end
 local OUTSIDE = setmetatable({}, { __index = outside, __newindex = outside, __metatable = false })
 -- what a method looked up on a dead `msg` is: it raises when called
@@ -144,7 +146,7 @@ Msg.__newindex = function() raw_error("msg is read-only", 2) end
 
 -- The accessor of field `id`: `fetch(id)` cached for the scan (NIL stands for a nil value).
 local function field(id)
-  local get = SCALAR[id] and fetch_scalar or fetch
+  local get = RAW[id] or fetch
   return function()
     local v = cache[id]
     if v == nil then
@@ -163,7 +165,7 @@ local simple = {
   rcpt = 9, text = 10, text_normalized = 11, html_text = 12, html = 13, parts = 14, urls = 15,
   hosts = 16, domains = 17, anchors = 18, ips = 19, received_count = 20, attachments = 21,
   anomalies = 22, mixed_script_words = 23, date = 24, message_id = 25, message_id_domain = 26,
-  mailer = 27, size = 28, now = 29,
+  mailer = 27, size = 28, now = 29, sender_ip = 35, bare_helo_ip = 36, hop_domains = 37,
 }
 for name, id in pairs(simple) do
   Msg[name] = field(id)
@@ -185,7 +187,7 @@ end
 -- Lookups with an argument (a header name, a role) are cached per scan by field and argument:
 -- rules ask for the same few headers.
 local function keyed(id, default)
-  local get = SCALAR[id] and fetch_scalar or fetch
+  local get = RAW[id] or fetch
   return function(_, arg)
     if arg == nil then arg = default end
     local c = cache[id]

@@ -70,6 +70,8 @@ struct Ctx {
     /// An owned string the raw `fetch_scalar` is pushing: held here, not on its frame, so that
     /// a Lua error raised while pushing skips no destructor.
     scratch: Cell<String>,
+    /// The values the raw `fetch_array` is pushing, held here for the same reason.
+    cells: Cell<super::view::Cells>,
     /// (rule index, start) of each rule `run_checks` started in the current call: the rules'
     /// run counts and times.
     marks: RefCell<Vec<(u32, Instant)>>,
@@ -216,6 +218,57 @@ unsafe extern "C-unwind" fn fetch_scalar(l: *mut mlua::ffi::lua_State) -> std::f
             // SAFETY: nothing else touches `scratch` until the next `fetch_scalar` call.
             let s = unsafe { &*ctx.scratch.as_ptr() };
             unsafe { ffi::lua_pushlstring(l, s.as_ptr().cast(), s.len()) };
+        }
+    }
+    1
+}
+
+/// `fetch_array(id[, arg])`: the `msg` fields that are an array of plain values
+/// (`view::ARRAY_FIELDS`), built on the stack without mlua's call and `exec_raw`.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn fetch_array(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use super::view::Cell as V;
+    use mlua::ffi;
+    // SAFETY (whole body): see the comment above `raw_closure`.
+    let (ctx, data) = unsafe { raw_scan(l) };
+    let id = match unsafe { raw_arg(l, 1) } {
+        super::view::Arg::Int(i) => u8::try_from(i).unwrap_or(0),
+        _ => 0,
+    };
+    let arg = unsafe { raw_arg(l, 2) };
+    let filled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut cells = ctx.cells.take();
+        let r = data.array(id, arg, &mut cells);
+        ctx.cells.set(cells);
+        r
+    }));
+    match filled {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => return unsafe { slow_call(l, 2) },
+        Ok(Err(e)) => unsafe { raise(l, e) },
+        Err(panic) => {
+            drop(panic);
+            unsafe { raise(l, c"msg field failed (internal error)") }
+        }
+    }
+    // SAFETY: nothing else touches `cells` until the next `fetch_array` call (the calls below
+    // run no Lua code: rules cannot set finalizers).
+    let cells = unsafe { &*ctx.cells.as_ptr() };
+    let len = std::ffi::c_int::try_from(cells.cells.len()).unwrap_or(std::ffi::c_int::MAX);
+    unsafe {
+        ffi::lua_createtable(l, len, 0);
+        for (i, c) in cells.cells.iter().enumerate() {
+            match *c {
+                V::Missing => ffi::lua_pushboolean(l, 0),
+                V::Bool(b) => ffi::lua_pushboolean(l, std::ffi::c_int::from(b)),
+                V::Int(n) => ffi::lua_pushinteger(l, n),
+                V::Num(n) => ffi::lua_pushnumber(l, n),
+                V::Str(s, e) => {
+                    let s = cells.str(s, e);
+                    ffi::lua_pushlstring(l, s.as_ptr().cast(), s.len());
+                }
+            }
+            ffi::lua_rawseti(l, -2, i as ffi::lua_Integer + 1);
         }
     }
     1
@@ -959,6 +1012,7 @@ fn build_state(
         windows: env.windows.clone(),
         memory_limit: limit,
         scratch: Cell::new(String::new()),
+        cells: Cell::new(super::view::Cells::default()),
         marks: RefCell::new(Vec::new()),
     });
 
@@ -1166,7 +1220,13 @@ fn build_state(
             "fetch_scalar",
             raw_closure(&lua, &ctx, &fetch, fetch_scalar),
         )?;
+        set("fetch_array", raw_closure(&lua, &ctx, &fetch, fetch_array))?;
         set("fetch", Ok(fetch))?;
+        let array_fields = lua
+            .create_sequence_from(super::view::ARRAY_FIELDS.iter().copied())
+            .map_err(lua_err)?;
+        rust.raw_set("array_fields", array_fields)
+            .map_err(lua_err)?;
         let scalar_fields = lua
             .create_sequence_from(super::view::SCALAR_FIELDS.iter().copied())
             .map_err(lua_err)?;

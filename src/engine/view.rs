@@ -93,8 +93,79 @@ impl IntoLua for Scalar<'_> {
 /// The field ids whose values are scalars (`MessageData::scalar`); the prelude sends these to
 /// the raw `fetch`.
 pub const SCALAR_FIELDS: &[u8] = &[
-    1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 32, 33, 34, 40, 42, 43,
+    1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 32, 33, 34, 35, 36, 40, 42, 43,
 ];
+
+/// The field ids whose values are arrays of plain values (`MessageData::array`); the prelude
+/// sends these to the raw `fetch_array`.
+pub const ARRAY_FIELDS: &[u8] = &[37];
+
+/// An array field's values as the raw `fetch_array` pushes them: strings are ranges of `text`,
+/// so both buffers are reused from call to call.
+#[derive(Debug, Default)]
+pub struct Cells {
+    text: String,
+    pub cells: Vec<Cell>,
+}
+
+/// One value of an array field; `Missing` becomes false in Lua (arrays have no holes).
+#[derive(Debug, Clone, Copy)]
+pub enum Cell {
+    Missing,
+    Bool(bool),
+    Int(i64),
+    Num(f64),
+    /// `text[start..end]`
+    Str(usize, usize),
+}
+
+impl Cells {
+    fn clear(&mut self) {
+        self.text.clear();
+        self.cells.clear();
+    }
+
+    fn push(&mut self, f: Field<'_>) {
+        let cell = match f {
+            Field::Nil => Cell::Missing,
+            Field::Bool(b) => Cell::Bool(b),
+            Field::Int(i) => Cell::Int(i),
+            Field::Num(n) => Cell::Num(n),
+            Field::Str(s) => {
+                let start = self.text.len();
+                self.text.push_str(s);
+                Cell::Str(start, self.text.len())
+            }
+        };
+        self.cells.push(cell);
+    }
+
+    /// The string of a `Cell::Str`.
+    pub fn str(&self, start: usize, end: usize) -> &str {
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    /// The strings pushed so far.
+    fn strs(&self) -> impl Iterator<Item = &str> {
+        self.cells.iter().filter_map(|c| match *c {
+            Cell::Str(s, e) => Some(self.str(s, e)),
+            _ => None,
+        })
+    }
+
+    /// The values as record fields (for `rawtable::column`).
+    fn fields(&self) -> Vec<Field<'_>> {
+        (self.cells.iter())
+            .map(|c| match *c {
+                Cell::Missing => Field::Nil,
+                Cell::Bool(b) => Field::Bool(b),
+                Cell::Int(i) => Field::Int(i),
+                Cell::Num(n) => Field::Num(n),
+                Cell::Str(s, e) => Field::Str(self.str(s, e)),
+            })
+            .collect()
+    }
+}
 
 /// How `msg:stat` combines the counts of several keys, column by column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,6 +357,41 @@ impl MessageData<'_> {
             .filter(move |h| h.name.as_str().eq_ignore_ascii_case(name))
     }
 
+    /// Whether the client of the hop an address came from greeted with its bare address
+    /// (`helo_ip` of `msg:ips()`).
+    fn helo_ip(
+        &self,
+        ip: &crate::entities::IpEntity,
+        received: &[&mail_parser::Header<'_>],
+    ) -> bool {
+        ip.hop
+            .and_then(|h| received.get(h))
+            .is_some_and(|h| helo_is_bare_ip(self.raw_bytes(h)))
+    }
+
+    /// The value of field `id` when it is an array of plain values (see `ARRAY_FIELDS`), into
+    /// `out` (cleared first); `Ok(false)` for the other fields.
+    pub fn array(
+        &self,
+        id: u8,
+        _a: Arg<'_>,
+        out: &mut Cells,
+    ) -> std::result::Result<bool, &'static CStr> {
+        out.clear();
+        match id {
+            37 => {
+                // the registrable domains of the `msg:ips()` hosts, each once, in order
+                for d in self.entities.ips.iter().filter_map(ip_domain) {
+                    if !out.strs().any(|x| x == d) {
+                        out.push(text(&d));
+                    }
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
     /// The value of field `id` when it is a scalar (see `SCALAR_FIELDS`); `Ok(None)` for the
     /// fields that are tables. Errors are static, so the raw `fetch` can raise them without
     /// owning anything.
@@ -325,7 +431,17 @@ impl MessageData<'_> {
                 let n = match a {
                     Arg::Int(n) if n >= 1 => n as usize,
                     Arg::None => 1,
-                    _ => return Err(c"msg:received_time: n must be >= 1"),
+                    // the hop where the first public address of `msg:ips()` handed it over
+                    Arg::Str(b"public") => {
+                        let first_public = (e.ips.iter())
+                            .find(|ip| ip.hop.is_some() && !is_private(ip.ip))
+                            .and_then(|ip| ip.hop);
+                        match first_public {
+                            Some(hop) => hop + 1,
+                            None => return Ok(Some(Scalar::Nil)),
+                        }
+                    }
+                    _ => return Err(c"msg:received_time: n must be >= 1 or \"public\""),
                 };
                 self.named("received")
                     .nth(n - 1)
@@ -341,6 +457,18 @@ impl MessageData<'_> {
                 match date_zone(&self.header_text(h)) {
                     Some(ZoneProblem::BadOffset(z)) => Scalar::Str(Cow::Owned(format!("b:{z}"))),
                     Some(ZoneProblem::Malformed(z)) => Scalar::Str(Cow::Owned(format!("m:{z}"))),
+                    None => Scalar::Nil,
+                }
+            }
+            35 => match e.ips.first() {
+                Some(ip) => Scalar::Str(Cow::Owned(IpText::new(ip.ip).as_str().to_string())),
+                None => Scalar::Nil,
+            },
+            36 => {
+                // the first `msg:ips()` record with `helo_ip`, without the records
+                let received: Vec<_> = self.named("received").collect();
+                match e.ips.iter().find(|ip| self.helo_ip(ip, &received)) {
+                    Some(ip) => Scalar::Str(Cow::Owned(IpText::new(ip.ip).as_str().to_string())),
                     None => Scalar::Nil,
                 }
             }
@@ -477,19 +605,10 @@ impl MessageData<'_> {
                 let received: Vec<_> = self.named("received").collect();
                 // what the rows borrow: the address as text and the host's registrable domain
                 let owned: Vec<_> = (e.ips.iter())
-                    .map(|ip| {
-                        let domain = ip.host.as_ref().and_then(|h| {
-                            crate::entities::url::registrable_domain(&h.to_ascii_lowercase())
-                        });
-                        (IpText::new(ip.ip), domain)
-                    })
+                    .map(|ip| (IpText::new(ip.ip), ip_domain(ip)))
                     .collect();
                 let rows: Vec<_> = (e.ips.iter().zip(&owned))
                     .map(|(ip, (addr, domain))| {
-                        let helo_ip = ip
-                            .hop
-                            .and_then(|h| received.get(h))
-                            .is_some_and(|h| helo_is_bare_ip(self.raw_bytes(h)));
                         [
                             (c"ip", text(addr.as_str())),
                             (
@@ -503,11 +622,17 @@ impl MessageData<'_> {
                             (c"host", opt_text(ip.host.as_deref())),
                             (c"domain", opt_text(domain.as_deref())),
                             (c"private", flag(is_private(ip.ip))),
-                            (c"helo_ip", flag(helo_ip)),
+                            (c"helo_ip", flag(self.helo_ip(ip, &received))),
                         ]
                     })
                     .collect();
                 records(lua, &rows)
+            }
+            37 => {
+                let mut cells = Cells::default();
+                self.array(id, Arg::None, &mut cells)
+                    .map_err(|e| mlua::Error::runtime(e.to_string_lossy()))?;
+                Ok(Value::Table(rawtable::column(lua, &cells.fields())?))
             }
             21 => {
                 let rows: Vec<_> = (e.attachments.iter())
@@ -787,6 +912,13 @@ fn counts_row<'s>(counts: &[u64; 5], hash: Option<&'s str>) -> Row<'s, 7> {
         (c"spam_ratio", number(ratio)),
         (c"hash", opt_text(hash)),
     ]
+}
+
+/// `msg:ips()`'s `domain` of an address: the registrable domain of the host it was known by.
+fn ip_domain(ip: &crate::entities::IpEntity) -> Option<String> {
+    ip.host
+        .as_ref()
+        .and_then(|h| crate::entities::url::registrable_domain(&h.to_ascii_lowercase()))
 }
 
 /// Loopback, private (RFC 1918), link-local, CGNAT, unspecified, and IPv6 unique-local,
