@@ -527,7 +527,7 @@ X-Pad:   padded value  \r\nX-Pad: second\r\nFrom: a@example.com\r\nSubject: s\r\
             "nil",
             "nil",
             "header name must be a string",
-            "msg:received_time: n must be >= 1",
+            "msg:received_time: n must be >= 1 or \"public\"",
             "header name must be UTF-8",
         ]
     );

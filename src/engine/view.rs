@@ -98,7 +98,7 @@ pub const SCALAR_FIELDS: &[u8] = &[
 
 /// The field ids whose values are arrays of plain values (`MessageData::array`); the prelude
 /// sends these to the raw `fetch_array`.
-pub const ARRAY_FIELDS: &[u8] = &[37];
+pub const ARRAY_FIELDS: &[u8] = &[5, 9, 16, 17, 23, 37, 41];
 
 /// An array field's values as the raw `fetch_array` pushes them: strings are ranges of `text`,
 /// so both buffers are reused from call to call.
@@ -250,10 +250,6 @@ pub fn role_name(r: EmailRole) -> &'static str {
     }
 }
 
-fn strings<'s>(lua: &Lua, items: impl Iterator<Item = &'s str>) -> Result<Value> {
-    Ok(Value::Table(lua.create_sequence_from(items)?))
-}
-
 fn text(s: &str) -> Field<'_> {
     Field::Str(s)
 }
@@ -374,11 +370,45 @@ impl MessageData<'_> {
     pub fn array(
         &self,
         id: u8,
-        _a: Arg<'_>,
+        a: Arg<'_>,
         out: &mut Cells,
     ) -> std::result::Result<bool, &'static CStr> {
         out.clear();
+        let e = self.entities;
+        let mut strings =
+            |items: &mut dyn Iterator<Item = &str>| items.for_each(|s| out.push(text(s)));
         match id {
+            5 => {
+                // envelope recipients, else the To and Cc addresses
+                if e.emails_with(EmailRole::EnvelopeRcpt).next().is_some() {
+                    strings(
+                        &mut e
+                            .emails_with(EmailRole::EnvelopeRcpt)
+                            .map(|r| r.address.as_str()),
+                    );
+                } else {
+                    strings(
+                        &mut (e.emails.iter())
+                            .filter(|r| matches!(r.role, EmailRole::To | EmailRole::Cc))
+                            .map(|r| r.address.as_str()),
+                    );
+                }
+            }
+            9 => strings(&mut self.envelope.rcpt_to.iter().map(String::as_str)),
+            16 => strings(&mut e.hosts.iter().map(String::as_str)),
+            17 => strings(&mut e.domains.iter().map(String::as_str)),
+            23 => strings(&mut self.message.mixed_script_words.iter().map(String::as_str)),
+            41 => {
+                let Arg::Str(name) = a else {
+                    return Err(c"header name must be a string");
+                };
+                let Ok(name) = std::str::from_utf8(name) else {
+                    return Err(c"header name must be UTF-8");
+                };
+                for h in self.named(name) {
+                    out.push(text(&self.header_text(h)));
+                }
+            }
             37 => {
                 // the registrable domains of the `msg:ips()` hosts, each once, in order
                 for d in self.entities.ips.iter().filter_map(ip_domain) {
@@ -530,8 +560,13 @@ impl MessageData<'_> {
             Ok(None) => {}
             Err(e) => return Err(mlua::Error::runtime(e.to_string_lossy())),
         }
+        let mut cells = Cells::default();
+        match self.array(id, Arg::of(&a, bytes.as_deref()), &mut cells) {
+            Ok(true) => return Ok(Value::Table(rawtable::column(lua, &cells.fields())?)),
+            Ok(false) => {}
+            Err(e) => return Err(mlua::Error::runtime(e.to_string_lossy())),
+        }
         drop(bytes);
-        let m = self.message;
         let e = self.entities;
         match id {
             3 => match e.from() {
@@ -551,24 +586,6 @@ impl MessageData<'_> {
                 }
                 None => Ok(Value::Boolean(false)),
             },
-            5 => {
-                if e.emails_with(EmailRole::EnvelopeRcpt).next().is_some() {
-                    strings(
-                        lua,
-                        e.emails_with(EmailRole::EnvelopeRcpt)
-                            .map(|r| r.address.as_str()),
-                    )
-                } else {
-                    strings(
-                        lua,
-                        e.emails
-                            .iter()
-                            .filter(|r| matches!(r.role, EmailRole::To | EmailRole::Cc))
-                            .map(|r| r.address.as_str()),
-                    )
-                }
-            }
-            9 => strings(lua, self.envelope.rcpt_to.iter().map(String::as_str)),
             14 => self.parts(lua),
             15 => {
                 let rows: Vec<_> = (e.urls.iter())
@@ -586,8 +603,6 @@ impl MessageData<'_> {
                     .collect();
                 records(lua, &rows)
             }
-            16 => strings(lua, e.hosts.iter().map(String::as_str)),
-            17 => strings(lua, e.domains.iter().map(String::as_str)),
             18 => {
                 let rows: Vec<_> = (e.anchors.iter())
                     .map(|a| {
@@ -628,12 +643,6 @@ impl MessageData<'_> {
                     .collect();
                 records(lua, &rows)
             }
-            37 => {
-                let mut cells = Cells::default();
-                self.array(id, Arg::None, &mut cells)
-                    .map_err(|e| mlua::Error::runtime(e.to_string_lossy()))?;
-                Ok(Value::Table(rawtable::column(lua, &cells.fields())?))
-            }
             21 => {
                 let rows: Vec<_> = (e.attachments.iter())
                     .map(|a| {
@@ -653,7 +662,6 @@ impl MessageData<'_> {
             22 => Ok(Value::Table(lua.create_table_from(
                 self.anomalies.iter().map(|a| (a.as_str(), true)),
             )?)),
-            23 => strings(lua, m.mixed_script_words.iter().map(String::as_str)),
             30 => {
                 // all addresses, or those of one role
                 let role = match &a {
@@ -676,15 +684,6 @@ impl MessageData<'_> {
                     ]);
                 }
                 records(lua, &rows)
-            }
-            41 => {
-                let Value::String(name) = a else {
-                    return Err(mlua::Error::runtime("header name must be a string"));
-                };
-                let name = name.to_str()?;
-                Ok(Value::Table(lua.create_sequence_from(
-                    self.named(&name).map(|h| self.header_text(h)),
-                )?))
             }
             46 => {
                 let kind = kind_arg(&a)?;
