@@ -73,6 +73,14 @@ fn main() {
         classifier: None,
         reputation_window: 3,
     };
+    // SHRIKE_PROFILE_RULE=NAME: that rule's calls go through `profiled_call` (for callgrind's
+    // `--toggle-collect=*profiled_call`: the rule's own instructions, in the set as it runs).
+    if let Ok(name) = std::env::var("SHRIKE_PROFILE_RULE") {
+        let generation = scanner.engine().generation();
+        let index = generation.rules.iter().position(|r| r.name == name);
+        let index = index.unwrap_or_else(|| panic!("no rule {name}"));
+        shrike::engine::PROFILED_RULE.store(index, std::sync::atomic::Ordering::Relaxed);
+    }
     // Build the worker's Lua state outside the measured calls.
     worker.rules().run(&data(0), 0);
     let mut hits = 0usize;

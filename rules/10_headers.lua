@@ -227,10 +227,9 @@ rule {
     if needles then
       -- first the hops' host names (already parsed), then the whole headers ("by" clauses)
       local seen = false
-      local ips = msg:ips()
-      for i = 1, #ips do
-        local d = ips[i].domain
-        if d and contains_any(d, needles) then seen = true; break end
+      local domains = msg:hop_domains()
+      for i = 1, #domains do
+        if contains_any(domains[i], needles) then seen = true; break end
       end
       if not seen then
         local rcvd = msg:headers("Received")

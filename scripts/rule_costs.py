@@ -9,7 +9,12 @@ record tables), which the full set shares, so the column adds up to more than th
 --marginal: what the full set saves without each rule (its check emptied): the rule's own work
 plus whatever only it reads.
 
-    cargo build --release --examples && scripts/rule_costs.py [STRIDE] [--marginal]   # ~10 min
+--exact: the instructions inside each rule's calls as the full set runs (`SHRIKE_PROFILE_RULE`,
+callgrind `--toggle-collect=*profiled_call`): a shared field is charged to the first rule that
+reads it, and a collection to the rule whose allocation set it off. The column adds up to the
+set's total less the engine's own work around the calls.
+
+    cargo build --release --examples && scripts/rule_costs.py [STRIDE] [--marginal|--exact]   # ~10 min
 """
 import os
 import re
@@ -47,12 +52,14 @@ def write_copy(texts, found, empty, out):
             w.write(t)
 
 
-def instructions(rules_dir, stride, messages):
+def instructions(rules_dir, stride, messages, rule=None):
     cg = os.path.join(rules_dir, "callgrind.out")
+    toggle = "*profiled_call" if rule else "rules_profile::measured"
+    env = dict(os.environ, SHRIKE_PROFILE_RULE=rule) if rule else None
     run = subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}",
-         "--toggle-collect=rules_profile::measured", PROFILE, "1", str(stride), rules_dir],
-        capture_output=True, text=True, check=True)
+         f"--toggle-collect={toggle}", PROFILE, "1", str(stride), rules_dir],
+        capture_output=True, text=True, check=True, env=env)
     collected = re.search(r"Collected : ([\d,]+)", run.stderr).group(1)
     hits = re.search(r"(\d+) messages x 1: (\d+) hits", run.stdout)
     messages[0] = int(hits.group(1))
@@ -60,13 +67,28 @@ def instructions(rules_dir, stride, messages):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--marginal"]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     marginal = "--marginal" in sys.argv[1:]
+    exact = "--exact" in sys.argv[1:]
     stride = int(args[0]) if args else 5
     texts = {f: open(os.path.join(RULES, f)).read() for f in sorted(os.listdir(RULES))
              if f.endswith(".lua")}
     found = blocks(texts)
     messages = [1]
+    if exact:
+        with tempfile.TemporaryDirectory() as tmp:
+            rules = os.path.join(tmp, "rules")
+            shutil.copytree(RULES, rules)
+            total, _ = instructions(rules, stride, messages)
+            print(f"all rules: {total / messages[0] / 1000:.1f} k instructions a message")
+            rows = []
+            for (_, rule, _, _) in found:
+                n, _ = instructions(rules, stride, messages, rule)
+                rows.append((n / messages[0] / 1000, rule))
+        for k, rule in sorted(rows, reverse=True):
+            print(f"{rule:28} {k:7.1f} k")
+        print(f"{'(sum)':28} {sum(k for k, _ in rows):7.1f} k")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         base_dir = os.path.join(tmp, "base")
         write_copy(texts, found, lambda name: not marginal, base_dir)

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::store::ReputationStore;
 
 pub use source::RuleLocation;
-pub use state::RuleRunner;
+pub use state::{RuleRunner, PROFILED_RULE};
 pub use view::MessageData;
 
 /// The symbol recorded when a rule raised an error or exhausted memory.

@@ -171,22 +171,32 @@ for name, id in pairs(simple) do
   Msg[name] = field(id)
 end
 
-local unpack = table.unpack
 local from_record, reply_to_record, anomalies = field(3), field(4), Msg.anomalies
+-- (arrays of strings: empty without the header, false for a missing display name)
 function Msg:from()
   local t = from_record()
-  if t then return unpack(t, 1, 3) end
+  local a = t[1]
+  if a then return a, t[2], t[3] or nil end
 end
 function Msg:reply_to()
   local t = reply_to_record()
-  if t then return unpack(t, 1, 2) end
+  local a = t[1]
+  if a then return a, t[2] end
 end
 function Msg:has_anomaly(name)
   return anomalies()[name] == true
 end
--- Lookups with an argument (a header name, a role) are cached per scan by field and argument:
--- rules ask for the same few headers.
+-- Lookups with an argument (a header name, a role). One string or number is looked up in Rust
+-- on every call: cheaper than a per-scan cache keyed by argument, which pays for a new key (and
+-- the table's growth) on every argument asked once. Tables are cached per scan by field and
+-- argument: they are built once.
 local function keyed(id, default)
+  if RAW[id] == fetch_scalar then
+    return function(_, arg)
+      if arg == nil then arg = default end
+      return fetch_scalar(id, arg)
+    end
+  end
   local get = RAW[id] or fetch
   return function(_, arg)
     if arg == nil then arg = default end
@@ -217,10 +227,11 @@ Msg.first_url = keyed(34)
 Msg.emails = keyed(30, "")
 Msg.email_count = keyed(32, "")
 Msg.received_time = keyed(31, 1)
-Msg.header = keyed(40)
 Msg.headers = keyed(41)
-Msg.raw_header = keyed(42)
-Msg.header_count = keyed(43)
+-- (no default argument: called straight, for one call less)
+function Msg.header(_, name) return fetch_scalar(40, name) end
+function Msg.raw_header(_, name) return fetch_scalar(42, name) end
+function Msg.header_count(_, name) return fetch_scalar(43, name) end
 function Msg.stat(_, kind, window, how) return stat(kind, window, how) end
 function Msg.stats(_, kind, window) return stats(kind, window) end
 function Msg.shingles(_, kind) return fetch(46, kind) end

@@ -98,7 +98,7 @@ pub const SCALAR_FIELDS: &[u8] = &[
 
 /// The field ids whose values are arrays of plain values (`MessageData::array`); the prelude
 /// sends these to the raw `fetch_array`.
-pub const ARRAY_FIELDS: &[u8] = &[5, 9, 16, 17, 23, 37, 41];
+pub const ARRAY_FIELDS: &[u8] = &[3, 4, 5, 9, 16, 17, 23, 37, 41];
 
 /// An array field's values as the raw `fetch_array` pushes them: strings are ranges of `text`,
 /// so both buffers are reused from call to call.
@@ -394,6 +394,21 @@ impl MessageData<'_> {
                     );
                 }
             }
+            // From: address, domain, display name (false when none); empty without a From
+            3 => {
+                if let Some(f) = e.from() {
+                    out.push(text(&f.address));
+                    out.push(text(&f.domain));
+                    out.push(opt_text(f.name.as_deref()));
+                }
+            }
+            // Reply-To: address, domain; empty without one
+            4 => {
+                if let Some(r) = e.emails_with(EmailRole::ReplyTo).next() {
+                    out.push(text(&r.address));
+                    out.push(text(&r.domain));
+                }
+            }
             9 => strings(&mut self.envelope.rcpt_to.iter().map(String::as_str)),
             16 => strings(&mut e.hosts.iter().map(String::as_str)),
             17 => strings(&mut e.domains.iter().map(String::as_str)),
@@ -569,23 +584,6 @@ impl MessageData<'_> {
         drop(bytes);
         let e = self.entities;
         match id {
-            3 => match e.from() {
-                Some(f) => Ok(Value::Table(lua.create_sequence_from([
-                    Some(f.address.as_str()),
-                    Some(f.domain.as_str()),
-                    f.name.as_deref(),
-                ])?)),
-                None => Ok(Value::Boolean(false)),
-            },
-            4 => match e.emails_with(EmailRole::ReplyTo).next() {
-                Some(r) => {
-                    Ok(Value::Table(lua.create_sequence_from([
-                        r.address.as_str(),
-                        r.domain.as_str(),
-                    ])?))
-                }
-                None => Ok(Value::Boolean(false)),
-            },
             14 => self.parts(lua),
             15 => {
                 let rows: Vec<_> = (e.urls.iter())
