@@ -179,6 +179,48 @@ unsafe fn raw_arg<'a>(l: *mut mlua::ffi::lua_State, i: std::ffi::c_int) -> super
     }
 }
 
+/// A raw fetch's `Ctx`, the scan's data, the field id (argument 1) and the field's argument (2).
+///
+/// # Safety
+/// As `raw_scan`.
+#[allow(unsafe_code)]
+unsafe fn field_call<'c>(
+    l: *mut mlua::ffi::lua_State,
+) -> (&'c Ctx, &'c MessageData<'c>, u8, super::view::Arg<'c>) {
+    // SAFETY: as the caller's.
+    unsafe {
+        let (ctx, data) = raw_scan(l);
+        let id = match raw_arg(l, 1) {
+            super::view::Arg::Int(i) => u8::try_from(i).unwrap_or(0),
+            _ => 0,
+        };
+        (ctx, data, id, raw_arg(l, 2))
+    }
+}
+
+/// A raw fetch's answer from Rust (caught panics included): the value to push, or `Err` with
+/// what the C function returns once the mlua function answered for it (`None`: a field or an
+/// argument the raw path leaves to it). Errors are raised.
+///
+/// # Safety
+/// As `raw_scan`.
+#[allow(unsafe_code)]
+unsafe fn settle<T>(
+    l: *mut mlua::ffi::lua_State,
+    found: std::thread::Result<std::result::Result<Option<T>, &'static std::ffi::CStr>>,
+) -> std::result::Result<T, std::ffi::c_int> {
+    // SAFETY: as the caller's; nothing owned lives here when `raise` unwinds.
+    match found {
+        Ok(Ok(Some(v))) => Ok(v),
+        Ok(Ok(None)) => Err(unsafe { slow_call(l, 2) }),
+        Ok(Err(e)) => unsafe { raise(l, e) },
+        Err(panic) => {
+            drop(panic);
+            unsafe { raise(l, c"msg field failed (internal error)") }
+        }
+    }
+}
+
 /// `fetch_scalar(id[, arg])`: the `msg` fields that are one string, integer or nil
 /// (`view::SCALAR_FIELDS`).
 #[allow(unsafe_code)]
@@ -187,22 +229,12 @@ unsafe extern "C-unwind" fn fetch_scalar(l: *mut mlua::ffi::lua_State) -> std::f
     use mlua::ffi;
     use std::borrow::Cow;
     // SAFETY (whole body): see the comment above `raw_closure`.
-    let (ctx, data) = unsafe { raw_scan(l) };
-    let id = match unsafe { raw_arg(l, 1) } {
-        super::view::Arg::Int(i) => u8::try_from(i).unwrap_or(0),
-        _ => 0,
+    let (ctx, data, id, arg) = unsafe { field_call(l) };
+    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data.scalar(id, arg)));
+    let value = match unsafe { settle(l, found) } {
+        Ok(v) => v,
+        Err(n) => return n,
     };
-    let arg = unsafe { raw_arg(l, 2) };
-    let value =
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data.scalar(id, arg))) {
-            Ok(Ok(Some(v))) => v,
-            Ok(Ok(None)) => return unsafe { slow_call(l, 2) },
-            Ok(Err(e)) => unsafe { raise(l, e) },
-            Err(panic) => {
-                drop(panic);
-                unsafe { raise(l, c"msg field failed (internal error)") }
-            }
-        };
     match value {
         Scalar::Nil => unsafe { ffi::lua_pushnil(l) },
         Scalar::Int(i) => unsafe { ffi::lua_pushinteger(l, i) },
@@ -230,26 +262,15 @@ unsafe extern "C-unwind" fn fetch_array(l: *mut mlua::ffi::lua_State) -> std::ff
     use super::view::Cell as V;
     use mlua::ffi;
     // SAFETY (whole body): see the comment above `raw_closure`.
-    let (ctx, data) = unsafe { raw_scan(l) };
-    let id = match unsafe { raw_arg(l, 1) } {
-        super::view::Arg::Int(i) => u8::try_from(i).unwrap_or(0),
-        _ => 0,
-    };
-    let arg = unsafe { raw_arg(l, 2) };
+    let (ctx, data, id, arg) = unsafe { field_call(l) };
     let filled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut cells = ctx.cells.take();
         let r = data.array(id, arg, &mut cells);
         ctx.cells.set(cells);
-        r
+        r.map(|filled| filled.then_some(()))
     }));
-    match filled {
-        Ok(Ok(true)) => {}
-        Ok(Ok(false)) => return unsafe { slow_call(l, 2) },
-        Ok(Err(e)) => unsafe { raise(l, e) },
-        Err(panic) => {
-            drop(panic);
-            unsafe { raise(l, c"msg field failed (internal error)") }
-        }
+    if let Err(n) = unsafe { settle(l, filled) } {
+        return n;
     }
     // SAFETY: nothing else touches `cells` until the next `fetch_array` call (the calls below
     // run no Lua code: rules cannot set finalizers).
