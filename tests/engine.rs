@@ -360,6 +360,46 @@ fn multi_symbol_rules_emit_only_declared_symbols() {
     assert_eq!(v.action, Action::AddHeader);
 }
 
+/// The forms of a hit, with their options, weights and the values that make a rule fail: read
+/// in the rules' loop (`plain_hit`) or by Rust (`interpret`), the verdict is the same.
+#[test]
+fn hit_forms_options_and_weights() {
+    let (_d, s) = rules(
+        "rule { name = 'P1', score = 1, check = function() return 2, 'a', 7, 1.5, true, { 'b', 3, {}, 'c' } end }\n\
+         rule { name = 'P2', scores = { P2_A = 1, P2_B = 1, P2_C = 1, P2_D = 1 }, check = function()\n\
+           return { P2_A = { weight = false, 'x' }, P2_B = 0, P2_C = { 'y', weight = 2 }, P2_D = false } end }\n\
+         rule { name = 'P3', scores = { P3_A = 1 }, check = function() return { P3_A = { weight = 'heavy' } } end }\n\
+         rule { name = 'P4', score = 1, check = function()\n\
+           local o = {} for i = 1, 40 do o[i] = tostring(i) end return true, o end }\n\
+         rule { name = 'P5', score = 1, check = function() return math.huge end }\n\
+         rule { name = 'P6', score = 1, check = function() return 0.5, string.rep('\u{e9}', 300) end }\n",
+    );
+    let v = scan(&s, MSG);
+    assert_eq!(v.symbols["P1"].score, 2.0);
+    assert_eq!(
+        v.symbols["P1"].options,
+        ["a", "7", "1.5", "true", "b", "3", "c"]
+    );
+    assert_eq!(v.symbols["P2_C"].score, 2.0);
+    assert_eq!(v.symbols["P2_C"].options, ["y"]);
+    for gone in ["P2_A", "P2_B", "P2_D", "P3_A", "P5"] {
+        assert!(!v.symbols.contains_key(gone), "{gone}");
+    }
+    let errors = &v.symbols["RULE_ERROR"].options;
+    assert!(
+        errors.iter().any(|e| e.contains("P3 returned string")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("P5 returned number")),
+        "{errors:?}"
+    );
+    let p4: Vec<String> = (1..=32).map(|i| i.to_string()).collect();
+    assert_eq!(v.symbols["P4"].options, p4);
+    assert_eq!(v.symbols["P6"].score, 0.5);
+    assert_eq!(v.symbols["P6"].options, ["\u{e9}".repeat(256)]);
+}
+
 #[test]
 fn thresholds_forced_actions_shadow_and_discard() {
     let (_d, s) = rules(
