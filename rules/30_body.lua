@@ -63,9 +63,9 @@ local TEXT_LIMIT = 65536
 local CAPS_SAMPLE = 4096
 
 local function has_part(msg, ctype)
-  local parts = msg:parts()
-  for i = 1, #parts do
-    if lower(parts[i].content_type) == ctype then return true end
+  local types = msg:part_types()
+  for i = 1, #types do
+    if types[i] == ctype then return true end
   end
   return false
 end
@@ -152,11 +152,14 @@ rule {
   description = "Message text (not an attached file) sent base64-encoded: readable text has no need to hide from a glance",
   group = "body",
   check = function(msg)
-    local parts = msg:parts()
-    for i = 1, #parts do
-      local p = parts[i]
-      if p.encoding == "base64" and not p.attachment and find(p.content_type, "^text/") then
-        return true, { p.content_type }
+    -- the part records only for a message with a base64 part
+    local encodings = msg:part_encodings()
+    for i = 1, #encodings do
+      if encodings[i] == "base64" then
+        local p = msg:parts()[i]
+        if not p.attachment and find(p.content_type, "^text/") then
+          return true, { p.content_type }
+        end
       end
     end
   end,

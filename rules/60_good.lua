@@ -1,7 +1,7 @@
 -- Signs of ordinary correspondence. Small negative scores: each can be forged, none alone
 -- clears a message, but together they keep real conversations away from the thresholds.
 
-local find, lower = string.find, string.lower
+local find = string.find
 
 local SIGNATURE_TYPES = {
   ["application/pgp-signature"] = true,
@@ -26,9 +26,9 @@ rule {
   description = "Signed with PGP/MIME or S/MIME",
   group = "good",
   check = function(msg)
-    local parts = msg:parts()
-    for i = 1, #parts do
-      if SIGNATURE_TYPES[lower(parts[i].content_type)] then return true end
+    local types = msg:part_types()
+    for i = 1, #types do
+      if SIGNATURE_TYPES[types[i]] then return true end
     end
   end,
 }

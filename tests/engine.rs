@@ -360,6 +360,32 @@ fn multi_symbol_rules_emit_only_declared_symbols() {
     assert_eq!(v.action, Action::AddHeader);
 }
 
+/// `msg:part_types()` and `msg:part_encodings()` are the `content_type` and `encoding` columns
+/// of the `msg:parts()` records (false where a part has no encoding).
+#[test]
+fn part_facts_agree_with_the_records() {
+    let (_d, s) = rules(
+        r#"
+rule { name = 'PARTS', score = 0, check = function(msg)
+  local parts, types, encodings = msg:parts(), msg:part_types(), msg:part_encodings()
+  local same = #parts == #types and #parts == #encodings
+  for i = 1, #parts do
+    same = same and parts[i].content_type == types[i] and (parts[i].encoding or false) == encodings[i]
+  end
+  return true, { table.concat(types, ","), tostring(encodings[#encodings]), tostring(same) }
+end }
+"#,
+    );
+    let raw = "From: a@example.com\r\nSubject: s\r\nMIME-Version: 1.0\r\n\
+               Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n\
+               --b\r\nContent-Type: Text/HTML\r\nContent-Transfer-Encoding: BASE64\r\n\r\nPGI+aGk8L2I+\r\n\
+               --b\r\nContent-Type: text/plain\r\n\r\nplain\r\n--b--\r\n";
+    assert_eq!(
+        scan(&s, raw.as_bytes()).symbols["PARTS"].options,
+        ["multipart/mixed,text/html,text/plain", "false", "true"]
+    );
+}
+
 /// The forms of a hit, with their options, weights and the values that make a rule fail: read
 /// in the rules' loop (`plain_hit`) or by Rust (`interpret`), the verdict is the same.
 #[test]

@@ -166,6 +166,7 @@ local simple = {
   hosts = 16, domains = 17, anchors = 18, ips = 19, received_count = 20, attachments = 21,
   anomalies = 22, mixed_script_words = 23, date = 24, message_id = 25, message_id_domain = 26,
   mailer = 27, size = 28, now = 29, sender_ip = 35, bare_helo_ip = 36, hop_domains = 37,
+  part_types = 38, part_encodings = 39,
 }
 for name, id in pairs(simple) do
   Msg[name] = field(id)

@@ -98,7 +98,7 @@ pub const SCALAR_FIELDS: &[u8] = &[
 
 /// The field ids whose values are arrays of plain values (`MessageData::array`); the prelude
 /// sends these to the raw `fetch_array`.
-pub const ARRAY_FIELDS: &[u8] = &[3, 4, 5, 9, 16, 17, 23, 37, 41];
+pub const ARRAY_FIELDS: &[u8] = &[3, 4, 5, 9, 16, 17, 23, 37, 38, 39, 41];
 
 /// An array field's values as the raw `fetch_array` pushes them: strings are ranges of `text`,
 /// so both buffers are reused from call to call.
@@ -413,6 +413,16 @@ impl MessageData<'_> {
             16 => strings(&mut e.hosts.iter().map(String::as_str)),
             17 => strings(&mut e.domains.iter().map(String::as_str)),
             23 => strings(&mut self.message.mixed_script_words.iter().map(String::as_str)),
+            // `content_type` and `encoding` of the `msg:parts()` records, without the records
+            38 | 39 => {
+                for part in self.message.mime.iter().flat_map(|m| m.parts.iter()) {
+                    if id == 38 {
+                        out.push(text(&part_type(part)));
+                    } else {
+                        out.push(opt_text(part_encoding(part).as_deref()));
+                    }
+                }
+            }
             41 => {
                 let Arg::Str(name) = a else {
                     return Err(c"header name must be a string");
@@ -864,19 +874,7 @@ impl MessageData<'_> {
         };
         // what the rows borrow: the lower-cased content type and transfer encoding
         let owned: Vec<_> = (mime.parts.iter())
-            .map(|part| {
-                let ct = match part.content_type() {
-                    Some(c) => match c.subtype() {
-                        Some(s) => format!("{}/{}", c.ctype(), s).to_ascii_lowercase(),
-                        None => c.ctype().to_ascii_lowercase(),
-                    },
-                    None => "text/plain".to_string(),
-                };
-                let encoding = part
-                    .content_transfer_encoding()
-                    .map(|e| e.trim().to_ascii_lowercase());
-                (ct, encoding)
-            })
+            .map(|part| (part_type(part), part_encoding(part)))
             .collect();
         let rows: Vec<_> = (mime.parts.iter().zip(&owned))
             .map(|(part, (ct, encoding))| {
@@ -909,6 +907,23 @@ fn counts_row<'s>(counts: &[u64; 5], hash: Option<&'s str>) -> Row<'s, 7> {
         (c"spam_ratio", number(ratio)),
         (c"hash", opt_text(hash)),
     ]
+}
+
+/// `msg:parts()`'s `content_type` of a part: type/subtype, lower-cased (text/plain when none).
+fn part_type(part: &mail_parser::MessagePart<'_>) -> String {
+    match part.content_type() {
+        Some(c) => match c.subtype() {
+            Some(s) => format!("{}/{}", c.ctype(), s).to_ascii_lowercase(),
+            None => c.ctype().to_ascii_lowercase(),
+        },
+        None => "text/plain".to_string(),
+    }
+}
+
+/// `msg:parts()`'s `encoding` of a part: its Content-Transfer-Encoding, lower-cased, or None.
+fn part_encoding(part: &mail_parser::MessagePart<'_>) -> Option<String> {
+    part.content_transfer_encoding()
+        .map(|e| e.trim().to_ascii_lowercase())
 }
 
 /// `msg:ips()`'s `domain` of an address: the registrable domain of the host it was known by.
