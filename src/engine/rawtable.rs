@@ -82,23 +82,6 @@ pub fn records<const N: usize>(lua: &Lua, rows: &[Row<'_, N>]) -> Result<Table> 
     }
 }
 
-/// An array of plain values: `Nil` becomes false, so that the array has no holes.
-pub fn column(lua: &Lua, values: &[Field<'_>]) -> Result<Table> {
-    let len = c_int::try_from(values.len()).unwrap_or(c_int::MAX);
-    // SAFETY: see the module documentation; two slots are used (array, value).
-    unsafe {
-        lua.exec_raw::<Table>((), |state| {
-            ffi::lua_createtable(state, len, 0);
-            for (i, v) in values.iter().enumerate() {
-                if !push(state, *v) {
-                    ffi::lua_pushboolean(state, 0);
-                }
-                ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

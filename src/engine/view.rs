@@ -152,19 +152,6 @@ impl Cells {
             _ => None,
         })
     }
-
-    /// The values as record fields (for `rawtable::column`).
-    fn fields(&self) -> Vec<Field<'_>> {
-        (self.cells.iter())
-            .map(|c| match *c {
-                Cell::Missing => Field::Nil,
-                Cell::Bool(b) => Field::Bool(b),
-                Cell::Int(i) => Field::Int(i),
-                Cell::Num(n) => Field::Num(n),
-                Cell::Str(s, e) => Field::Str(self.str(s, e)),
-            })
-            .collect()
-    }
 }
 
 /// How `msg:stat` combines the counts of several keys, column by column.
@@ -353,6 +340,11 @@ impl MessageData<'_> {
             .filter(move |h| h.name.as_str().eq_ignore_ascii_case(name))
     }
 
+    /// The MIME parts, as `msg:parts()` lists them (none when the message did not parse).
+    fn mime_parts(&self) -> impl Iterator<Item = &mail_parser::MessagePart<'_>> {
+        self.message.mime.iter().flat_map(|m| m.parts.iter())
+    }
+
     /// Whether the client of the hop an address came from greeted with its bare address
     /// (`helo_ip` of `msg:ips()`).
     fn helo_ip(
@@ -414,15 +406,8 @@ impl MessageData<'_> {
             17 => strings(&mut e.domains.iter().map(String::as_str)),
             23 => strings(&mut self.message.mixed_script_words.iter().map(String::as_str)),
             // `content_type` and `encoding` of the `msg:parts()` records, without the records
-            38 | 39 => {
-                for part in self.message.mime.iter().flat_map(|m| m.parts.iter()) {
-                    if id == 38 {
-                        out.push(text(&part_type(part)));
-                    } else {
-                        out.push(opt_text(part_encoding(part).as_deref()));
-                    }
-                }
-            }
+            38 => (self.mime_parts()).for_each(|p| out.push(text(&part_type(p)))),
+            39 => (self.mime_parts()).for_each(|p| out.push(opt_text(part_encoding(p).as_deref()))),
             41 => {
                 let Arg::Str(name) = a else {
                     return Err(c"header name must be a string");
@@ -583,12 +568,6 @@ impl MessageData<'_> {
         match scalar {
             Ok(Some(v)) => return v.into_lua(lua),
             Ok(None) => {}
-            Err(e) => return Err(mlua::Error::runtime(e.to_string_lossy())),
-        }
-        let mut cells = Cells::default();
-        match self.array(id, Arg::of(&a, bytes.as_deref()), &mut cells) {
-            Ok(true) => return Ok(Value::Table(rawtable::column(lua, &cells.fields())?)),
-            Ok(false) => {}
             Err(e) => return Err(mlua::Error::runtime(e.to_string_lossy())),
         }
         drop(bytes);
@@ -869,14 +848,11 @@ impl MessageData<'_> {
     }
 
     fn parts(&self, lua: &Lua) -> Result<Value> {
-        let Some(mime) = &self.message.mime else {
-            return Ok(Value::Table(lua.create_table()?));
-        };
         // what the rows borrow: the lower-cased content type and transfer encoding
-        let owned: Vec<_> = (mime.parts.iter())
+        let owned: Vec<_> = (self.mime_parts())
             .map(|part| (part_type(part), part_encoding(part)))
             .collect();
-        let rows: Vec<_> = (mime.parts.iter().zip(&owned))
+        let rows: Vec<_> = (self.mime_parts().zip(&owned))
             .map(|(part, (ct, encoding))| {
                 [
                     (c"content_type", text(ct)),
