@@ -2,11 +2,14 @@
 //! occurrences of every phrase of several lists (`re.phrases` in Lua). The default rules'
 //! body and subject phrase checks run on it; a regex alternation per list cost a pass per list.
 
-use aho_corasick::automaton::Automaton;
+use aho_corasick::automaton::{Automaton, StateID};
 use aho_corasick::{dfa::DFA, Anchored, MatchKind};
 
 /// Distinct phrases found per list stop being collected past this many (the count stops too).
 const MAX_DISTINCT: usize = 1_000;
+/// Texts from this long are walked as `LANES` stretches at once.
+const SPLIT_MIN: usize = 256;
+const LANES: usize = 4;
 
 /// Several phrase lists behind one automaton.
 #[derive(Debug)]
@@ -79,6 +82,11 @@ impl PhraseSets {
     /// The distinct phrases of each list that occur in `text` as whole words (a phrase that
     /// starts or ends with a word byte must not be preceded or followed by one).
     pub fn search(&self, text: &[u8]) -> Vec<Found> {
+        self.search_split(text, SPLIT_MIN)
+    }
+
+    /// `search`, walking texts from `split_min` bytes as two halves.
+    fn search_split(&self, text: &[u8], split_min: usize) -> Vec<Found> {
         let mut out = vec![Found::default(); self.lists];
         if self.patterns.is_empty() {
             return out;
@@ -87,20 +95,47 @@ impl PhraseSets {
         // state in memory between calls and cost ~16 instructions a byte here, this loop ~10
         // (callgrind, BENCHMARKS.md stop 26). Every phrase ending at a byte is in that byte's
         // match state (Standard semantics), in the order the iterator reports them.
-        let Ok(mut sid) = self.dfa.start_state(Anchored::No) else {
+        //
+        // A byte's step needs the state the byte before left, a table read that waits on the
+        // one before it, so one walk runs at the table's load latency. A long text is walked
+        // as `LANES` stretches of equal length at once: independent chains of reads. Each
+        // stretch after the first starts `max_len` bytes before the part it reports on (the
+        // matches that end there): by then its state is exact, since no phrase prefix the
+        // automaton tracks is longer. The last stretch's walk goes on to the end of the text.
+        let Ok(start) = self.dfa.start_state(Anchored::No) else {
             return out;
         };
-        let mut at = 0;
-        loop {
-            (sid, at) = advance(&self.dfa, sid, text, at);
-            if at == 0 || self.dfa.is_dead(sid) {
-                // (at 0: the text ran out)
-                break;
+        let n = text.len();
+        let max_len = self.dfa.max_pattern_len();
+        let mut events: [Vec<(usize, StateID)>; LANES] = Default::default();
+        // each stretch's length, and the distance between their starts
+        let len = (n + (LANES - 1) * max_len) / LANES;
+        if n >= split_min && len > max_len {
+            let step = len - max_len;
+            let lanes: [&[u8]; LANES] = std::array::from_fn(|j| &text[j * step..j * step + len]);
+            let mut states = [start; LANES];
+            let mut at = 0;
+            while at < len {
+                at += advance_lanes(&self.dfa, &mut states, &lanes, at);
+                for (j, &sid) in states.iter().enumerate() {
+                    // (a lane after the first reports only past its first `max_len` bytes)
+                    if self.dfa.is_match(sid) && (j == 0 || at > max_len) {
+                        events[j].push((j * step + at, sid));
+                    }
+                }
             }
-            if !self.dfa.is_match(sid) {
-                continue;
-            }
-            let end = at;
+            let last = LANES - 1;
+            walk(
+                &self.dfa,
+                states[last],
+                text,
+                last * step + len,
+                &mut events[last],
+            );
+        } else {
+            walk(&self.dfa, start, text, 0, &mut events[0]);
+        }
+        for (end, sid) in events.into_iter().flatten() {
             for k in 0..self.dfa.match_len(sid) {
                 let pid = self.dfa.match_pattern(sid, k);
                 let start = end - self.dfa.pattern_len(pid);
@@ -126,12 +161,7 @@ impl PhraseSets {
 /// the text with no special state: the state reached, and position 0 (no match ends at 0).
 /// Apart from the search's bookkeeping, so that the loop keeps its few values in registers.
 #[inline(never)]
-fn advance(
-    dfa: &DFA,
-    mut sid: aho_corasick::automaton::StateID,
-    text: &[u8],
-    at: usize,
-) -> (aho_corasick::automaton::StateID, usize) {
+fn advance(dfa: &DFA, mut sid: StateID, text: &[u8], at: usize) -> (StateID, usize) {
     for (i, &b) in text.iter().enumerate().skip(at) {
         sid = dfa.next_state(Anchored::No, sid, b);
         if dfa.is_special(sid) {
@@ -139,6 +169,56 @@ fn advance(
         }
     }
     (sid, 0)
+}
+
+/// Walks `text[at..]` from state `sid`, recording each match state reached with the position
+/// after its byte.
+fn walk(
+    dfa: &DFA,
+    mut sid: StateID,
+    text: &[u8],
+    mut at: usize,
+    events: &mut Vec<(usize, StateID)>,
+) {
+    loop {
+        (sid, at) = advance(dfa, sid, text, at);
+        if at == 0 || dfa.is_dead(sid) {
+            // (at 0: the text ran out)
+            return;
+        }
+        if dfa.is_match(sid) {
+            events.push((at, sid));
+        }
+    }
+}
+
+/// The walks of `lanes` (all of one length) at once, each from its state in `states`, from
+/// byte `at` to the first byte after which any is in a special state (or to their end): the
+/// bytes consumed. `states` holds the states reached.
+#[inline(never)]
+#[allow(clippy::needless_range_loop)] // (byte `i` of every lane: no one iterator to follow)
+fn advance_lanes(
+    dfa: &DFA,
+    states: &mut [StateID; LANES],
+    lanes: &[&[u8]; LANES],
+    at: usize,
+) -> usize {
+    let mut s = *states;
+    let len = lanes[0].len();
+    let lanes: [&[u8]; LANES] = std::array::from_fn(|j| &lanes[j][..len]);
+    for i in at..len {
+        let mut special = false;
+        for j in 0..LANES {
+            s[j] = dfa.next_state(Anchored::No, s[j], lanes[j][i]);
+            special |= dfa.is_special(s[j]);
+        }
+        if special {
+            *states = s;
+            return i + 1 - at;
+        }
+    }
+    *states = s;
+    len - at
 }
 
 #[cfg(test)]
@@ -220,7 +300,7 @@ mod tests {
         /// the phrases' own pieces, so that phrases overlap, nest and touch word bytes.
         #[test]
         fn search_matches_the_crates_overlapping_iterator(
-            pieces in proptest::collection::vec(0usize..12, 0..40),
+            pieces in proptest::collection::vec(0usize..12, 0..80),
         ) {
             const PIECES: [&str; 12] = [
                 "lose ", "weight", " loss", "viagra", "a", "% off", "_", " ", "free", "dom",
@@ -232,9 +312,17 @@ mod tests {
                 &["loss", "ss", "s vi", " "],
             ];
             let text: String = pieces.iter().map(|&i| PIECES[i]).collect();
-            let got: Vec<Vec<usize>> =
-                sets(&lists).search(text.as_bytes()).into_iter().map(|f| f.indices).collect();
-            proptest::prop_assert_eq!(got, reference(&lists, text.as_bytes()));
+            let s = sets(&lists);
+            let expected = reference(&lists, text.as_bytes());
+            // one walk, and two halves at once whenever the text is long enough
+            for split_min in [usize::MAX, 0] {
+                let got: Vec<Vec<usize>> = s
+                    .search_split(text.as_bytes(), split_min)
+                    .into_iter()
+                    .map(|f| f.indices)
+                    .collect();
+                proptest::prop_assert_eq!(&got, &expected);
+            }
         }
     }
 }
