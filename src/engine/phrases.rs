@@ -196,29 +196,27 @@ fn walk(
 /// byte `at` to the first byte after which any is in a special state (or to their end): the
 /// bytes consumed. `states` holds the states reached.
 #[inline(never)]
-#[allow(clippy::needless_range_loop)] // (byte `i` of every lane: no one iterator to follow)
 fn advance_lanes(
     dfa: &DFA,
     states: &mut [StateID; LANES],
     lanes: &[&[u8]; LANES],
     at: usize,
 ) -> usize {
-    let mut s = *states;
-    let len = lanes[0].len();
-    let lanes: [&[u8]; LANES] = std::array::from_fn(|j| &lanes[j][..len]);
-    for i in at..len {
-        let mut special = false;
-        for j in 0..LANES {
-            s[j] = dfa.next_state(Anchored::No, s[j], lanes[j][i]);
-            special |= dfa.is_special(s[j]);
-        }
-        if special {
-            *states = s;
-            return i + 1 - at;
+    let [l0, l1, l2, l3] = lanes.map(|l| l.get(at..).unwrap_or_default());
+    let [mut s0, mut s1, mut s2, mut s3] = *states;
+    let mut n = 0;
+    for (((&b0, &b1), &b2), &b3) in l0.iter().zip(l1).zip(l2).zip(l3) {
+        s0 = dfa.next_state(Anchored::No, s0, b0);
+        s1 = dfa.next_state(Anchored::No, s1, b1);
+        s2 = dfa.next_state(Anchored::No, s2, b2);
+        s3 = dfa.next_state(Anchored::No, s3, b3);
+        n += 1;
+        if dfa.is_special(s0) | dfa.is_special(s1) | dfa.is_special(s2) | dfa.is_special(s3) {
+            break;
         }
     }
-    *states = s;
-    len - at
+    *states = [s0, s1, s2, s3];
+    n
 }
 
 #[cfg(test)]
