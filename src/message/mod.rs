@@ -98,6 +98,17 @@ pub struct ParsedMessage<'a> {
     /// Number of MIME parts visited.
     pub part_count: usize,
     pub anomalies: Anomalies,
+    /// `header_key` of each top-level header's name, in the order of `mime`'s headers: a
+    /// lookup by name compares these instead of every header's name.
+    pub header_keys: Vec<u64>,
+}
+
+/// A header name's key for `ParsedMessage::header_keys`: FNV-1a over its bytes in ASCII lower
+/// case (equal for names equal but for ASCII case).
+pub fn header_key(name: &[u8]) -> u64 {
+    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b.to_ascii_lowercase())).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// mail-parser, told to parse what the pipeline reads and keep the rest raw. Received headers
@@ -229,9 +240,14 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
     if !mixed.is_empty() {
         anomalies.add(Anomaly::MixedScript);
     }
+    let header_keys = (mime.iter())
+        .flat_map(|m| m.headers())
+        .map(|h| header_key(h.name.as_str().as_bytes()))
+        .collect();
     ParsedMessage {
         raw,
         mime,
+        header_keys,
         subject,
         body,
         html_text: walker.html,

@@ -38,6 +38,11 @@ macro_rules! kinds {
 
             /// The kind with this name or number (as a query parameter would give it).
             pub fn parse(s: &str) -> Option<Kind> {
+                // (a name as such first: rules ask by name, many times a scan)
+                match s {
+                    $($name => return Some(Kind::$variant),)*
+                    _ => {}
+                }
                 let s = s.trim();
                 if let Ok(id) = s.parse::<u16>() {
                     return Kind::from_id(id);
