@@ -135,6 +135,8 @@ local function font_size_0(h)
 end
 
 local function white_text_on_white(h)
+  -- (the cheapest test first: one search that stops at its first match)
+  if BACKGROUND_IMAGE:match(h) then return false end -- a background image
   -- text coloured white, by attribute or style
   if not any_white(FONT_COLOR:all(h)) and not any_white(CSS_COLOR:all(h)) then return false end
   -- and no background other than white anywhere (a dark table behind white text is fine)
@@ -142,7 +144,6 @@ local function white_text_on_white(h)
   for i = 1, #backgrounds do
     if not WHITE[lower(backgrounds[i])] then return false end
   end
-  if BACKGROUND_IMAGE:match(h) then return false end -- a background image
   return true
 end
 
