@@ -556,7 +556,7 @@ fn metrics(daemon: &Daemon) -> String {
         ),
         (
             "shrike_rule_seconds_total",
-            "Time spent in each rule (current generation).",
+            "Time spent in each rule (current generation; read on one scan in 8, counted 8 times).",
             |c| c.nanos.load(Relaxed) as f64 / 1e9,
         ),
     ];
