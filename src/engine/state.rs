@@ -82,6 +82,9 @@ struct Ctx {
     /// `epoch`.
     timed: Cell<bool>,
     epoch: Instant,
+    /// The scan's shingles by kind for `msg:stat`, built at its first call (`kinds_built`).
+    kinds: RefCell<super::view::KindIndex>,
+    kinds_built: Cell<bool>,
     /// Hits `run_checks` read itself (`plain_hit`), in order, for Rust to record when the loop
     /// returns: (rule, symbol, weight, options).
     plain_hits: RefCell<Vec<PlainHit>>,
@@ -102,6 +105,7 @@ struct ScanGuard<'c>(&'c Ctx);
 impl<'c> ScanGuard<'c> {
     fn new(ctx: &'c Ctx, data: &MessageData<'_>) -> Self {
         ctx.scan.set(data as *const MessageData<'_> as *const ());
+        ctx.kinds_built.set(false);
         ScanGuard(ctx)
     }
 }
@@ -320,7 +324,11 @@ unsafe extern "C-unwind" fn stat_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::
     let (ctx, data) = unsafe { raw_scan(l) };
     let (kind, window, how) = unsafe { (raw_arg(l, 1), raw_arg(l, 2), raw_arg(l, 3)) };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        data.stat_args(&ctx.windows, kind, window, how)
+        if !ctx.kinds_built.get() {
+            ctx.kinds.borrow_mut().build(data.shingles);
+            ctx.kinds_built.set(true);
+        }
+        data.stat_args(&ctx.windows, &ctx.kinds.borrow(), kind, window, how)
     }));
     match r {
         Ok(Some(counts)) => {
@@ -1289,6 +1297,8 @@ fn build_state(
         marks: RefCell::new(Vec::new()),
         timed: Cell::new(true),
         epoch: Instant::now(),
+        kinds: RefCell::new(super::view::KindIndex::default()),
+        kinds_built: Cell::new(false),
         plain_hits: RefCell::new(Vec::new()),
         applies: RefCell::new(Vec::new()),
         weight_key: Cell::new(0),
