@@ -999,3 +999,46 @@ fn embedded_default_rules_load() {
     .concat();
     assert_eq!(scan(&s, &gtube).action, Action::Reject);
 }
+
+/// `is_private_ip` (Rust, also `util.is_private_ip`) answers as the Lua patterns it replaced,
+/// except where those misread: a v4-mapped IPv6 address, an octet over 255.
+#[test]
+fn is_private_ip_answers_as_the_patterns_did() {
+    let (_d, s) = rules(
+        r#"
+local util = require("shrike.util")
+local function patterns(ip)
+  local a, b = ip:match("^(%d+)%.(%d+)%.%d+%.%d+$")
+  if a then
+    a, b = tonumber(a), tonumber(b)
+    return a == 10 or a == 127 or a == 0
+      or (a == 172 and b >= 16 and b <= 31)
+      or (a == 192 and b == 168)
+      or (a == 169 and b == 254)
+      or (a == 100 and b >= 64 and b <= 127)
+  end
+  local l = ip:lower()
+  return l == "::1" or l == "::" or l:find("^f[cd]%x%x:") ~= nil or l:find("^fe[89ab]%x:") ~= nil
+end
+local SAME = { "10.1.2.3", "127.0.0.1", "0.1.2.3", "172.16.0.1", "172.31.255.255", "172.32.0.1",
+  "172.15.0.1", "192.168.1.1", "192.169.0.1", "169.254.1.1", "169.253.1.1", "100.64.0.1",
+  "100.127.0.1", "100.128.0.1", "8.8.8.8", "::1", "::", "fc00::1", "fd12:3456::1", "fe80::1",
+  "FE80::1", "febf::1", "fec0::1", "2001:db8::1", "", "example.com" }
+rule { name = 'PRIVATE', score = 0, check = function(msg)
+  local out = {}
+  for _, ip in ipairs(SAME) do
+    if util.is_private_ip(ip) ~= patterns(ip) then out[#out + 1] = "differs on " .. ip end
+  end
+  out[#out + 1] = tostring(util.is_private_ip(nil))
+  out[#out + 1] = tostring(is_private_ip("::ffff:10.0.0.1")) .. "/" .. tostring(patterns("::ffff:10.0.0.1"))
+  out[#out + 1] = tostring(is_private_ip("10.0.0.999")) .. "/" .. tostring(patterns("10.0.0.999"))
+  return true, out
+end }
+"#,
+    );
+    let v = scan(&s, b"From: a@example.com\r\nSubject: s\r\n\r\nbody\r\n");
+    assert_eq!(
+        v.symbols["PRIVATE"].options,
+        ["false", "true/false", "false/true"]
+    );
+}

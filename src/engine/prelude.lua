@@ -96,6 +96,7 @@ end
 
 SANDBOX.ratelimit = rust.ratelimit
 SANDBOX.char_counts = rust.char_counts
+SANDBOX.is_private_ip = rust.is_private_ip
 local rust_rule = rust.rule
 SANDBOX.rule = function(def)
   local err = rust_rule(def)

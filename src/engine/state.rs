@@ -1372,6 +1372,17 @@ fn build_state(
             }),
         )?;
         set(
+            "is_private_ip",
+            lua.create_function(|_, ip: Option<mlua::String>| {
+                Ok(ip.is_some_and(|ip| {
+                    std::str::from_utf8(&ip.as_bytes())
+                        .ok()
+                        .and_then(|s| s.parse::<std::net::IpAddr>().ok())
+                        .is_some_and(super::view::is_private)
+                }))
+            }),
+        )?;
+        set(
             "char_counts",
             lua.create_function(|_, (t, max): (mlua::String, Option<usize>)| {
                 let b = t.as_bytes();

@@ -892,7 +892,7 @@ fn ip_domain(ip: &crate::entities::IpEntity) -> Option<String> {
 
 /// Loopback, private (RFC 1918), link-local, CGNAT, unspecified, and IPv6 unique-local,
 /// link-local, loopback and unspecified addresses: hops inside someone's own network.
-fn is_private(ip: std::net::IpAddr) -> bool {
+pub(super) fn is_private(ip: std::net::IpAddr) -> bool {
     match crate::entities::canonical_ip(ip) {
         std::net::IpAddr::V4(v4) => {
             let [a, b, ..] = v4.octets();
