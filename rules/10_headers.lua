@@ -3,7 +3,7 @@
 
 local util = require("shrike.util")
 
-local byte, find, lower, match = string.byte, string.find, string.lower, string.match
+local byte, find, lower, match, sub = string.byte, string.find, string.lower, string.match, string.sub
 local big_providers = util.big_providers
 
 local DAY = 86400
@@ -156,8 +156,15 @@ rule {
         hits.MID_OUTLOOK_TIME = true
       end
     end
-    -- Only the last "@" can match (none may follow it): "^.*" finds it from the end.
-    local domain = match(mid, "^.*@%[?([^@>%]]*)%]?>?%s*$")
+    -- After the last "@" (none may follow the domain part), found by plain searches: what
+    -- `match(mid, "^.*@%[?([^@>%]]*)%]?>?%s*$")` reads, without `.*` backtracking over the id.
+    local at = find(mid, "@", 1, true)
+    while true do
+      local nxt = find(mid, "@", at + 1, true)
+      if not nxt then break end
+      at = nxt
+    end
+    local domain = match(mid, "^%[?([^@>%]]*)%]?>?%s*$", at + 1)
     if not domain or domain == "" then
       hits = hits or {}
       hits.MID_NO_FQDN = true
@@ -186,6 +193,21 @@ local PROVIDER_HOSTS = {
   ["mail.com"] = { "mail.com" }, ["email.com"] = { "mail.com" }, ["caramail.com"] = { "caramail" },
   ["gmail.com"] = { "google.com", "gmail.com" }, ["googlemail.com"] = { "google.com" },
 }
+
+-- Whether the first `n` bytes of `s` end in two ASCII letters, then three or more digits: what
+-- `find(sub(s, 1, n), "%a%a%d%d%d+$")` says, by a walk back from the end instead of a pattern
+-- tried at every position.
+local function ends_in_nums(s, n)
+  local i = n
+  while i > 0 do
+    local c = byte(s, i)
+    if c < 48 or c > 57 then break end
+    i = i - 1
+  end
+  if n - i < 3 or i < 2 then return false end
+  local a, b = byte(s, i - 1, i)
+  return (a >= 65 and a <= 90 or a >= 97 and a <= 122) and (b >= 65 and b <= 90 or b >= 97 and b <= 122)
+end
 
 -- Whether `s` contains one of the plain strings `needles`.
 local function contains_any(s, needles)
@@ -216,9 +238,10 @@ rule {
         hits = { FROM_ENCODED_ADDR = true }
       end
     else
-      local lp = match(addr, "^([^@]*)@")
-      if lp and find(lp, "%a%a%d%d%d+$") then
-        hits = { FROM_ENDS_IN_NUMS = { lp } }
+      -- the local part (before the first "@") ends in a word, then 3+ digits
+      local at = find(addr, "@", 1, true)
+      if at and ends_in_nums(addr, at - 1) then
+        hits = { FROM_ENDS_IN_NUMS = { sub(addr, 1, at - 1) } }
       end
     end
     -- Mail from a provider's mailbox leaves through the provider's servers, and the Received
