@@ -85,7 +85,7 @@ impl PhraseSets {
         self.search_split(text, SPLIT_MIN)
     }
 
-    /// `search`, walking texts from `split_min` bytes as two halves.
+    /// `search`, walking texts from `split_min` bytes as `LANES` stretches at once.
     fn search_split(&self, text: &[u8], split_min: usize) -> Vec<Found> {
         let mut out = vec![Found::default(); self.lists];
         if self.patterns.is_empty() {
@@ -312,7 +312,7 @@ mod tests {
             let text: String = pieces.iter().map(|&i| PIECES[i]).collect();
             let s = sets(&lists);
             let expected = reference(&lists, text.as_bytes());
-            // one walk, and two halves at once whenever the text is long enough
+            // one walk, and `LANES` stretches at once whenever the text is long enough
             for split_min in [usize::MAX, 0] {
                 let got: Vec<Vec<usize>> = s
                     .search_split(text.as_bytes(), split_min)

@@ -709,7 +709,7 @@ impl MessageData<'_> {
         .ok_or_else(|| {
             mlua::Error::runtime("msg:stat: `how` must be \"max\", \"sum\", \"min\" or \"median\"")
         })?;
-        Ok(self.combined(kind, w, how))
+        Ok(self.combined(0..self.shingles.len(), kind, w, how))
     }
 
     /// `stat` from arguments as the raw C function reads them; None for any bad argument (the
@@ -736,19 +736,21 @@ impl MessageData<'_> {
             Arg::Str(s) => Combine::parse(s)?,
             _ => return None,
         };
-        // (a bucket may hold other kinds' rows too: filtered here)
-        let rows = (index.rows(kind).iter())
-            .filter_map(|&i| Some((self.shingles.get(i as usize)?, self.stats.get(i as usize)?)))
-            .filter(|(s, _)| s.kind == kind)
-            .map(|(_, c)| c.windows.get(w).copied().unwrap_or_default());
-        Some(combine(rows, how))
+        let rows = index.rows(kind).iter().map(|&i| i as usize);
+        Some(self.combined(rows, kind, w, how))
     }
 
-    fn combined(&self, kind: Kind, w: usize, how: Combine) -> [u64; 5] {
-        let rows = self
-            .shingles
-            .iter()
-            .zip(self.stats)
+    /// `combine` over window `w` of the shingles of `kind` among the `candidates` (indices
+    /// into `shingles`; others are skipped, as is a shingle without stats).
+    fn combined(
+        &self,
+        candidates: impl Iterator<Item = usize>,
+        kind: Kind,
+        w: usize,
+        how: Combine,
+    ) -> [u64; 5] {
+        let rows = candidates
+            .filter_map(|i| Some((self.shingles.get(i)?, self.stats.get(i)?)))
             .filter(|(s, _)| s.kind == kind)
             .map(|(_, c)| c.windows.get(w).copied().unwrap_or_default());
         combine(rows, how)

@@ -38,15 +38,17 @@ macro_rules! kinds {
 
             /// The kind with this name or number (as a query parameter would give it).
             pub fn parse(s: &str) -> Option<Kind> {
-                // (a name as such first: rules ask by name, many times a scan)
-                match s {
-                    $($name => return Some(Kind::$variant),)*
-                    _ => {}
-                }
-                let s = s.trim();
-                if let Ok(id) = s.parse::<u16>() {
-                    return Kind::from_id(id);
-                }
+                // (a name as given first: rules ask by name, many times a scan)
+                Kind::by_name(s).or_else(|| {
+                    let s = s.trim();
+                    match s.parse::<u16>() {
+                        Ok(id) => Kind::from_id(id),
+                        Err(_) => Kind::by_name(s),
+                    }
+                })
+            }
+
+            fn by_name(s: &str) -> Option<Kind> {
                 match s {
                     $($name => Some(Kind::$variant),)*
                     _ => None,
