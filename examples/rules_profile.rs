@@ -73,6 +73,36 @@ fn main() {
         classifier: None,
         reputation_window: 3,
     };
+    // Build the worker's Lua state outside the measured calls.
+    worker.rules().run(&data(0), 0);
+    // PROFILE_BAND=LO:HI (percent): only the messages whose rules' time (the fastest of three
+    // unmeasured runs) ranks between LO% and HI%, e.g. 40:60 for the messages around the median.
+    let mut chosen: Vec<usize> = (0..parsed.len()).collect();
+    if let Some((lo, hi)) = std::env::var("PROFILE_BAND").ok().and_then(|b| {
+        let (lo, hi) = b.split_once(':')?;
+        Some((lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?))
+    }) {
+        let mut ranked: Vec<(std::time::Duration, usize)> = (0..parsed.len())
+            .map(|i| {
+                let fastest = (0..3)
+                    .map(|_| {
+                        let t0 = Instant::now();
+                        worker.rules().run(&data(i), i as u64);
+                        t0.elapsed()
+                    })
+                    .min()
+                    .unwrap_or_default();
+                (fastest, i)
+            })
+            .collect();
+        ranked.sort();
+        let n = ranked.len();
+        chosen = ranked[n * lo.min(100) / 100..n * hi.min(100) / 100]
+            .iter()
+            .map(|&(_, i)| i)
+            .collect();
+        chosen.sort();
+    }
     // SHRIKE_PROFILE_RULE=NAME: that rule's calls go through `profiled_call` (for callgrind's
     // `--toggle-collect=*profiled_call`: the rule's own instructions, in the set as it runs).
     if let Ok(name) = std::env::var("SHRIKE_PROFILE_RULE") {
@@ -81,12 +111,10 @@ fn main() {
         let index = index.unwrap_or_else(|| panic!("no rule {name}"));
         shrike::engine::PROFILED_RULE.store(index, std::sync::atomic::Ordering::Relaxed);
     }
-    // Build the worker's Lua state outside the measured calls.
-    worker.rules().run(&data(0), 0);
     let mut hits = 0usize;
-    let mut times = Vec::with_capacity(rounds * parsed.len());
+    let mut times = Vec::with_capacity(rounds * chosen.len());
     for _ in 0..rounds {
-        for i in 0..parsed.len() {
+        for &i in &chosen {
             let t0 = Instant::now();
             let outcome = measured(worker.rules(), &data(i), i as u64);
             times.push(t0.elapsed());
@@ -97,7 +125,7 @@ fn main() {
     let mean = times.iter().sum::<std::time::Duration>() / times.len().max(1) as u32;
     println!(
         "{} messages x {rounds}: {hits} hits; rules per message: median {:.1} µs, mean {:.1} µs",
-        parsed.len(),
+        chosen.len(),
         times[times.len() / 2].as_secs_f64() * 1e6,
         mean.as_secs_f64() * 1e6
     );
