@@ -130,7 +130,7 @@ end
 -- the hot path (a Lua call and a check cost more than the lookup, and rules read `msg` fields
 -- a hundred times a message).
 local NIL = {}
-local fetch, stat, stats = rust.fetch, rust.stat, rust.stats
+local fetch, stats = rust.fetch, rust.stats
 -- Fields that are one string or number are read by a plain C function (much cheaper to call
 -- than an mlua one); it hands long strings and anything else to `fetch`.
 local fetch_scalar, RAW = rust.fetch_scalar, {}
@@ -230,11 +230,9 @@ Msg.emails = keyed(30, "")
 Msg.email_count = keyed(32, "")
 Msg.received_time = keyed(31, 1)
 Msg.headers = keyed(41)
--- (no default argument: called straight, for one call less)
-function Msg.header(_, name) return fetch_scalar(40, name) end
-function Msg.raw_header(_, name) return fetch_scalar(42, name) end
-function Msg.header_count(_, name) return fetch_scalar(43, name) end
-function Msg.stat(_, kind, window, how) return stat(kind, window, how) end
+-- (C functions called as the methods themselves: `msg` is their first argument, not read)
+Msg.header, Msg.raw_header, Msg.header_count = rust.header, rust.raw_header, rust.header_count
+Msg.stat = rust.stat_method
 function Msg.stats(_, kind, window) return stats(kind, window) end
 function Msg.shingles(_, kind) return fetch(46, kind) end
 function Msg.classify() return fetch(47) end
