@@ -129,55 +129,43 @@ const SCALAR_PUSH_MAX: usize = 64 * 1024;
 // rules read ~20 scalar fields and ~9 `msg:stat`s a message. Each C function has two upvalues:
 // the state's `Ctx` (a light userdata) and the mlua function doing the same work, which keeps
 // that `Ctx` alive as long as the closure lives and answers what the C function does not
-// (table fields, long strings, bad arguments: its errors carry the details).
+// (table fields, long strings, bad arguments: its errors carry the details). The methods of
+// `msg` among them have a third, their field id.
 //
 // Safety: Lua errors (a bad argument, "not enough memory" while pushing) unwind over these
 // frames by `longjmp`, so at every call that can raise, the frames own nothing with a
 // destructor: values are borrowed from the scan's data, an owned string is first moved into
 // `Ctx::scratch`, and panics are caught (and their payloads dropped) before Lua is called.
 
-/// Wraps the C function `f` with its two upvalues: the `Ctx` and `slow`.
+/// Wraps the C function `f` with its upvalues: the `Ctx`, `slow`, and `id` when given.
+///
+/// With an `id`, `f` is a method of `msg` (`msg:header(name)`, `msg:stat(kind, window)`): the id
+/// (a field id, or 0 for none) is a third upvalue. Called straight as the method, the closure
+/// saves the Lua function that passed the arguments on (~150 instructions a call):
+/// `method_scalar` or `method_stat` puts the arguments where `fetch_scalar` or `stat_raw` reads
+/// them.
 fn raw_closure(
     lua: &Lua,
     ctx: &Rc<Ctx>,
     slow: &Function,
     f: mlua::ffi::lua_CFunction,
+    id: Option<u8>,
 ) -> mlua::Result<Function> {
     let ctx = Rc::as_ptr(ctx) as *mut std::ffi::c_void;
-    // SAFETY: the stack holds `slow` (the argument); two pushes, then the closure takes both
-    // values as upvalues. `exec_raw` checks for three free slots.
+    // SAFETY: the stack holds `slow` (the argument); two or three pushes (one rotated below
+    // `slow`), then the closure takes all the values as upvalues. `exec_raw` checks for three
+    // free slots.
     #[allow(unsafe_code)]
     unsafe {
         lua.exec_raw::<Function>(slow, |l| {
             mlua::ffi::lua_pushlightuserdata(l, ctx);
             mlua::ffi::lua_insert(l, -2);
-            mlua::ffi::lua_pushcclosure(l, f, 2);
-        })
-    }
-}
-
-/// `raw_closure` for a method of `msg` (`msg:header(name)`, `msg:stat(kind, window)`): `f` with
-/// a third upvalue, `id` (a field id, or 0 for none). Called straight as the method, it saves
-/// the Lua function that passed the arguments on (~150 instructions a call): `method_scalar`
-/// or `method_stat` puts the arguments where `fetch_scalar` or `stat_raw` reads them.
-fn raw_method(
-    lua: &Lua,
-    ctx: &Rc<Ctx>,
-    slow: &Function,
-    f: mlua::ffi::lua_CFunction,
-    id: u8,
-) -> mlua::Result<Function> {
-    let ctx = Rc::as_ptr(ctx) as *mut std::ffi::c_void;
-    // SAFETY: the stack holds `slow` (the argument); three pushes (two after the rotation),
-    // then the closure takes the three values as upvalues. `exec_raw` checks for three free
-    // slots.
-    #[allow(unsafe_code)]
-    unsafe {
-        lua.exec_raw::<Function>(slow, |l| {
-            mlua::ffi::lua_pushlightuserdata(l, ctx);
-            mlua::ffi::lua_insert(l, -2);
-            mlua::ffi::lua_pushinteger(l, mlua::ffi::lua_Integer::from(id));
-            mlua::ffi::lua_pushcclosure(l, f, 3);
+            let mut n = 2;
+            if let Some(id) = id {
+                mlua::ffi::lua_pushinteger(l, mlua::ffi::lua_Integer::from(id));
+                n = 3;
+            }
+            mlua::ffi::lua_pushcclosure(l, f, n);
         })
     }
 }
@@ -1586,15 +1574,21 @@ fn build_state(
             .map_err(lua_err)?;
         set(
             "fetch_scalar",
-            raw_closure(&lua, &ctx, &fetch, fetch_scalar),
+            raw_closure(&lua, &ctx, &fetch, fetch_scalar, None),
         )?;
-        set("fetch_array", raw_closure(&lua, &ctx, &fetch, fetch_array))?;
+        set(
+            "fetch_array",
+            raw_closure(&lua, &ctx, &fetch, fetch_array, None),
+        )?;
         for (name, id) in [
             ("header", HEADER_FIELD),
             ("raw_header", RAW_HEADER_FIELD),
             ("header_count", HEADER_COUNT_FIELD),
         ] {
-            set(name, raw_method(&lua, &ctx, &fetch, method_scalar, id))?;
+            set(
+                name,
+                raw_closure(&lua, &ctx, &fetch, method_scalar, Some(id)),
+            )?;
         }
         set("fetch", Ok(fetch))?;
         let array_fields = lua
@@ -1614,8 +1608,11 @@ fn build_state(
                 Ok((r[0], r[1], r[2], r[3], r[4]))
             })
             .map_err(lua_err)?;
-        set("stat", raw_closure(&lua, &ctx, &stat, stat_raw))?;
-        set("stat_method", raw_method(&lua, &ctx, &stat, method_stat, 0))?;
+        set("stat", raw_closure(&lua, &ctx, &stat, stat_raw, None))?;
+        set(
+            "stat_method",
+            raw_closure(&lua, &ctx, &stat, method_stat, Some(0)),
+        )?;
         let c = Rc::clone(&ctx);
         set(
             "stats",
