@@ -164,7 +164,7 @@ rule {
     -- (the 13th byte is its first "$": most ids fail that test before the pattern runs)
     if byte(mid, 13) == 36
       and find(mid, "^%x%x%x%x%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x%$%x%x%x%x%x%x%x%x@") then
-      local mailer = msg:header("X-Mailer") or msg:header("User-Agent") or ""
+      local mailer = msg:mailer() or ""
       if not find(mailer, "^Microsoft") then
         hits = { MID_OUTLOOK_FORGED = { mailer ~= "" and mailer or "no mailer" } }
       end

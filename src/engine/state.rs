@@ -139,11 +139,10 @@ const SCALAR_PUSH_MAX: usize = 64 * 1024;
 
 /// Wraps the C function `f` with its upvalues: the `Ctx`, `slow`, and `id` when given.
 ///
-/// With an `id`, `f` is a method of `msg` (`msg:header(name)`, `msg:stat(kind, window)`): the id
-/// (a field id, or 0 for none) is a third upvalue. Called straight as the method, the closure
-/// saves the Lua function that passed the arguments on (~150 instructions a call):
-/// `method_scalar` or `method_stat` puts the arguments where `fetch_scalar` or `stat_raw` reads
-/// them.
+/// `msg`'s methods `msg:header(name)` and the like, and `msg:stat(kind, window)`, are such
+/// closures called straight as the methods, which saves the Lua function that passed the
+/// arguments on (~150 instructions a call): `method_scalar` puts the field `id` (the third
+/// upvalue) in place of `msg`, `method_stat` drops `msg`.
 fn raw_closure(
     lua: &Lua,
     ctx: &Rc<Ctx>,
@@ -1611,7 +1610,7 @@ fn build_state(
         set("stat", raw_closure(&lua, &ctx, &stat, stat_raw, None))?;
         set(
             "stat_method",
-            raw_closure(&lua, &ctx, &stat, method_stat, Some(0)),
+            raw_closure(&lua, &ctx, &stat, method_stat, None),
         )?;
         let c = Rc::clone(&ctx);
         set(
