@@ -1,8 +1,8 @@
 // The default rule set and its Lua library are compiled into the binary (include_dir); rebuild
 // when they change. Lua 5.4.8 itself is compiled here from vendor/ as one translation unit
 // (vendor/onelua.c, vendor/README.md) and linked for mlua (mlua-sys's "external" feature). A
-// release build with the GCC that recorded vendor/lua-pgo/ uses that profile of the rules'
-// workload (scripts/lua_pgo.sh makes it).
+// release build with the GCC that recorded vendor/lua-pgo/ uses that profile of the scan
+// pipeline (scripts/lua_pgo.sh makes it).
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -108,7 +108,6 @@ fn build_lua() {
             .arg("-fprofile-partial-training")
             .arg("-Wno-error=coverage-mismatch");
     }
-    eprintln!("{cmd:?}");
     let status = cmd.status().expect("run the C compiler");
     assert!(status.success(), "compiling vendor/onelua.c failed");
     cc::Build::new()
