@@ -136,15 +136,17 @@ end
 
 local function white_text_on_white(h)
   -- (the cheapest test first: one search that stops at its first match)
-  if BACKGROUND_IMAGE:match(h) then return false end -- a background image
-  -- text coloured white, by attribute or style
-  if not any_white(FONT_COLOR:all(h)) and not any_white(CSS_COLOR:all(h)) then return false end
-  -- and no background other than white anywhere (a dark table behind white text is fine)
+  if BACKGROUND_IMAGE:match(h) then return false end
+  -- no background other than white anywhere (a dark table behind white text is fine). This
+  -- goes before the text colours: most HTML with a white colour somewhere also has another
+  -- background, and then the two colour passes are not needed (callgrind: the rule 22.5 k ->
+  -- 16.8 k instructions a message)
   local backgrounds = BACKGROUND:all(h, 10000)
   for i = 1, #backgrounds do
     if not WHITE[lower(backgrounds[i])] then return false end
   end
-  return true
+  -- and text coloured white, by attribute or style
+  return any_white(FONT_COLOR:all(h)) or any_white(CSS_COLOR:all(h))
 end
 
 rule {
