@@ -32,7 +32,8 @@ FLAGGED = {"add header", "rewrite subject", "soft reject", "reject", "discard"}
 
 
 def summarize(path):
-    rows = list(csv.DictReader(open(path, newline="")))
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
     counts = {"spam": 0, "ham": 0, "hard_ham": 0}
     for r in rows:
         if r["action"] in FLAGGED and r["label"] in counts:
