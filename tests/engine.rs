@@ -815,10 +815,16 @@ rule { name = 'RE2', score = 1, check = function(msg)
   local counts, found = P:search("Hello there! hello, hello there, other")
   local n1, f1 = P:count("Hello there! hello, hello there, other", 1)
   local n0, f0 = P:count("nothing to see")
+  -- arguments the C path leaves to the mlua function: a number as the text, a float as max,
+  -- and a table (an error)
+  local n2, f2 = P:count(12, 1.0)
+  local n3, f3 = P:count("hello there", 1.0)
+  local bad = pcall(P.search, P, {})
   return true, tostring(a), tostring(b), tostring(c), table.concat(all, ","),
     counts[1] .. "/" .. counts[2], table.concat(found[1], ","), table.concat(found[2], ","),
     n1 .. ":" .. table.concat(f1, ","), n0 .. ":" .. tostring(f0), table.concat(kept, ","),
-    table.concat({ u, l, d, sp, o, (char_counts("AB cd 12!\n")) }, ",")
+    table.concat({ u, l, d, sp, o, (char_counts("AB cd 12!\n")) }, ","),
+    n2 .. ":" .. tostring(f2) .. "," .. n3 .. ":" .. table.concat(f3, ",") .. "," .. tostring(bad)
 end }
 "#,
     );
@@ -844,7 +850,8 @@ end }
             "2:there",
             "0:nil",
             "b,d",
-            "2,2,0,2,0,2"
+            "2,2,0,2,0,2",
+            "0:nil,2:hello,false"
         ]
     );
     assert!(v.symbols["RULE_ERROR"].options[0].contains("bad regular expression"));

@@ -150,7 +150,17 @@ fn raw_closure(
     f: mlua::ffi::lua_CFunction,
     id: Option<u8>,
 ) -> mlua::Result<Function> {
-    let ctx = Rc::as_ptr(ctx) as *mut std::ffi::c_void;
+    raw_closure_at(lua, Rc::as_ptr(ctx) as *mut std::ffi::c_void, slow, f, id)
+}
+
+/// `raw_closure` with any pointer as upvalue 1: `slow` must keep what it points at alive.
+fn raw_closure_at(
+    lua: &Lua,
+    ctx: *mut std::ffi::c_void,
+    slow: &Function,
+    f: mlua::ffi::lua_CFunction,
+    id: Option<u8>,
+) -> mlua::Result<Function> {
     // SAFETY: the stack holds `slow` (the argument); two or three pushes (one rotated below
     // `slow`), then the closure takes all the values as upvalues. `exec_raw` checks for three
     // free slots.
@@ -933,59 +943,156 @@ fn captures(lua: &Lua, re: &Regex, t: &mlua::String) -> mlua::Result<Value> {
     }
 }
 
-/// Phrase lists behind one matcher (`re.phrases`), with the phrases to report.
-struct PhrasesHandle {
+/// Phrase lists behind one matcher (`re.phrases`), with the phrases to report. Lua sees a
+/// table of two raw C closures over it (`phrases_call`), each with an mlua function of the same
+/// work as its slow path, which owns an `Rc` of this and so keeps it alive.
+struct Phrases {
     sets: PhraseSets,
     phrases: Vec<Vec<Vec<u8>>>,
     /// The state's memory limit (see `RegexHandle`).
     limit: usize,
+    /// The last search's result, held here while the raw path builds its tables (a Lua error
+    /// unwinds over that frame, which must own nothing).
+    found: RefCell<Vec<super::phrases::Found>>,
 }
 
-impl UserData for PhrasesHandle {
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        // `counts, found = P:search(text[, max])`: per list, the number of distinct phrases
-        // found as whole words, and the first `max` (default 3) of them in order of
-        // appearance (`false` for a list with none).
-        methods.add_method(
-            "search",
-            |lua, this, (t, max): (mlua::String, Option<usize>)| {
-                let max = max.unwrap_or(3);
-                let found = this.sets.search(&t.as_bytes());
-                let _unlimited = Unlimited::new(lua, this.limit);
-                let counts = lua.create_sequence_from(found.iter().map(|f| f.indices.len()))?;
-                let mut lists = Vec::with_capacity(found.len());
-                for (f, phrases) in found.iter().zip(&this.phrases) {
-                    lists.push(if f.indices.is_empty() {
-                        mlua::Either::Right(false)
-                    } else {
-                        mlua::Either::Left(lua.create_sequence_from(
-                            f.indices.iter().take(max).map(|&k| BStr(&phrases[k])),
-                        )?)
-                    });
+impl Phrases {
+    /// `counts, found = P:search(text[, max])`: per list, the number of distinct phrases found
+    /// as whole words, and the first `max` (default 3) of them in order of appearance (`false`
+    /// for a list with none).
+    fn search(&self, lua: &Lua, t: &[u8], max: Option<usize>) -> mlua::Result<(Table, Table)> {
+        let max = max.unwrap_or(3);
+        let found = self.sets.search(t);
+        let _unlimited = Unlimited::new(lua, self.limit);
+        let counts = lua.create_sequence_from(found.iter().map(|f| f.indices.len()))?;
+        let mut lists = Vec::with_capacity(found.len());
+        for (f, phrases) in found.iter().zip(&self.phrases) {
+            lists.push(if f.indices.is_empty() {
+                mlua::Either::Right(false)
+            } else {
+                mlua::Either::Left(
+                    lua.create_sequence_from(
+                        f.indices.iter().take(max).map(|&k| BStr(&phrases[k])),
+                    )?,
+                )
+            });
+        }
+        Ok((counts, lua.create_sequence_from(lists)?))
+    }
+
+    /// `n, found = P:count(text[, max])`: `search` for the first list alone, without the
+    /// per-list tables: the number of distinct phrases and the first `max` of them (nil when
+    /// none). What `util.find_phrases` needs, and most texts match nothing.
+    fn count(
+        &self,
+        lua: &Lua,
+        t: &[u8],
+        max: Option<usize>,
+    ) -> mlua::Result<(usize, Option<Table>)> {
+        let max = max.unwrap_or(3);
+        let found = self.sets.search(t);
+        let (Some(f), Some(phrases)) = (found.first(), self.phrases.first()) else {
+            return Ok((0, None));
+        };
+        if f.indices.is_empty() {
+            return Ok((0, None));
+        }
+        let _unlimited = Unlimited::new(lua, self.limit);
+        let list =
+            lua.create_sequence_from(f.indices.iter().take(max).map(|&k| BStr(&phrases[k])))?;
+        Ok((f.indices.len(), Some(list)))
+    }
+}
+
+/// `P:search(text[, max])` by the C API (`Phrases::search`).
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn phrases_search(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    // SAFETY: as `phrases_call`'s.
+    unsafe { phrases_call(l, true) }
+}
+
+/// `P:count(text[, max])` by the C API (`Phrases::count`).
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn phrases_count(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    // SAFETY: as `phrases_call`'s.
+    unsafe { phrases_call(l, false) }
+}
+
+/// The phrase search of `P:search` (`all`) or `P:count`, its tables built on the stack: through
+/// mlua, the argument conversion, the result tables and their registry handles cost ~6 k
+/// instructions a call (BENCHMARKS.md, stop 31). A text that is not a string, or a `max` that
+/// is not a non-negative integer, goes to the mlua function (upvalue 2), for its conversion or
+/// its error.
+///
+/// # Safety
+/// Only as the C function of a closure `re_phrases` made: upvalue 1 points at the `Phrases`
+/// that upvalue 2 owns. As for `raw_scan`, the frame owns nothing with a destructor where a
+/// call can raise (the result waits in `Phrases::found`), and at most 3 + 4 slots are used
+/// (LUA_MINSTACK is 20).
+#[allow(unsafe_code)]
+unsafe fn phrases_call(l: *mut mlua::ffi::lua_State, all: bool) -> std::ffi::c_int {
+    use super::view::Arg;
+    use mlua::ffi;
+    // SAFETY (whole body): see above.
+    unsafe {
+        let p = &*(ffi::lua_touserdata(l, ffi::lua_upvalueindex(1)) as *const Phrases);
+        let Arg::Str(text) = raw_arg(l, 2) else {
+            return slow_call(l, 3);
+        };
+        let max = match raw_arg(l, 3) {
+            Arg::None => 3,
+            Arg::Int(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+            _ => return slow_call(l, 3),
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.sets.search(text))) {
+            Ok(found) => drop(p.found.replace(found)),
+            Err(panic) => {
+                drop(panic);
+                raise(l, c"phrase search failed (internal error)")
+            }
+        }
+        // Nothing else touches `found` until the next call (the pushes below run no Lua code:
+        // rules cannot set finalizers).
+        let found = &*p.found.as_ptr();
+        let int = |n: usize| ffi::lua_Integer::try_from(n).unwrap_or(ffi::lua_Integer::MAX);
+        let size = |n: usize| std::ffi::c_int::try_from(n).unwrap_or(0);
+        // the first `max` phrases of list `i`, as a new table on the stack
+        let push_list = |f: &super::phrases::Found, phrases: &[Vec<u8>]| {
+            ffi::lua_createtable(l, size(f.indices.len().min(max)), 0);
+            for (j, &k) in f.indices.iter().take(max).enumerate() {
+                let b = &phrases[k];
+                ffi::lua_pushlstring(l, b.as_ptr().cast(), b.len());
+                ffi::lua_rawseti(l, -2, int(j + 1));
+            }
+        };
+        if !all {
+            match (found.first(), p.phrases.first()) {
+                (Some(f), Some(phrases)) if !f.indices.is_empty() => {
+                    ffi::lua_pushinteger(l, int(f.indices.len()));
+                    push_list(f, phrases);
                 }
-                Ok((counts, lua.create_sequence_from(lists)?))
-            },
-        );
-        // `n, found = P:count(text[, max])`: `search` for the first list alone, without the
-        // per-list tables: the number of distinct phrases and the first `max` of them (nil
-        // when none). What `util.find_phrases` needs, and most texts match nothing.
-        methods.add_method(
-            "count",
-            |lua, this, (t, max): (mlua::String, Option<usize>)| {
-                let max = max.unwrap_or(3);
-                let found = this.sets.search(&t.as_bytes());
-                let (Some(f), Some(phrases)) = (found.first(), this.phrases.first()) else {
-                    return Ok((0, None));
-                };
-                if f.indices.is_empty() {
-                    return Ok((0, None));
+                _ => {
+                    ffi::lua_pushinteger(l, 0);
+                    ffi::lua_pushnil(l);
                 }
-                let _unlimited = Unlimited::new(lua, this.limit);
-                let list = lua
-                    .create_sequence_from(f.indices.iter().take(max).map(|&k| BStr(&phrases[k])))?;
-                Ok((f.indices.len(), Some(list)))
-            },
-        );
+            }
+            return 2;
+        }
+        ffi::lua_createtable(l, size(found.len()), 0);
+        for (i, f) in found.iter().enumerate() {
+            ffi::lua_pushinteger(l, int(f.indices.len()));
+            ffi::lua_rawseti(l, -2, int(i + 1));
+        }
+        ffi::lua_createtable(l, size(found.len()), 0);
+        for (i, (f, phrases)) in found.iter().zip(&p.phrases).enumerate() {
+            if f.indices.is_empty() {
+                ffi::lua_pushboolean(l, 0);
+            } else {
+                push_list(f, phrases);
+            }
+            ffi::lua_rawseti(l, -2, int(i + 1));
+        }
+        2
     }
 }
 
@@ -1450,11 +1557,34 @@ fn build_state(
                     .map(|l| l.iter().map(|p| p.as_bytes().to_vec()).collect())
                     .collect();
                 let sets = PhraseSets::new(&phrases).map_err(mlua::Error::runtime)?;
-                lua.create_userdata(PhrasesHandle {
+                let p = Rc::new(Phrases {
                     sets,
                     phrases,
                     limit: c.memory_limit,
-                })
+                    found: RefCell::new(Vec::new()),
+                });
+                let at = Rc::as_ptr(&p) as *mut std::ffi::c_void;
+                let q = Rc::clone(&p);
+                let search = lua.create_function(
+                    move |lua, (_, t, max): (Value, mlua::String, Option<usize>)| {
+                        q.search(lua, &t.as_bytes(), max)
+                    },
+                )?;
+                let count = lua.create_function(
+                    move |lua, (_, t, max): (Value, mlua::String, Option<usize>)| {
+                        p.count(lua, &t.as_bytes(), max)
+                    },
+                )?;
+                let matcher = lua.create_table_with_capacity(0, 2)?;
+                matcher.raw_set(
+                    "search",
+                    raw_closure_at(lua, at, &search, phrases_search, None)?,
+                )?;
+                matcher.raw_set(
+                    "count",
+                    raw_closure_at(lua, at, &count, phrases_count, None)?,
+                )?;
+                Ok(matcher)
             }),
         )?;
         let c = Rc::clone(&ctx);
