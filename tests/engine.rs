@@ -820,11 +820,15 @@ rule { name = 'RE2', score = 1, check = function(msg)
   local n2, f2 = P:count(12, 1.0)
   local n3, f3 = P:count("hello there", 1.0)
   local bad = pcall(P.search, P, {})
+  local rs, re_ = E:find("hello", 2.0)
+  local regex_paths = table.concat({ tostring(E:match("hex")), tostring(E:match(42)),
+    E:count("eee"), E:count(1234), rs, re_, tostring(pcall(E.match, E, {})) }, ",")
   return true, tostring(a), tostring(b), tostring(c), table.concat(all, ","),
     counts[1] .. "/" .. counts[2], table.concat(found[1], ","), table.concat(found[2], ","),
     n1 .. ":" .. table.concat(f1, ","), n0 .. ":" .. tostring(f0), table.concat(kept, ","),
     table.concat({ u, l, d, sp, o, (char_counts("AB cd 12!\n")) }, ","),
-    n2 .. ":" .. tostring(f2) .. "," .. n3 .. ":" .. table.concat(f3, ",") .. "," .. tostring(bad)
+    n2 .. ":" .. tostring(f2) .. "," .. n3 .. ":" .. table.concat(f3, ",") .. "," .. tostring(bad),
+    regex_paths
 end }
 "#,
     );
@@ -851,7 +855,8 @@ end }
             "0:nil",
             "b,d",
             "2,2,0,2,0,2",
-            "0:nil,2:hello,false"
+            "0:nil,2:hello,false",
+            "true,false,3,0,2,2,false"
         ]
     );
     assert!(v.symbols["RULE_ERROR"].options[0].contains("bad regular expression"));

@@ -837,82 +837,204 @@ struct RegexHandle(Rc<Regex>, usize);
 /// `matches`): bounded work on hostile input.
 const MAX_MATCHES: usize = 100_000;
 
-impl UserData for RegexHandle {
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_method("match", |_, this, t: mlua::String| {
-            Ok(this.0.is_match(&t.as_bytes()))
-        });
-        methods.add_method("find", |_, this, (t, init): (mlua::String, Option<i64>)| {
-            Ok(find_from(&this.0, &t, init))
-        });
-        methods.add_method("count", |_, this, t: mlua::String| {
-            Ok(this.0.find_iter(&t.as_bytes()).take(MAX_MATCHES).count())
-        });
-        methods.add_method("captures", |lua, this, t: mlua::String| {
-            let _unlimited = Unlimited::new(lua, this.1);
-            captures(lua, &this.0, &t)
-        });
-        // `list = R:all(text[, max])`: for each match, in order, the first capture group that
-        // took part in it (the whole match when the pattern has no groups; a match in which no
-        // group took part is skipped); at most `max` (default 100). What a `string.gmatch` loop
-        // collects, in one regex pass.
-        methods.add_method(
-            "all",
-            |lua, this, (t, max): (mlua::String, Option<usize>)| {
-                let max = max.unwrap_or(100).min(MAX_MATCHES);
-                let bytes = t.as_bytes();
-                let _unlimited = Unlimited::new(lua, this.1);
-                if this.0.captures_len() > 1 {
-                    lua.create_sequence_from(
-                        this.0
-                            .captures_iter(&bytes)
-                            .take(MAX_MATCHES)
-                            .filter_map(|caps| caps.iter().skip(1).flatten().next())
-                            .take(max)
-                            .map(|g| BStr(g.as_bytes())),
-                    )
+impl RegexHandle {
+    /// `list = R:all(text[, max])`: for each match, in order, the first capture group that
+    /// took part in it (the whole match when the pattern has no groups; a match in which no
+    /// group took part is skipped); at most `max` (default 100). What a `string.gmatch` loop
+    /// collects, in one regex pass.
+    fn all(&self, lua: &Lua, bytes: &[u8], max: Option<usize>) -> mlua::Result<Table> {
+        let max = max.unwrap_or(100).min(MAX_MATCHES);
+        let _unlimited = Unlimited::new(lua, self.1);
+        if self.0.captures_len() > 1 {
+            lua.create_sequence_from(
+                self.0
+                    .captures_iter(bytes)
+                    .take(MAX_MATCHES)
+                    .filter_map(|caps| caps.iter().skip(1).flatten().next())
+                    .take(max)
+                    .map(|g| BStr(g.as_bytes())),
+            )
+        } else {
+            lua.create_sequence_from(
+                self.0
+                    .find_iter(bytes)
+                    .take(max)
+                    .map(|m| BStr(m.as_bytes())),
+            )
+        }
+    }
+
+    /// `n, list = R:matches(text[, max])`: the number of distinct matched strings and the
+    /// first `max` (default 3) of them, in order of appearance.
+    fn matches(&self, lua: &Lua, bytes: &[u8], max: Option<usize>) -> mlua::Result<(usize, Table)> {
+        let max = max.unwrap_or(3);
+        let mut seen: Vec<&[u8]> = Vec::new();
+        for m in self.0.find_iter(bytes).take(MAX_MATCHES) {
+            if !seen.contains(&m.as_bytes()) {
+                seen.push(m.as_bytes());
+                if seen.len() >= 1_000 {
+                    break;
+                }
+            }
+        }
+        let _unlimited = Unlimited::new(lua, self.1);
+        let list = lua.create_sequence_from(seen.iter().take(max).map(|m| BStr(m)))?;
+        Ok((seen.len(), list))
+    }
+
+    /// How many matches (at most `MAX_MATCHES`).
+    fn count(&self, bytes: &[u8]) -> usize {
+        self.0.find_iter(bytes).take(MAX_MATCHES).count()
+    }
+}
+
+/// What `re.compile` returns: a table of the regex's methods, closures over one `RegexHandle`
+/// (each holds an `Rc` of it). `match`, `find` and `count`, called on hot paths, are raw C
+/// closures (`regex_call`) with the mlua function of the same work as their slow path: an mlua
+/// userdata method cost ~1.6 k instructions a call before any work (BENCHMARKS.md, stop 31).
+fn compiled_regex(lua: &Lua, re: Rc<Regex>, limit: usize) -> mlua::Result<Table> {
+    let h = Rc::new(RegexHandle(re, limit));
+    let at = Rc::as_ptr(&h) as *mut std::ffi::c_void;
+    let t = lua.create_table_with_capacity(0, 6)?;
+    let r = Rc::clone(&h);
+    let slow = lua
+        .create_function(move |_, (_, s): (Value, mlua::String)| Ok(r.0.is_match(&s.as_bytes())))?;
+    t.raw_set("match", raw_closure_at(lua, at, &slow, regex_match, None)?)?;
+    let r = Rc::clone(&h);
+    let slow =
+        lua.create_function(move |_, (_, s, init): (Value, mlua::String, Option<i64>)| {
+            Ok(find_from(&r.0, &s.as_bytes(), init))
+        })?;
+    t.raw_set("find", raw_closure_at(lua, at, &slow, regex_find, None)?)?;
+    let r = Rc::clone(&h);
+    let slow =
+        lua.create_function(move |_, (_, s): (Value, mlua::String)| Ok(r.count(&s.as_bytes())))?;
+    t.raw_set("count", raw_closure_at(lua, at, &slow, regex_count, None)?)?;
+    let r = Rc::clone(&h);
+    t.raw_set(
+        "captures",
+        lua.create_function(move |lua, (_, s): (Value, mlua::String)| {
+            let _unlimited = Unlimited::new(lua, r.1);
+            captures(lua, &r.0, &s)
+        })?,
+    )?;
+    let r = Rc::clone(&h);
+    t.raw_set(
+        "all",
+        lua.create_function(
+            move |lua, (_, s, max): (Value, mlua::String, Option<usize>)| {
+                r.all(lua, &s.as_bytes(), max)
+            },
+        )?,
+    )?;
+    t.raw_set(
+        "matches",
+        lua.create_function(
+            move |lua, (_, s, max): (Value, mlua::String, Option<usize>)| {
+                h.matches(lua, &s.as_bytes(), max)
+            },
+        )?,
+    )?;
+    Ok(t)
+}
+
+/// `R:match(text)` by the C API.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn regex_match(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    // SAFETY: as `regex_call`'s.
+    unsafe { regex_call(l, RegexOp::Match) }
+}
+
+/// `R:find(text[, init])` by the C API.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn regex_find(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    // SAFETY: as `regex_call`'s.
+    unsafe { regex_call(l, RegexOp::Find) }
+}
+
+/// `R:count(text)` by the C API.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn regex_count(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    // SAFETY: as `regex_call`'s.
+    unsafe { regex_call(l, RegexOp::Count) }
+}
+
+#[derive(Clone, Copy)]
+enum RegexOp {
+    Match,
+    Find,
+    Count,
+}
+
+/// `match`, `find` or `count` of a compiled regex, as its mlua function (upvalue 2) answers,
+/// which gets the calls whose text is not a string or whose `init` is not an integer.
+///
+/// # Safety
+/// Only as the C function of a closure `compiled_regex` made: upvalue 1 points at the
+/// `RegexHandle` upvalue 2 owns. Nothing here owns a value with a destructor when a call can
+/// raise; at most two slots are pushed past the three arguments (LUA_MINSTACK is 20).
+#[allow(unsafe_code)]
+unsafe fn regex_call(l: *mut mlua::ffi::lua_State, op: RegexOp) -> std::ffi::c_int {
+    use super::view::Arg;
+    use mlua::ffi;
+    // SAFETY (whole body): see above.
+    unsafe {
+        let h = &*(ffi::lua_touserdata(l, ffi::lua_upvalueindex(1)) as *const RegexHandle);
+        let nargs = if matches!(op, RegexOp::Find) { 3 } else { 2 };
+        let Arg::Str(text) = raw_arg(l, 2) else {
+            return slow_call(l, nargs);
+        };
+        let init = match op {
+            RegexOp::Find => match raw_arg(l, 3) {
+                Arg::None => None,
+                Arg::Int(i) => Some(i),
+                _ => return slow_call(l, nargs),
+            },
+            _ => None,
+        };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match op {
+            RegexOp::Match => (usize::from(h.0.is_match(text)), None),
+            RegexOp::Find => match find_from(&h.0, text, init) {
+                (Some(s), Some(e)) => (s, Some(e)),
+                _ => (0, None),
+            },
+            RegexOp::Count => (h.count(text), None),
+        }));
+        let Ok((a, b)) = r else {
+            drop(r);
+            raise(l, c"regex search failed (internal error)")
+        };
+        let int = |n: usize| ffi::lua_Integer::try_from(n).unwrap_or(ffi::lua_Integer::MAX);
+        match op {
+            RegexOp::Match => {
+                ffi::lua_pushboolean(l, std::ffi::c_int::from(a != 0));
+                1
+            }
+            RegexOp::Count => {
+                ffi::lua_pushinteger(l, int(a));
+                1
+            }
+            RegexOp::Find => {
+                if let Some(e) = b {
+                    ffi::lua_pushinteger(l, int(a));
+                    ffi::lua_pushinteger(l, int(e));
                 } else {
-                    lua.create_sequence_from(
-                        this.0
-                            .find_iter(&bytes)
-                            .take(max)
-                            .map(|m| BStr(m.as_bytes())),
-                    )
+                    ffi::lua_pushnil(l);
+                    ffi::lua_pushnil(l);
                 }
-            },
-        );
-        // `n, list = R:matches(text[, max])`: the number of distinct matched strings and the
-        // first `max` (default 3) of them, in order of appearance.
-        methods.add_method(
-            "matches",
-            |lua, this, (t, max): (mlua::String, Option<usize>)| {
-                let max = max.unwrap_or(3);
-                let bytes = t.as_bytes();
-                let mut seen: Vec<&[u8]> = Vec::new();
-                for m in this.0.find_iter(&bytes).take(MAX_MATCHES) {
-                    if !seen.contains(&m.as_bytes()) {
-                        seen.push(m.as_bytes());
-                        if seen.len() >= 1_000 {
-                            break;
-                        }
-                    }
-                }
-                let _unlimited = Unlimited::new(lua, this.1);
-                let list = lua.create_sequence_from(seen.iter().take(max).map(|m| BStr(m)))?;
-                Ok((seen.len(), list))
-            },
-        );
+                2
+            }
+        }
     }
 }
 
 /// `start, end` of the first match, 1-based and inclusive as Lua's `string.find`; nils for none.
 fn find(re: &Regex, t: &mlua::String) -> (Option<usize>, Option<usize>) {
-    find_from(re, t, None)
+    find_from(re, &t.as_bytes(), None)
 }
 
 /// `find` from position `init` (1-based; negative counts from the end, as `string.find`).
-fn find_from(re: &Regex, t: &mlua::String, init: Option<i64>) -> (Option<usize>, Option<usize>) {
-    let bytes = t.as_bytes();
+fn find_from(re: &Regex, bytes: &[u8], init: Option<i64>) -> (Option<usize>, Option<usize>) {
     let len = bytes.len() as i64;
     let start = match init.unwrap_or(1) {
         i if i > 0 => i - 1,
@@ -922,7 +1044,7 @@ fn find_from(re: &Regex, t: &mlua::String, init: Option<i64>) -> (Option<usize>,
     if start > len {
         return (None, None);
     }
-    match re.find_at(&bytes, start as usize) {
+    match re.find_at(bytes, start as usize) {
         Some(m) => (Some(m.start() + 1), Some(m.end())),
         None => (None, None),
     }
@@ -1545,7 +1667,7 @@ fn build_state(
             "re_compile",
             lua.create_function(move |lua, p: mlua::String| {
                 let re = c.regex(&p.to_str()?)?;
-                lua.create_userdata(RegexHandle(re, c.memory_limit))
+                compiled_regex(lua, re, c.memory_limit)
             }),
         )?;
         let c = Rc::clone(&ctx);
