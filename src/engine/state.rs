@@ -2180,13 +2180,17 @@ impl RuleRunner {
                     }
                 }
                 {
+                    // (on an untimed scan every mark is `epoch`: only the runs are counted)
+                    let timed = ctx.timed.get();
                     let marks = ctx.marks.borrow();
                     for (k, &(i, t0)) in marks.iter().enumerate() {
-                        let t1 = marks.get(k + 1).map_or(t_end, |m| m.1);
                         if let Some(c) = counters.get_mut(i as usize) {
                             c.runs += 1;
-                            c.nanos +=
-                                t1.duration_since(t0).as_nanos() as u64 * u64::from(TIME_EVERY);
+                            if timed {
+                                let t1 = marks.get(k + 1).map_or(t_end, |m| m.1);
+                                c.nanos +=
+                                    t1.duration_since(t0).as_nanos() as u64 * u64::from(TIME_EVERY);
+                            }
                         }
                     }
                 }
