@@ -716,6 +716,13 @@ rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UN
       tostring(one[1]["1h"]) }
     local _, _, _, complaints = msg:stat("url_domain", "7d")
     local count, over = ratelimit("sender", (msg:from()), 3, 3600)
+    -- the C path (integers) and the mlua one (a float limit) count the same key; bad windows
+    -- and values raise
+    ratelimit("both", (msg:from()), 3, 3600)
+    local both = ratelimit("both", (msg:from()), 3.0, 3600)
+    args[#args + 1] = tostring(both)
+    args[#args + 1] = tostring(pcall(ratelimit, "x", "y", 3, 0))
+    args[#args + 1] = tostring(pcall(ratelimit, "x", {}, 3, 60))
     local uniq = msg:stat("unique_sender", "24h")
     return {
       SUBJ_SEEN = { tostring(seen) },
@@ -759,8 +766,12 @@ rule { name = 'STAT', scores = { SUBJ_SEEN = 1, URL_COMPLAINTS = 1, RATE = 1, UN
     assert!(!v.symbols.contains_key("URL_COMPLAINTS"));
     assert_eq!(
         v.symbols["ARGS"].options,
-        ["true", "false", "true", "false", "true", "true", "false", "true"],
-        "a type by number; unknown type and window names raise; sum, median, min; bad how raises"
+        [
+            "true", "false", "true", "false", "true", "true", "false", "true", "10", "false",
+            "false"
+        ],
+        "a type by number; unknown type and window names raise; sum, median, min; bad how \
+         raises; two ratelimit hits a scan on one key, five scans; bad ratelimit arguments raise"
     );
     let analysis = shrike::scan::analyze(&input, &Envelope::default(), s.limits());
     s.learn(&analysis, Counter::Complaint);
@@ -820,6 +831,10 @@ rule { name = 'RE2', score = 1, check = function(msg)
   local n2, f2 = P:count(12, 1.0)
   local n3, f3 = P:count("hello there", 1.0)
   local bad = pcall(P.search, P, {})
+  -- char_counts and is_private_ip: a float max and a number go to their mlua functions
+  local cc = table.concat({ char_counts("AB cd 12!\n", 6.0) }, ",") .. "/"
+    .. tostring(is_private_ip(10)) .. "/" .. tostring(is_private_ip("10.1.2.3"))
+    .. "/" .. tostring(pcall(char_counts, {}))
   local rs, re_ = E:find("hello", 2.0)
   local regex_paths = table.concat({ tostring(E:match("hex")), tostring(E:match(42)),
     E:count("eee"), E:count(1234), rs, re_, tostring(pcall(E.match, E, {})) }, ",")
@@ -828,7 +843,7 @@ rule { name = 'RE2', score = 1, check = function(msg)
     n1 .. ":" .. table.concat(f1, ","), n0 .. ":" .. tostring(f0), table.concat(kept, ","),
     table.concat({ u, l, d, sp, o, (char_counts("AB cd 12!\n")) }, ","),
     n2 .. ":" .. tostring(f2) .. "," .. n3 .. ":" .. table.concat(f3, ",") .. "," .. tostring(bad),
-    regex_paths
+    regex_paths, cc
 end }
 "#,
     );
@@ -856,7 +871,8 @@ end }
             "b,d",
             "2,2,0,2,0,2",
             "0:nil,2:hello,false",
-            "true,false,3,0,2,2,false"
+            "true,false,3,0,2,2,false",
+            "2,2,0,2,0/false/true/false"
         ]
     );
     assert!(v.symbols["RULE_ERROR"].options[0].contains("bad regular expression"));

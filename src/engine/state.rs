@@ -400,6 +400,121 @@ unsafe extern "C-unwind" fn stat_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::
     }
 }
 
+/// `char_counts(text[, max])`: `char_counts` of the first `max` bytes, five integers.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn char_counts_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use super::view::Arg;
+    use mlua::ffi;
+    // SAFETY: see the comment above `raw_closure`; borrows of the stack's string only, five
+    // pushes (within LUA_MINSTACK).
+    unsafe {
+        let Arg::Str(t) = raw_arg(l, 1) else {
+            return slow_call(l, 2);
+        };
+        let n = match raw_arg(l, 2) {
+            Arg::None => t.len(),
+            Arg::Int(m) if m >= 0 => usize::try_from(m).unwrap_or(usize::MAX).min(t.len()),
+            _ => return slow_call(l, 2),
+        };
+        let (a, b, c, d, e) = char_counts(&t[..n]);
+        for v in [a, b, c, d, e] {
+            ffi::lua_pushinteger(
+                l,
+                ffi::lua_Integer::try_from(v).unwrap_or(ffi::lua_Integer::MAX),
+            );
+        }
+        5
+    }
+}
+
+/// `is_private_ip(ip)`: whether a string is a private, loopback or link-local address.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn is_private_ip_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use super::view::Arg;
+    // SAFETY: see the comment above `raw_closure`; one push.
+    unsafe {
+        let private = match raw_arg(l, 1) {
+            Arg::None => false,
+            Arg::Str(b) => is_private_text(b),
+            _ => return slow_call(l, 1),
+        };
+        mlua::ffi::lua_pushboolean(l, std::ffi::c_int::from(private));
+        1
+    }
+}
+
+/// Whether `b` is the text of a private, loopback or link-local address (`view::is_private`).
+fn is_private_text(b: &[u8]) -> bool {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<std::net::IpAddr>().ok())
+        .is_some_and(super::view::is_private)
+}
+
+/// What `ratelimit` counts in: the store and the generation's namespace.
+struct RateLimiter {
+    store: Arc<dyn ReputationStore>,
+    namespace: u8,
+}
+
+impl RateLimiter {
+    /// One hit of `value` under `name`, over a `window` of seconds (> 0).
+    fn hit(&self, name: &str, value: &str, limit: u64, window: u64) -> crate::store::RateResult {
+        let key = StoreKey {
+            namespace: self.namespace,
+            kind: RATELIMIT_KIND,
+            hash: hash_pair(name, value),
+        };
+        self.store.hit(key, limit, window)
+    }
+}
+
+/// `ratelimit(name, value, limit, window)` when the name and value are UTF-8 strings and the
+/// limit and window non-negative integers (the window above 0): `count, over`. Anything else
+/// goes to the mlua function (upvalue 2), which converts or rejects it.
+///
+/// # Safety
+/// Only as the C function of the closure `build_state` makes: upvalue 1 points at the
+/// `RateLimiter` upvalue 2 owns. The frame owns nothing where a call can raise.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn ratelimit_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use super::view::Arg;
+    use mlua::ffi;
+    // SAFETY (whole body): see above; two pushes.
+    unsafe {
+        let r = &*(ffi::lua_touserdata(l, ffi::lua_upvalueindex(1)) as *const RateLimiter);
+        let (Arg::Str(name), Arg::Str(value), Arg::Int(limit), Arg::Int(window)) =
+            (raw_arg(l, 1), raw_arg(l, 2), raw_arg(l, 3), raw_arg(l, 4))
+        else {
+            return slow_call(l, 4);
+        };
+        let (Ok(name), Ok(value), Ok(limit), Ok(window)) = (
+            std::str::from_utf8(name),
+            std::str::from_utf8(value),
+            u64::try_from(limit),
+            u64::try_from(window),
+        ) else {
+            return slow_call(l, 4);
+        };
+        if window == 0 {
+            return slow_call(l, 4);
+        }
+        let hit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            r.hit(name, value, limit, window)
+        }));
+        let Ok(hit) = hit else {
+            drop(hit);
+            raise(l, c"ratelimit failed (internal error)")
+        };
+        ffi::lua_pushinteger(
+            l,
+            ffi::lua_Integer::try_from(hit.count).unwrap_or(ffi::lua_Integer::MAX),
+        );
+        ffi::lua_pushboolean(l, std::ffi::c_int::from(hit.over));
+        2
+    }
+}
+
 /// Runs the checks from rule `next` (0-based) on, inside `Lua::exec_raw`, whose stack holds
 /// the checks (1) and the scan's `msg` (2). Each rule gets its own protected call, CPU budget
 /// (`Preempt::next_call`) and start time (`Ctx::marks`); a rule that returns nil or false (most
@@ -1647,20 +1762,17 @@ fn build_state(
         set(
             "is_private_ip",
             lua.create_function(|_, ip: Option<mlua::String>| {
-                Ok(ip.is_some_and(|ip| {
-                    std::str::from_utf8(&ip.as_bytes())
-                        .ok()
-                        .and_then(|s| s.parse::<std::net::IpAddr>().ok())
-                        .is_some_and(super::view::is_private)
-                }))
-            }),
+                Ok(ip.is_some_and(|ip| is_private_text(&ip.as_bytes())))
+            })
+            .and_then(|slow| raw_closure(&lua, &ctx, &slow, is_private_ip_raw, None)),
         )?;
         set(
             "char_counts",
             lua.create_function(|_, (t, max): (mlua::String, Option<usize>)| {
                 let b = t.as_bytes();
                 Ok(char_counts(&b[..max.map_or(b.len(), |m| m.min(b.len()))]))
-            }),
+            })
+            .and_then(|slow| raw_closure(&lua, &ctx, &slow, char_counts_raw, None)),
         )?;
         let c = Rc::clone(&ctx);
         set(
@@ -1738,8 +1850,11 @@ fn build_state(
         )?;
     }
     {
-        let store = Arc::clone(env.store);
-        let namespace = env.namespace;
+        let limiter = Rc::new(RateLimiter {
+            store: Arc::clone(env.store),
+            namespace: env.namespace,
+        });
+        let at = Rc::as_ptr(&limiter) as *mut std::ffi::c_void;
         set(
             "ratelimit",
             lua.create_function(
@@ -1759,15 +1874,11 @@ fn build_state(
                     if window == 0 {
                         return Err(mlua::Error::runtime("ratelimit: window must be > 0"));
                     }
-                    let key = StoreKey {
-                        namespace,
-                        kind: RATELIMIT_KIND,
-                        hash: hash_pair(&name.to_string_lossy(), &value),
-                    };
-                    let r = store.hit(key, limit, window);
+                    let r = limiter.hit(&name.to_string_lossy(), &value, limit, window);
                     Ok((r.count, r.over))
                 },
-            ),
+            )
+            .and_then(|slow| raw_closure_at(&lua, at, &slow, ratelimit_raw, None)),
         )?;
     }
     {
