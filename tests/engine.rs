@@ -497,7 +497,14 @@ local function join(t, f)
 end
 rule { name = 'VIEW', score = 0, check = function(msg)
   local a, d, n = msg:from()
-  return true, {
+  -- the anomaly set and the empty record arrays come from `fetch_table`, the URL records
+  -- (one) from `fetch`
+  local names = {}
+  for k, v in pairs(msg:anomalies()) do names[#names + 1] = k .. "=" .. tostring(v) end
+  table.sort(names)
+  local tables = table.concat(names, ",") .. "/" .. #msg:attachments() .. #msg:anchors()
+    .. #msg:ips() .. #msg:urls()
+  return true, tables, {
     msg:subject(), a, d, n, msg:header("to"), tostring(msg:header_count("subject")),
     join(msg:urls(), "domain"), join(msg:domains()), join(msg:recipients()),
     tostring(msg:date()), msg:message_id(), tostring(#msg:shingles("url")),
@@ -518,6 +525,7 @@ end }
     assert_eq!(
         v.symbols["VIEW"].options,
         [
+            "/0001",
             "Hello there",
             "bob@example.com",
             "example.com",
@@ -549,6 +557,39 @@ end }
         v.symbols["LATE"].options[0].contains("outside its scan"),
         "{:?}",
         v.symbols["LATE"]
+    );
+}
+
+/// The anomaly set and empty record arrays come from the raw `fetch_table`; the records of a
+/// non-empty array, and any argument, go on to the mlua `fetch`.
+#[test]
+fn table_fields_anomalies_and_records() {
+    let (_d, s) = rules(
+        r#"
+rule { name = 'T', score = 0, check = function(msg)
+  local names = {}
+  for k, v in pairs(msg:anomalies()) do names[#names + 1] = k .. "=" .. tostring(v) end
+  table.sort(names)
+  local ips = msg:ips()
+  return true, table.concat(names, ","), tostring(#msg:attachments()), tostring(#ips),
+    ips[1] and ips[1].ip or "none", tostring(msg:has_anomaly("missing_date"))
+end }
+"#,
+    );
+    let v = scan(
+        &s,
+        b"Received: from a.example (a.example [192.0.2.7]) by mx.example; \
+Thu, 19 Nov 2026 10:00:00 +0000\r\nFrom: a@example.com\r\nSubject: x\r\n\r\nbody\r\n",
+    );
+    assert_eq!(
+        v.symbols["T"].options,
+        [
+            "missing_date=true,missing_message_id=true,missing_to=true",
+            "0",
+            "1",
+            "192.0.2.7",
+            "true"
+        ]
     );
 }
 

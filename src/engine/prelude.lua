@@ -137,6 +137,8 @@ local fetch_scalar, RAW = rust.fetch_scalar, {}
 for _, id in ipairs(rust.scalar_fields) do RAW[id] = fetch_scalar end
 -- Fields that are an array of strings or numbers are built by another plain C function.
 for _, id in ipairs(rust.array_fields) do RAW[id] = rust.fetch_array end
+-- The anomaly set, and record arrays when empty, by a third (which hands records to `fetch`).
+for _, id in ipairs(rust.table_fields) do RAW[id] = rust.fetch_table end
 local function outside() raw_error("msg used outside its scan", 3) end
 local OUTSIDE = setmetatable({}, { __index = outside, __newindex = outside, __metatable = false })
 -- what a method looked up on a dead `msg` is: it raises when called

@@ -331,6 +331,41 @@ unsafe extern "C-unwind" fn fetch_scalar(l: *mut mlua::ffi::lua_State) -> std::f
     1
 }
 
+/// `fetch_table(id)`: the `msg` fields of `view::TABLE_FIELDS` when they need no records: an
+/// empty array, or the anomaly set. Record arrays with records go to the mlua function, as any
+/// argument does.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn fetch_table(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use super::view::{Arg, TableShape};
+    use mlua::ffi;
+    // SAFETY (whole body): see the comment above `raw_closure`. The names pushed are static;
+    // at most three slots (within LUA_MINSTACK).
+    unsafe {
+        let (_, data, id, arg) = field_call(l);
+        if !matches!(arg, Arg::None) {
+            return slow_call(l, 2);
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data.table_shape(id))) {
+            Ok(Some(TableShape::Empty)) => ffi::lua_createtable(l, 0, 0),
+            Ok(Some(TableShape::Set(names))) => {
+                ffi::lua_createtable(l, 0, std::ffi::c_int::try_from(names.len()).unwrap_or(0));
+                for a in names {
+                    let name = a.as_str();
+                    ffi::lua_pushlstring(l, name.as_ptr().cast(), name.len());
+                    ffi::lua_pushboolean(l, 1);
+                    ffi::lua_rawset(l, -3);
+                }
+            }
+            Ok(Some(TableShape::Records) | None) => return slow_call(l, 2),
+            Err(panic) => {
+                drop(panic);
+                raise(l, c"msg field failed (internal error)")
+            }
+        }
+        1
+    }
+}
+
 /// `fetch_array(id[, arg])`: the `msg` fields that are an array of plain values
 /// (`view::ARRAY_FIELDS`), built on the stack without mlua's call and `exec_raw`.
 #[allow(unsafe_code)]
@@ -1942,6 +1977,10 @@ fn build_state(
             "fetch_array",
             raw_closure(&lua, &ctx, &fetch, fetch_array, None),
         )?;
+        set(
+            "fetch_table",
+            raw_closure(&lua, &ctx, &fetch, fetch_table, None),
+        )?;
         for (name, id) in [
             ("header", HEADER_FIELD),
             ("raw_header", RAW_HEADER_FIELD),
@@ -1962,6 +2001,11 @@ fn build_state(
             .create_sequence_from(super::view::SCALAR_FIELDS.iter().copied())
             .map_err(lua_err)?;
         rust.raw_set("scalar_fields", scalar_fields)
+            .map_err(lua_err)?;
+        let table_fields = lua
+            .create_sequence_from(super::view::TABLE_FIELDS.iter().copied())
+            .map_err(lua_err)?;
+        rust.raw_set("table_fields", table_fields)
             .map_err(lua_err)?;
         let c = Rc::clone(&ctx);
         let stat = lua

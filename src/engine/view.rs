@@ -10,7 +10,7 @@ use mlua::{IntoLua, Lua, Result, Table, Value};
 use super::rawtable::{self, Field, Row};
 
 use crate::entities::{EmailRole, Entities, IpSource, IpText, UrlSource};
-use crate::message::{Anomalies, Envelope, ParsedMessage};
+use crate::message::{Anomalies, Anomaly, Envelope, ParsedMessage};
 use crate::shingle::{Kind, Shingle};
 use crate::store::{Counter, Counts, WindowCounts};
 
@@ -99,6 +99,22 @@ pub const SCALAR_FIELDS: &[u8] = &[
 /// The field ids whose values are arrays of plain values (`MessageData::array`); the prelude
 /// sends these to the raw `fetch_array`.
 pub const ARRAY_FIELDS: &[u8] = &[3, 4, 5, 9, 16, 17, 23, 37, 38, 39, 41];
+
+/// The field ids the raw `fetch_table` answers when it can (`MessageData::table_shape`): the
+/// anomaly set, and the record arrays when they are empty, as most messages' attachments and
+/// many messages' anchors are. Other record arrays go on to `fetch`.
+pub const TABLE_FIELDS: &[u8] = &[15, 18, 19, 21, 22];
+
+/// What the raw `fetch_table` pushes for a field of `TABLE_FIELDS`.
+#[derive(Debug)]
+pub enum TableShape<'s> {
+    /// An empty array.
+    Empty,
+    /// `{ [name] = true, ... }`.
+    Set(&'s [Anomaly]),
+    /// Records to build: left to `fetch`.
+    Records,
+}
 
 /// An array field's values as the raw `fetch_array` pushes them: strings are ranges of `text`,
 /// so both buffers are reused from call to call.
@@ -559,6 +575,24 @@ impl MessageData<'_> {
             }
             _ => return Ok(None),
         }))
+    }
+
+    /// How the raw `fetch_table` answers field `id` of `TABLE_FIELDS`; `None` for other ids.
+    pub fn table_shape(&self, id: u8) -> Option<TableShape<'_>> {
+        let e = self.entities;
+        let empty = match id {
+            15 => e.urls.is_empty(),
+            18 => e.anchors.is_empty(),
+            19 => e.ips.is_empty(),
+            21 => e.attachments.is_empty(),
+            22 => return Some(TableShape::Set(self.anomalies.as_slice())),
+            _ => return None,
+        };
+        Some(if empty {
+            TableShape::Empty
+        } else {
+            TableShape::Records
+        })
     }
 
     /// The value of field `id` (see the prelude), with its argument where it takes one.

@@ -114,6 +114,11 @@ impl Anomalies {
         self.0.is_empty()
     }
 
+    /// The anomalies found, in the order found.
+    pub fn as_slice(&self) -> &[Anomaly] {
+        &self.0
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = Anomaly> + '_ {
         self.0.iter().copied()
     }
