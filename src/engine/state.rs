@@ -1109,11 +1109,19 @@ unsafe extern "C-unwind" fn regex_count(l: *mut mlua::ffi::lua_State) -> std::ff
     unsafe { regex_call(l, RegexOp::Count) }
 }
 
+/// Which method `regex_call` runs.
 #[derive(Clone, Copy)]
 enum RegexOp {
     Match,
     Find,
     Count,
+}
+
+/// What `regex_call` found, by method.
+enum RegexFound {
+    Match(bool),
+    Find(Option<(usize, usize)>),
+    Count(usize),
 }
 
 /// `match`, `find` or `count` of a compiled regex, as its mlua function (upvalue 2) answers,
@@ -1142,36 +1150,36 @@ unsafe fn regex_call(l: *mut mlua::ffi::lua_State, op: RegexOp) -> std::ffi::c_i
             },
             _ => None,
         };
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match op {
-            RegexOp::Match => (usize::from(h.0.is_match(text)), None),
-            RegexOp::Find => match find_from(&h.0, text, init) {
-                (Some(s), Some(e)) => (s, Some(e)),
-                _ => (0, None),
-            },
-            RegexOp::Count => (h.count(text), None),
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match op {
+            RegexOp::Match => RegexFound::Match(h.0.is_match(text)),
+            RegexOp::Find => RegexFound::Find(match find_from(&h.0, text, init) {
+                (Some(s), Some(e)) => Some((s, e)),
+                _ => None,
+            }),
+            RegexOp::Count => RegexFound::Count(h.count(text)),
         }));
-        let Ok((a, b)) = r else {
-            drop(r);
+        let Ok(found) = found else {
+            drop(found);
             raise(l, c"regex search failed (internal error)")
         };
         let int = |n: usize| ffi::lua_Integer::try_from(n).unwrap_or(ffi::lua_Integer::MAX);
-        match op {
-            RegexOp::Match => {
-                ffi::lua_pushboolean(l, std::ffi::c_int::from(a != 0));
+        match found {
+            RegexFound::Match(m) => {
+                ffi::lua_pushboolean(l, std::ffi::c_int::from(m));
                 1
             }
-            RegexOp::Count => {
-                ffi::lua_pushinteger(l, int(a));
+            RegexFound::Count(n) => {
+                ffi::lua_pushinteger(l, int(n));
                 1
             }
-            RegexOp::Find => {
-                if let Some(e) = b {
-                    ffi::lua_pushinteger(l, int(a));
-                    ffi::lua_pushinteger(l, int(e));
-                } else {
-                    ffi::lua_pushnil(l);
-                    ffi::lua_pushnil(l);
-                }
+            RegexFound::Find(Some((s, e))) => {
+                ffi::lua_pushinteger(l, int(s));
+                ffi::lua_pushinteger(l, int(e));
+                2
+            }
+            RegexFound::Find(None) => {
+                ffi::lua_pushnil(l);
+                ffi::lua_pushnil(l);
                 2
             }
         }
@@ -1992,21 +2000,17 @@ fn build_state(
             )?;
         }
         set("fetch", Ok(fetch))?;
-        let array_fields = lua
-            .create_sequence_from(super::view::ARRAY_FIELDS.iter().copied())
-            .map_err(lua_err)?;
-        rust.raw_set("array_fields", array_fields)
-            .map_err(lua_err)?;
-        let scalar_fields = lua
-            .create_sequence_from(super::view::SCALAR_FIELDS.iter().copied())
-            .map_err(lua_err)?;
-        rust.raw_set("scalar_fields", scalar_fields)
-            .map_err(lua_err)?;
-        let table_fields = lua
-            .create_sequence_from(super::view::TABLE_FIELDS.iter().copied())
-            .map_err(lua_err)?;
-        rust.raw_set("table_fields", table_fields)
-            .map_err(lua_err)?;
+        // the field ids each raw fetch answers, for the prelude
+        for (name, ids) in [
+            ("array_fields", super::view::ARRAY_FIELDS),
+            ("scalar_fields", super::view::SCALAR_FIELDS),
+            ("table_fields", super::view::TABLE_FIELDS),
+        ] {
+            let ids = lua
+                .create_sequence_from(ids.iter().copied())
+                .map_err(lua_err)?;
+            rust.raw_set(name, ids).map_err(lua_err)?;
+        }
         let c = Rc::clone(&ctx);
         let stat = lua
             .create_function(move |_, (k, w, how): (Value, Value, Value)| {
