@@ -37,8 +37,13 @@ fn main() {
         "prepare", "parse", "entities", "shingles", "lookups", "rules", "updates",
     ];
     let mut t = [Duration::ZERO; 7];
+    // The same message through `ScanWorker::scan` as the daemon runs it (analysis, lookups,
+    // rules, verdict, the update list): the check on the sum of the stages above.
+    let mut whole = Duration::ZERO;
     let mut rule_times = Vec::with_capacity(rounds * corpus.len());
     let mut n = 0usize;
+    // STAGE_TOP=N: print the N messages whose parse, entities and rules took longest.
+    let mut msg_times = Vec::new();
     // STAGE_THRASH_MB=N: before each message, write one byte of every cache line of an N MiB
     // buffer, so that each scan starts with cold caches, as it does on a machine busy with other
     // processes (an MTA's): 64 evicts this machine's 32 MiB L3.
@@ -102,7 +107,14 @@ fn main() {
             {
                 t[i] += *b - *a;
             }
+            whole += s7a - s6;
             rule_times.push(s6 - s5);
+            msg_times.push((
+                s6 - s5 + (s3 - s1),
+                [s2 - s1, s3 - s2, s6 - s5],
+                format!("{}/{}", m.label, m.name),
+                m.raw.len(),
+            ));
         }
     }
     let msgs = (rounds * corpus.len()) as f64;
@@ -114,6 +126,34 @@ fn main() {
         "total {:.1} µs/msg, {:.0} msgs/s ({n} hits)",
         total.as_secs_f64() * 1e6 / msgs,
         msgs / total.as_secs_f64()
+    );
+    let top: usize = std::env::var("STAGE_TOP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if top > 0 {
+        msg_times.sort_by(|a, b| b.cmp(a));
+        let all: Duration = msg_times.iter().map(|m| m.0).sum();
+        let shown: Duration = msg_times.iter().take(top).map(|m| m.0).sum();
+        let us = |d: &Duration| d.as_secs_f64() * 1e6;
+        println!(
+            "top {top} messages by parse + entities + rules ({:.1}% of that time):",
+            100.0 * shown.as_secs_f64() / all.as_secs_f64()
+        );
+        for (d, [p, e, r], name, len) in msg_times.iter().take(top) {
+            println!(
+                "  {:8.1} µs (parse {:.1}, entities {:.1}, rules {:.1}) {len:8} bytes  {name}",
+                us(d),
+                us(p),
+                us(e),
+                us(r)
+            );
+        }
+    }
+    println!(
+        "ScanWorker::scan {:.1} µs/msg (+ prepare and updates above: {:.0} msgs/s)",
+        whole.as_secs_f64() * 1e6 / msgs,
+        msgs / (whole + t[0] + t[6]).as_secs_f64()
     );
     rule_times.sort();
     let q = |p: f64| rule_times[((rule_times.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
