@@ -71,21 +71,11 @@ pub fn normalize_into(input: &str, mixed: &mut Vec<String>) -> String {
         // End of the plain run so far: its last token ended at `plain_end`.
         let mut plain_end = start;
         loop {
-            // Eight bytes at a time while they are printable tokens with single spaces between
-            // them, ending mid-token: what the byte loop below would walk through, at a third
-            // of its instructions on ordinary text.
-            while let Some(chunk) = bytes.get(i..i + 8) {
-                let x = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-                let spaces = space_bytes(x);
-                if !all_in_space_to_tilde(x) || spaces & (spaces >> 8) != 0 || spaces >> 63 != 0 {
-                    break;
-                }
-                if spaces != 0 {
-                    // The last space in the chunk ends its token.
-                    plain_end = i + (63 - spaces.leading_zeros() as usize) / 8;
-                }
-                i += 8;
+            let (next, last_space) = skip_plain_chunks(bytes, i);
+            if let Some(space) = last_space {
+                plain_end = space;
             }
+            i = next;
             while i < len && class(i) == PRINTABLE {
                 i += 1;
             }
@@ -126,6 +116,26 @@ pub fn normalize_into(input: &str, mixed: &mut Vec<String>) -> String {
     // Unicode tokens are already case-folded, so this touches only the copied ASCII.
     n.out.make_ascii_lowercase();
     n.out
+}
+
+/// From `i`, inside a token of printable ASCII, skips eight bytes at a time while they are
+/// printable tokens with single spaces between them, ending mid-token: what a byte loop over
+/// such a run would walk through, at a third of its instructions on ordinary text. Returns where
+/// it stopped and the last space it skipped (which ends a token).
+pub(super) fn skip_plain_chunks(bytes: &[u8], mut i: usize) -> (usize, Option<usize>) {
+    let mut last_space = None;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let x = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+        let spaces = space_bytes(x);
+        if !all_in_space_to_tilde(x) || spaces & (spaces >> 8) != 0 || spaces >> 63 != 0 {
+            break;
+        }
+        if spaces != 0 {
+            last_space = Some(i + (63 - spaces.leading_zeros() as usize) / 8);
+        }
+        i += 8;
+    }
+    (i, last_space)
 }
 
 const LOW_BITS: u64 = 0x0101_0101_0101_0101;
