@@ -22,4 +22,4 @@ TOML
 cp vendor/mail-parser-tests.lock "$work/mail-parser/Cargo.lock"
 cd "$work/mail-parser"
 CARGO_TARGET_DIR="$work/target" cargo test --locked --lib --features serde,full_encoding -- \
-    decoders:: parsers::fields::raw
+    decoders:: parsers::fields::raw core::header::patch6_tests

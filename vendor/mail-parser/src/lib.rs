@@ -18,7 +18,11 @@ use std::{borrow::Cow, collections::HashMap, hash::Hash, net::IpAddr};
 #[derive(Debug, PartialEq, Eq, Clone)]
 #[allow(unpredictable_function_pointer_comparisons)]
 pub struct MessageParser {
-    pub(crate) header_map: HashMap<HeaderName<'static>, HdrParseFnc>,
+    pub(crate) header_map: HashMap<
+        HeaderName<'static>,
+        HdrParseFnc,
+        std::hash::BuildHasherDefault<crate::core::header::NameHasher>,
+    >,
     pub(crate) def_hdr_parse_fnc: HdrParseFnc,
 }
 
@@ -254,6 +258,10 @@ macro_rules! header_names {
                 }
             }
         }
+
+        /// shrike patch 6: every known name, for the test of `HeaderName`'s `eq` and hash.
+        #[cfg(test)]
+        pub(crate) const ALL_HEADER_NAMES: &[&str] = &[$($name,)+];
 
         pub(crate) fn header_map(name: &[u8]) -> Option<HeaderName<'static>> {
             hashify::tiny_map!(name,

@@ -253,7 +253,8 @@ impl PartialEq for HeaderName<'_> {
         match (self, other) {
             (Self::Other(a), Self::Other(b)) => a.eq_ignore_ascii_case(b),
             (Self::Other(_), _) | (_, Self::Other(_)) => false,
-            _ => self.id() == other.id(),
+            // shrike patch 6: the variant's tag (repr(u8)) instead of two `id()` matches
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
         }
     }
 }
@@ -272,6 +273,31 @@ impl Hash for HeaderName<'_> {
 }
 
 impl Eq for HeaderName<'_> {}
+
+/// shrike patch 6: the hasher of `MessageParser::header_map`, looked up once per header of every
+/// message: FNV-1a over the bytes `HeaderName::hash` writes (a tag, or a lower-cased custom
+/// name), with a final multiply so the table's bucket and tag bits both vary. SipHash took
+/// ~140 instructions a lookup. The map holds only the parser's configured names, so a header
+/// name chosen to collide costs a longer probe of a ~30-entry table, nothing more.
+pub(crate) struct NameHasher(u64);
+
+impl Default for NameHasher {
+    fn default() -> Self {
+        NameHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for NameHasher {
+    fn finish(&self) -> u64 {
+        (self.0 ^ (self.0 >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
 
 impl<'x> From<HeaderName<'x>> for u8 {
     fn from(name: HeaderName<'x>) -> Self {
@@ -939,5 +965,59 @@ impl Display for TlsVersion {
 impl Display for HeaderName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.as_str())
+    }
+}
+
+/// shrike patch 6: `eq` by tag and `NameHasher` against the original definitions.
+#[cfg(test)]
+mod patch6_tests {
+    use super::*;
+    use std::hash::{BuildHasher, BuildHasherDefault};
+
+    /// `eq` as mail-parser 0.11.9 defined it.
+    fn original_eq(a: &HeaderName<'_>, b: &HeaderName<'_>) -> bool {
+        match (a, b) {
+            (HeaderName::Other(a), HeaderName::Other(b)) => a.eq_ignore_ascii_case(b),
+            (HeaderName::Other(_), _) | (_, HeaderName::Other(_)) => false,
+            _ => a.id() == b.id(),
+        }
+    }
+
+    #[test]
+    fn header_names_compare_and_hash_as_before() {
+        let mut spellings: Vec<String> = Vec::new();
+        for name in crate::ALL_HEADER_NAMES {
+            spellings.push(name.to_string());
+            spellings.push(name.to_ascii_uppercase());
+        }
+        for other in ["X-Custom", "x-custom", "X-Other", "Subjects", ""] {
+            spellings.push(other.to_string());
+        }
+        let names: Vec<HeaderName<'_>> = spellings
+            .iter()
+            .map(|s| {
+                crate::header_map(s.to_ascii_lowercase().as_bytes())
+                    .unwrap_or(HeaderName::Other(s.as_str().into()))
+            })
+            .collect();
+        assert_eq!(
+            names.iter().filter(|n| !matches!(n, HeaderName::Other(_))).count(),
+            2 * crate::ALL_HEADER_NAMES.len()
+        );
+        let hasher = BuildHasherDefault::<NameHasher>::default();
+        for a in &names {
+            for b in &names {
+                assert_eq!(a == b, original_eq(a, b), "{a:?} {b:?}");
+                if a == b {
+                    assert_eq!(hasher.hash_one(a), hasher.hash_one(b), "{a:?} {b:?}");
+                }
+            }
+        }
+        // The parser's own map finds every configured name.
+        let parser = crate::MessageParser::new().with_mime_headers().with_date_headers();
+        for name in [HeaderName::ContentType, HeaderName::Date, HeaderName::ResentDate] {
+            assert!(parser.header_map.contains_key(&name), "{name:?}");
+        }
+        assert!(!parser.header_map.contains_key(&HeaderName::Subject));
     }
 }
