@@ -68,12 +68,20 @@ pub fn sketch(normalized: &str) -> Vec<u64> {
         .collect()
 }
 
-/// ASCII letters and digits.
-static ASCII_WORD: [bool; 128] = {
-    let mut table = [false; 128];
+/// Byte classes: an ASCII separator, an ASCII letter or digit, the start or continuation of a
+/// multi-byte character (decoded to ask Unicode).
+const SEP: u8 = 0;
+const WORD: u8 = 1;
+const NON_ASCII: u8 = 2;
+static CLASS: [u8; 256] = {
+    let mut table = [NON_ASCII; 256];
     let mut b = 0;
     while b < 128 {
-        table[b] = (b as u8).is_ascii_alphanumeric();
+        table[b] = if (b as u8).is_ascii_alphanumeric() {
+            WORD
+        } else {
+            SEP
+        };
         b += 1;
     }
     table
@@ -90,7 +98,7 @@ fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
     let class = |i: usize| -> (bool, usize) {
         let b = bytes[i];
         if b < 0x80 {
-            (ASCII_WORD[usize::from(b)], 1)
+            (CLASS[usize::from(b)] == WORD, 1)
         } else {
             let c = text[i..].chars().next().unwrap_or(' ');
             (c.is_alphanumeric(), c.len_utf8())
@@ -100,38 +108,34 @@ fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
     while i < bytes.len() {
         // Separators.
         loop {
-            if i >= bytes.len() {
+            let Some(&b) = bytes.get(i) else {
                 return;
-            }
-            let b = bytes[i];
-            if b < 0x80 {
-                if ASCII_WORD[usize::from(b)] {
-                    break;
+            };
+            match CLASS[usize::from(b)] {
+                SEP => i += 1,
+                WORD => break,
+                _ => {
+                    let (word, width) = class(i);
+                    if word {
+                        break;
+                    }
+                    i += width;
                 }
-                i += 1;
-            } else {
-                let (word, width) = class(i);
-                if word {
-                    break;
-                }
-                i += width;
             }
         }
         // A word.
         let start = i;
-        while i < bytes.len() {
-            let b = bytes[i];
-            if b < 0x80 {
-                if !ASCII_WORD[usize::from(b)] {
-                    break;
+        while let Some(&b) = bytes.get(i) {
+            match CLASS[usize::from(b)] {
+                WORD => i += 1,
+                SEP => break,
+                _ => {
+                    let (word, width) = class(i);
+                    if !word {
+                        break;
+                    }
+                    i += width;
                 }
-                i += 1;
-            } else {
-                let (word, width) = class(i);
-                if !word {
-                    break;
-                }
-                i += width;
             }
         }
         if !f(&text[start..i]) {
@@ -200,6 +204,35 @@ mod tests {
             true
         });
         assert_eq!(words, ["héllo", "wörld", "ok", "42x"]);
+    }
+
+    /// Words of random texts as `for_each_word` finds them and as a split by characters does.
+    #[test]
+    fn words_split_like_a_split_by_characters() {
+        let pieces = [
+            "a", "word", "Caps", "42", " ", "  ", ",", "-", "\n", "é", "wörld", "—", "\u{a0}",
+            "日本", "x.y", "\x01", "\u{200B}", "\u{7f}", "_",
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = (x % 40) as usize;
+            let text: String = (0..n)
+                .map(|k| pieces[((x >> (k % 50)) as usize + k * 7) % pieces.len()])
+                .collect();
+            let mut words = Vec::new();
+            for_each_word(&text, |w| {
+                words.push(w.to_string());
+                true
+            });
+            let expect: Vec<&str> = text
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect();
+            assert_eq!(words, expect, "{text:?}");
+        }
     }
 
     #[test]
