@@ -40,6 +40,8 @@ fn main() {
     // The same message through `ScanWorker::scan` as the daemon runs it (analysis, lookups,
     // rules, verdict, the update list): the check on the sum of the stages above.
     let mut whole = Duration::ZERO;
+    // The Lua state's heap at its largest, after a message's rules.
+    let mut lua_peak = 0usize;
     let mut rule_times = Vec::with_capacity(rounds * corpus.len());
     let mut n = 0usize;
     // STAGE_TOP=N: print the N messages whose parse, entities and rules took longest.
@@ -86,6 +88,7 @@ fn main() {
                 reputation_window: 3,
             };
             let outcome = worker.rules().run(&data, n as u64);
+            lua_peak = lua_peak.max(worker.rules().memory());
             n += outcome.hits.len();
             let s6 = Instant::now();
             // The store update as the scan records it (verdict included).
@@ -154,6 +157,11 @@ fn main() {
         "ScanWorker::scan {:.1} µs/msg (+ prepare and updates above: {:.0} msgs/s)",
         whole.as_secs_f64() * 1e6 / msgs,
         msgs / (whole + t[0] + t[6]).as_secs_f64()
+    );
+    println!(
+        "Lua heap after a message's rules: at most {} KiB (now {} KiB)",
+        lua_peak >> 10,
+        worker.rules().memory() >> 10
     );
     rule_times.sort();
     let q = |p: f64| rule_times[((rule_times.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
