@@ -146,7 +146,7 @@ fn all_in_space_to_tilde(x: u64) -> bool {
     // A byte below 0x20 borrows into its high bit; a byte above 0x7e carries into it (or has
     // it set already). Exact as an any-test (Hacker's Delight / "Bit Twiddling Hacks").
     let below = x.wrapping_sub(LOW_BITS * 0x20) & !x;
-    let above = x.wrapping_add(LOW_BITS * (0x7f - 0x7e)) | x;
+    let above = x.wrapping_add(LOW_BITS) | x; // + (0x7f - 0x7e) in every byte
     (below | above) & HIGH_BITS == 0
 }
 
