@@ -334,6 +334,7 @@ mod tests {
     /// `plain_ldh` against the five-pass test it replaced, on random names.
     #[test]
     fn plain_ldh_agrees_with_the_label_checks() {
+        use crate::testing::{pick, xorshift};
         fn by_passes(raw: &str) -> bool {
             let last = raw.rsplit('.').next().unwrap_or_default();
             !raw.is_empty()
@@ -352,13 +353,8 @@ mod tests {
         ];
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
         for _ in 0..50_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let n = (x % 8) as usize;
-            let host: String = (0..n)
-                .map(|k| pieces[((x >> (7 * k)) % pieces.len() as u64) as usize])
-                .collect();
+            let n = xorshift(&mut x) % 8;
+            let host = pick(&mut x, &pieces, n);
             assert_eq!(plain_ldh(&host), by_passes(&host), "{host:?}");
         }
     }

@@ -209,19 +209,15 @@ mod tests {
     /// Words of random texts as `for_each_word` finds them and as a split by characters does.
     #[test]
     fn words_split_like_a_split_by_characters() {
+        use crate::testing::{pick, xorshift};
         let pieces = [
             "a", "word", "Caps", "42", " ", "  ", ",", "-", "\n", "é", "wörld", "—", "\u{a0}",
             "日本", "x.y", "\x01", "\u{200B}", "\u{7f}", "_",
         ];
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let n = (x % 40) as usize;
-            let text: String = (0..n)
-                .map(|k| pieces[((x >> (k % 50)) as usize + k * 7) % pieces.len()])
-                .collect();
+            let n = xorshift(&mut x) % 40;
+            let text = pick(&mut x, &pieces, n);
             let mut words = Vec::new();
             for_each_word(&text, |w| {
                 words.push(w.to_string());
