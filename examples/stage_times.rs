@@ -93,9 +93,9 @@ fn main() {
                 reputation_window: 3,
             };
             let outcome = worker.rules().run(&data, n as u64);
-            lua_peak = lua_peak.max(worker.rules().memory());
             n += outcome.hits.len();
             let s6 = Instant::now();
+            lua_peak = lua_peak.max(worker.rules().memory());
             // The store update as the scan records it (verdict included).
             let scanned = worker.scan(&input, &env);
             let s7a = Instant::now();

@@ -365,10 +365,6 @@ impl Extractor {
                 url::Found::Url(u) => self.url(u, source, None),
                 url::Found::Email(e) => self.email(e, None, EmailRole::Body),
             }
-            // Nothing more can be added: the rest of the text is not worth scanning.
-            if self.urls_full() && self.out.emails.len() >= MAX_EMAILS {
-                return;
-            }
         }
     }
 
