@@ -1,7 +1,8 @@
 //! Runs only the Lua rules over pre-analyzed corpus messages: the target for instruction counts
 //! of the rules engine without the scan core around it.
 //! `valgrind --tool=callgrind --toggle-collect=rules_profile::measured target/release/examples/rules_profile 1 5`
-//! (ROUNDS, STRIDE: every STRIDE-th message; RULES_DIR optional third argument). Prints the
+//! (ROUNDS, STRIDE: every STRIDE-th message; RULES_DIR optional third argument; PROFILE_ONLY
+//! and PROFILE_BAND below choose messages). Prints the
 //! rules' wall time per message too (noisy on a shared machine; compare instruction counts).
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)]
@@ -33,7 +34,14 @@ fn main() {
     let location = args
         .next()
         .map_or(RuleLocation::Embedded, |d| RuleLocation::Dir(d.into()));
-    let corpus: Vec<_> = common::load_corpus().into_iter().step_by(stride).collect();
+    // PROFILE_ONLY=TEXT: only the messages whose "label/name" contains TEXT (one message's rules
+    // under callgrind: `PROFILE_ONLY=ham/00670 ... rules_profile 1 1`).
+    let only = std::env::var("PROFILE_ONLY").unwrap_or_default();
+    let corpus: Vec<_> = common::load_corpus()
+        .into_iter()
+        .filter(|m| format!("{}/{}", m.label, m.name).contains(&only))
+        .step_by(stride)
+        .collect();
     let config = Config::default();
     let store: Arc<dyn ReputationStore> =
         Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());

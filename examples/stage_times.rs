@@ -42,6 +42,8 @@ fn main() {
     let mut whole = Duration::ZERO;
     // The Lua state's heap at its largest, after a message's rules.
     let mut lua_peak = 0usize;
+    // The rules' times of the messages during whose rules the Lua heap shrank.
+    let mut shrank: Vec<Duration> = Vec::new();
     let mut rule_times = Vec::with_capacity(rounds * corpus.len());
     let mut n = 0usize;
     // STAGE_TOP=N: print the N messages whose parse, entities and rules took longest.
@@ -68,6 +70,8 @@ fn main() {
                 thrash[i] = thrash[i].wrapping_add(1);
             }
             std::hint::black_box(&mut thrash);
+            // (read here, outside the timed stages: nothing runs Lua before this message's rules)
+            let heap_before = worker.rules().memory();
             let s0 = Instant::now();
             let input = prepare(&m.raw, limits);
             let s1 = Instant::now();
@@ -95,7 +99,12 @@ fn main() {
             let outcome = worker.rules().run(&data, n as u64);
             n += outcome.hits.len();
             let s6 = Instant::now();
-            lua_peak = lua_peak.max(worker.rules().memory());
+            let heap_after = worker.rules().memory();
+            lua_peak = lua_peak.max(heap_after);
+            // The Lua heap shrank: the collector finished a cycle in this message's rules.
+            if heap_after < heap_before {
+                shrank.push(s6 - s5);
+            }
             // The store update as the scan records it (verdict included).
             let scanned = worker.scan(&input, &env);
             let s7a = Instant::now();
@@ -165,6 +174,13 @@ fn main() {
         "Lua heap after a message's rules: at most {} KiB (now {} KiB)",
         lua_peak >> 10,
         worker.rules().memory() >> 10
+    );
+    let shrank_sum: Duration = shrank.iter().sum();
+    println!(
+        "rules in which the Lua heap shrank: {} messages, {:.1} µs each on average ({:.1} µs/msg of all)",
+        shrank.len(),
+        shrank_sum.as_secs_f64() * 1e6 / shrank.len().max(1) as f64,
+        shrank_sum.as_secs_f64() * 1e6 / msgs
     );
     rule_times.sort();
     let q = |p: f64| rule_times[((rule_times.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;

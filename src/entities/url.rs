@@ -132,6 +132,11 @@ pub fn canonicalize(raw: &str) -> Option<CanonicalUrl> {
     if raw.is_empty() || raw.len() > 8192 {
         return None;
     }
+    plain_url(raw).unwrap_or_else(|| parsed_url(raw))
+}
+
+/// `canonicalize` by the WHATWG parser: for every URL `plain_url` does not take.
+fn parsed_url(raw: &str) -> Option<CanonicalUrl> {
     let parsed = match scheme_of(raw) {
         Some(scheme) => {
             if !matches!(scheme.as_str(), "http" | "https" | "ftp" | "hxxp" | "hxxps") {
@@ -157,6 +162,143 @@ pub fn canonicalize(raw: &str) -> Option<CanonicalUrl> {
     };
     from_parsed(parsed)
 }
+
+/// The canonical form of a plain URL without the WHATWG parser (~5 k instructions a URL):
+/// `http://` or `https://` (any case), or no scheme at all, then a host of letters, digits and
+/// hyphens (`plain_ldh`, no `xn--` label), then a path and query of characters the parser keeps
+/// as they are, without dot segments. Its form is then the text itself with the scheme and host
+/// lower-cased, "/" for an empty path and the fragment dropped. `None` for anything else, which
+/// goes to the parser; `Some(None)` for a scheme-less host without a known public suffix.
+/// `plain_urls_agree_with_the_parser` checks it against the parser on random URLs.
+fn plain_url(raw: &str) -> Option<Option<CanonicalUrl>> {
+    let b = raw.as_bytes();
+    let (scheme, rest) = match b.iter().position(|&c| c == b':') {
+        Some(5) if b[..5].eq_ignore_ascii_case(b"https") => ("https", &raw[5..]),
+        Some(4) if b[..4].eq_ignore_ascii_case(b"http") => ("http", &raw[4..]),
+        // A colon further on (a port, a scheme-less URL's query) or another scheme: the parser.
+        Some(_) => return None,
+        None => ("", raw),
+    };
+    let rest = if scheme.is_empty() {
+        rest.strip_prefix("//").unwrap_or(rest)
+    } else {
+        rest.strip_prefix("://")?
+    };
+    let host_end = rest
+        .bytes()
+        .position(|c| matches!(c, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    let (host, tail) = rest.split_at(host_end);
+    if !plain_ldh(host) {
+        return None;
+    }
+    // One pass over path and query, up to the fragment.
+    let t = tail.as_bytes();
+    let mut end = t.len();
+    let mut query = None;
+    let mut segment = 0;
+    let dots = |seg: &[u8]| seg == b"." || seg == b"..";
+    for (i, &c) in t.iter().enumerate() {
+        match c {
+            b'#' => {
+                end = i;
+                break;
+            }
+            _ if query.is_some() => {
+                if !(PLAIN_PATH[usize::from(c)] || c == b'?') || c == b'\'' {
+                    return None;
+                }
+            }
+            b'?' => {
+                if dots(&t[segment..i]) {
+                    return None;
+                }
+                query = Some(i);
+            }
+            b'/' => {
+                if dots(&t[segment..i]) {
+                    return None;
+                }
+                segment = i + 1;
+            }
+            // "%2e" is a dot to the parser: a dot segment, maybe.
+            b'%' if t.get(i + 1) == Some(&b'2') && matches!(t.get(i + 2), Some(b'e' | b'E')) => {
+                return None;
+            }
+            _ if !PLAIN_PATH[usize::from(c)] => return None,
+            _ => {}
+        }
+    }
+    if query.is_none() && dots(&t[segment..end]) {
+        return None;
+    }
+    let tail = &tail[..end];
+    let (path, query) = match query {
+        Some(q) => (&tail[..q], Some(&tail[q + 1..])),
+        None => (tail, None),
+    };
+    // IDNA checks an "xn--" label's punycode: the parser.
+    let host = host.to_ascii_lowercase();
+    if host.starts_with("xn--") || host.contains(".xn--") {
+        return None;
+    }
+    if scheme.is_empty() && !has_known_suffix(&host) {
+        return Some(None);
+    }
+    let scheme = if scheme.is_empty() { "http" } else { scheme };
+    let mut url = String::with_capacity(scheme.len() + 4 + host.len() + tail.len());
+    url.push_str(scheme);
+    url.push_str("://");
+    url.push_str(&host);
+    if path.is_empty() {
+        url.push('/');
+    }
+    url.push_str(path);
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    Some(Some(CanonicalUrl {
+        url,
+        domain: registrable_domain(&host),
+        host,
+        ip: None,
+    }))
+}
+
+/// Bytes the WHATWG parser keeps as they are in a path (and, but for the apostrophe, in the
+/// query of a web URL): letters, digits and `-._~!$&'()*+,;=:@/%`.
+static PLAIN_PATH: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+                    | b'/'
+                    | b'%'
+            );
+        c += 1;
+    }
+    t
+};
 
 fn from_parsed(mut u: url::Url) -> Option<CanonicalUrl> {
     u.set_fragment(None);
@@ -356,6 +498,112 @@ mod tests {
             let n = xorshift(&mut x) % 8;
             let host = pick(&mut x, &pieces, n);
             assert_eq!(plain_ldh(&host), by_passes(&host), "{host:?}");
+        }
+    }
+
+    /// `plain_url` gives what the parser gives, on random URLs built from pieces that are
+    /// plain and pieces that are not, and takes the common forms.
+    #[test]
+    fn plain_urls_agree_with_the_parser() {
+        use crate::testing::{pick, xorshift};
+        let plain_schemes = ["http://", "https://", "HTTP://", "hTTpS://", "", "//"];
+        let odd_schemes = [
+            "ftp://",
+            "hxxp://",
+            "http:",
+            "http:/",
+            "https:\\\\",
+            "mailto:",
+            "http:///",
+        ];
+        // Pieces the fast path takes, and pieces it must leave to the parser (one in ten).
+        let plain_hosts = [
+            "a", "Ex", "-", "0", "9", "com", "co", "uk", "ff", "0x", "xn", "b-c",
+        ];
+        let odd_hosts = [
+            ".",
+            "xn--",
+            "xn--bcher-kva",
+            "XN--80ak",
+            "_",
+            "é",
+            "@",
+            ":",
+            ":80",
+            ":8080",
+            "[",
+            "%41",
+            " ",
+            "\t",
+            "..",
+        ];
+        let plain_tails = [
+            "/", "a", "Z", "0", "%20", "%zz", "%", ".", "..", "/.", "/..", "?", "#", "&", "=", "'",
+            "~", "!", "$", "(", ")", "*", "+", ",", ";", ":", "@", "-", "_", "%2", "e",
+        ];
+        let odd_tails = [
+            "%2e", "%2E", "\"", "<", ">", "`", "{", "}", "|", "^", "[", "]", "\\", " ", "\t", "\n",
+            "é",
+        ];
+        let mut piece = |x: &mut u64, plain: &[&str], odd: &[&str]| {
+            if xorshift(x) % 10 == 0 {
+                pick(x, odd, 1)
+            } else {
+                pick(x, plain, 1)
+            }
+        };
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut taken = 0;
+        for _ in 0..200_000 {
+            let mut raw = piece(&mut x, &plain_schemes, &odd_schemes);
+            let labels = 1 + xorshift(&mut x) % 3;
+            for i in 0..labels {
+                if i > 0 {
+                    raw.push('.');
+                }
+                for _ in 0..1 + xorshift(&mut x) % 2 {
+                    raw.push_str(&piece(&mut x, &plain_hosts, &odd_hosts));
+                }
+            }
+            if xorshift(&mut x) % 2 == 0 {
+                raw.push_str(&pick(
+                    &mut x,
+                    &[".com", ".org", ".co.uk", ".example", ".zz"],
+                    1,
+                ));
+            }
+            for _ in 0..xorshift(&mut x) % 10 {
+                raw.push_str(&piece(&mut x, &plain_tails, &odd_tails));
+            }
+            let raw = raw.trim();
+            if raw.is_empty() {
+                continue;
+            }
+            if let Some(fast) = plain_url(raw) {
+                taken += 1;
+                assert_eq!(fast, parsed_url(raw), "{raw:?}");
+            }
+        }
+        // The plain forms are common enough in the pieces to be tested many times.
+        assert!(taken > 20_000, "{taken}");
+        for raw in [
+            "http://Example.COM",
+            "https://www.example.co.uk/a/b.html?x=1&y=%20z",
+            "HTTP://A.B.EXAMPLE.COM.AU/x#frag",
+            "www.example.com/path",
+            "example.net/offer?id=7",
+            "//cdn.example.org/i.gif",
+            "http://a.example/?",
+            "http://a.example/~user/(1)*+,;=:@!$&'",
+            "https://a.example/p?q=a?b/c&d=e",
+        ] {
+            let fast = plain_url(raw).unwrap_or_else(|| panic!("{raw} not plain"));
+            assert!(fast.is_some(), "{raw}");
+            assert_eq!(fast, parsed_url(raw), "{raw}");
+        }
+        for raw in ["file.txt", "report.pdf"] {
+            assert_eq!(plain_url(raw), Some(None), "{raw}");
+            assert_eq!(parsed_url(raw), None, "{raw}");
         }
     }
 
