@@ -291,7 +291,7 @@ impl Extractor {
                 .get(header.offset_field as usize..header.offset_end as usize)
                 .map(crate::message::utf8_lossy) // borrows when valid
                 .unwrap_or_default();
-            let text = raw.split_once(':').map_or(raw.as_ref(), |(_, v)| v);
+            let text = memchr::memchr(b':', raw.as_bytes()).map_or(raw.as_ref(), |i| &raw[i + 1..]);
             if let Some((ip, host)) = received::sender(text) {
                 self.out.ips.push(IpEntity {
                     ip,

@@ -26,8 +26,8 @@ pub fn sender(text: &str) -> Option<(IpAddr, Option<String>)> {
         .split(|c: char| c.is_whitespace() || c == '(')
         .find(|t| !t.is_empty())
         .unwrap_or_default();
-    let ip = bracketed_ip(clause, '[', ']')
-        .or_else(|| bracketed_ip(clause, '(', ')'))
+    let ip = bracketed_ip(clause, b'[', b']')
+        .or_else(|| bracketed_ip(clause, b'(', b')'))
         .or_else(|| parse_ip(host_token))?;
     let host = host_token
         .trim_matches(|c| c == '[' || c == ']')
@@ -52,11 +52,12 @@ fn helo_name(clause: &str) -> Option<String> {
 
 /// The first IP literal between `open` and `close`, looking at each bracket's last word (so
 /// `(rdns.example [192.0.2.1])` and `(198.51.100.7)` both work).
-fn bracketed_ip(clause: &str, open: char, close: char) -> Option<IpAddr> {
+fn bracketed_ip(clause: &str, open: u8, close: u8) -> Option<IpAddr> {
     let mut rest = clause;
-    while let Some(start) = rest.find(open) {
+    // (memchr: `str::find` of a char costs ~170 instructions a call on these short clauses)
+    while let Some(start) = memchr::memchr(open, rest.as_bytes()) {
         let after = &rest[start + 1..];
-        let end = after.find(close).unwrap_or(after.len());
+        let end = memchr::memchr(close, after.as_bytes()).unwrap_or(after.len());
         let inner = &after[..end];
         let found = inner
             .split(|c: char| c.is_whitespace() || c == '[' || c == ']' || c == '(' || c == ')')
@@ -81,7 +82,7 @@ fn parse_ip(word: &str) -> Option<IpAddr> {
         .get(..5)
         .filter(|p| p.eq_ignore_ascii_case("ipv6:"))
         .map_or(word, |_| &word[5..]);
-    let word = word.split('%').next().unwrap_or(word); // zone ids
+    let word = &word[..memchr::memchr(b'%', word.as_bytes()).unwrap_or(word.len())]; // zone ids
     word.parse().ok()
 }
 
