@@ -204,11 +204,12 @@ fn plain_url(raw: &str) -> Option<Option<CanonicalUrl>> {
                 end = i;
                 break;
             }
-            _ if query.is_some() => {
-                if !(PLAIN_PATH[usize::from(c)] || c == b'?') || c == b'\'' {
-                    return None;
-                }
+            // In the query: the path's characters and "?", but no apostrophe (the parser
+            // percent-encodes it in a web URL's query).
+            _ if query.is_some() && (!(PLAIN_PATH[usize::from(c)] || c == b'?') || c == b'\'') => {
+                return None;
             }
+            _ if query.is_some() => {}
             b'?' => {
                 if dots(&t[segment..i]) {
                     return None;
@@ -545,8 +546,8 @@ mod tests {
             "%2e", "%2E", "\"", "<", ">", "`", "{", "}", "|", "^", "[", "]", "\\", " ", "\t", "\n",
             "é",
         ];
-        let mut piece = |x: &mut u64, plain: &[&str], odd: &[&str]| {
-            if xorshift(x) % 10 == 0 {
+        let piece = |x: &mut u64, plain: &[&str], odd: &[&str]| {
+            if xorshift(x).is_multiple_of(10) {
                 pick(x, odd, 1)
             } else {
                 pick(x, plain, 1)
@@ -565,7 +566,7 @@ mod tests {
                     raw.push_str(&piece(&mut x, &plain_hosts, &odd_hosts));
                 }
             }
-            if xorshift(&mut x) % 2 == 0 {
+            if xorshift(&mut x).is_multiple_of(2) {
                 raw.push_str(&pick(
                     &mut x,
                     &[".com", ".org", ".co.uk", ".example", ".zz"],
