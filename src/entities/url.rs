@@ -192,52 +192,21 @@ fn plain_url(raw: &str) -> Option<Option<CanonicalUrl>> {
     if !plain_ldh(host) {
         return None;
     }
-    // One pass over path and query, up to the fragment.
-    let t = tail.as_bytes();
-    let mut end = t.len();
-    let mut query = None;
-    let mut segment = 0;
-    let dots = |seg: &[u8]| seg == b"." || seg == b"..";
-    for (i, &c) in t.iter().enumerate() {
-        match c {
-            b'#' => {
-                end = i;
-                break;
-            }
-            // In the query: the path's characters and "?", but no apostrophe (the parser
-            // percent-encodes it in a web URL's query).
-            _ if query.is_some() && (!(PLAIN_PATH[usize::from(c)] || c == b'?') || c == b'\'') => {
-                return None;
-            }
-            _ if query.is_some() => {}
-            b'?' => {
-                if dots(&t[segment..i]) {
-                    return None;
-                }
-                query = Some(i);
-            }
-            b'/' => {
-                if dots(&t[segment..i]) {
-                    return None;
-                }
-                segment = i + 1;
-            }
-            // "%2e" is a dot to the parser: a dot segment, maybe.
-            b'%' if t.get(i + 1) == Some(&b'2') && matches!(t.get(i + 2), Some(b'e' | b'E')) => {
-                return None;
-            }
-            _ if !PLAIN_PATH[usize::from(c)] => return None,
-            _ => {}
-        }
-    }
-    if query.is_none() && dots(&t[segment..end]) {
-        return None;
-    }
-    let tail = &tail[..end];
-    let (path, query) = match query {
+    let tail = &tail[..memchr::memchr(b'#', tail.as_bytes()).unwrap_or(tail.len())];
+    let (path, query) = match memchr::memchr(b'?', tail.as_bytes()) {
         Some(q) => (&tail[..q], Some(&tail[q + 1..])),
         None => (tail, None),
     };
+    // The query: the path's characters and "?", but no apostrophe (the parser percent-encodes
+    // it in a web URL's query).
+    if !plain_path(path.as_bytes())
+        || !query.is_none_or(|q| {
+            q.bytes()
+                .all(|c| c == b'?' || (PLAIN_PATH[usize::from(c)] && c != b'\''))
+        })
+    {
+        return None;
+    }
     // IDNA checks an "xn--" label's punycode: the parser.
     let host = host.to_ascii_lowercase();
     if host.starts_with("xn--") || host.contains(".xn--") {
@@ -265,6 +234,27 @@ fn plain_url(raw: &str) -> Option<Option<CanonicalUrl>> {
         host,
         ip: None,
     }))
+}
+
+/// A path the parser keeps as it is: `PLAIN_PATH` bytes, no `.` or `..` segment and no `%2e`
+/// (a dot to the parser, so maybe a dot segment). One pass.
+fn plain_path(path: &[u8]) -> bool {
+    let dots = |seg: &[u8]| seg == b"." || seg == b"..";
+    let mut segment = 0;
+    for (i, &c) in path.iter().enumerate() {
+        match c {
+            b'/' if dots(&path[segment..i]) => return false,
+            b'/' => segment = i + 1,
+            b'%' if path.get(i + 1) == Some(&b'2')
+                && matches!(path.get(i + 2), Some(b'e' | b'E')) =>
+            {
+                return false;
+            }
+            _ if !PLAIN_PATH[usize::from(c)] => return false,
+            _ => {}
+        }
+    }
+    !dots(&path[segment..])
 }
 
 /// Bytes the WHATWG parser keeps as they are in a path (and, but for the apostrophe, in the
