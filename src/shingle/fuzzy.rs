@@ -161,7 +161,7 @@ fn ascii_alnum(x: u64) -> u64 {
     let v = x & !HIGH;
     let digit = in_range(v, b'0', b'9');
     // Setting bit 5 maps only 'A'..='Z' and 'a'..='z' onto 'a'..='z'.
-    let letter = in_range(v | ONES * 0x20, b'a', b'z');
+    let letter = in_range(v | (ONES * 0x20), b'a', b'z');
     (digit | letter) & !x & HIGH
 }
 
