@@ -251,22 +251,37 @@ end
 -- Starts a scan and returns the new `msg` (the primitives read the scan's data from Rust).
 -- Each scan's `msg` has its own metatable (a protected metatable cannot be swapped, but its
 -- fields can): `finish` points its `__index` at `outside`.
-local scan_mt = nil
--- A scan's cache: the field ids (1..47) index its array part, which the constructor sizes at
--- once. Filled key by key, a fresh table's hash part would be rebuilt at 1, 2, 4, 8, 16 and 32
--- entries in every scan.
-local new_cache = raw_load("return {" .. string.rep("nil,", 48) .. "}", "=cache", "t", {})
+--
+-- Nothing a scan creates is stored in a field or upvalue of an old object: in the generational
+-- collector, such a store (an upvalue set to a new table) makes the new object old at once, with
+-- all it holds, and only a major collection frees it. So scans share one field cache, emptied
+-- when a scan ends, and the scan's metatable is kept in a slot of a table (which only marks
+-- that table for the next minor collection to look at).
+-- The field ids (1..47) index the cache's array part, which the constructor sizes at once.
+local CACHE_SLOTS = 48
+local CACHE = raw_load("return {" .. string.rep("nil,", CACHE_SLOTS) .. "}", "=cache", "t", {})()
+local current = { mt = false }
+
+local function clear_cache()
+  for i = 1, CACHE_SLOTS do CACHE[i] = nil end
+end
 
 function M.begin()
-  cache = new_cache()
-  scan_mt = { __index = Msg, __newindex = Msg.__newindex, __metatable = false }
-  return setmetatable({}, scan_mt)
+  -- (a scan that failed before `finish` left its fields)
+  if cache ~= OUTSIDE then clear_cache() end
+  cache = CACHE
+  local mt = { __index = Msg, __newindex = Msg.__newindex, __metatable = false }
+  current.mt = mt
+  return setmetatable({}, mt)
 end
 
 -- Ends a scan: the old `msg` stops working.
 function M.finish()
-  if scan_mt then scan_mt.__index = dead end
-  scan_mt, cache = nil, OUTSIDE
+  local mt = current.mt
+  if mt then mt.__index = dead end
+  current.mt = false
+  cache = OUTSIDE
+  clear_cache()
 end
 
 return M

@@ -2087,16 +2087,17 @@ fn build_state(
         }
     }
     lua.gc_collect().map_err(lua_err)?;
-    // Most of what a scan allocates dies with the scan: the generational collector suits it.
-    // A collection when the heap has grown by twice its size since the last one (Lua's default:
-    // by a fifth): scans' garbage is collected many scans at a time instead of several times a
-    // scan, for fewer instructions in the rules (BENCHMARKS.md, stops 19 and 21). With Lua's
-    // default major multiplier (100%) each of those is a major collection, which marks the whole
-    // state. Stop 32 tried 300% (minor collections): 1.2% fewer rule instructions, but twice
-    // the heap (2.8 MiB at most over the corpus against 1.4) and no faster in alternated runs,
-    // so the default stays. The memory limit holds either way: Lua collects fully before it
-    // lets an allocation fail.
-    lua.gc_gen(200, 0);
+    // Most of what a scan allocates dies with the scan: the generational collector suits it,
+    // as long as scans store nothing new in old objects (the prelude's `begin` and `finish`).
+    // A minor collection when the heap has doubled since the last one (Lua's default: grown by
+    // a fifth): it visits only the objects made since, mostly the garbage of the last ~50 scans,
+    // still in cache. A major collection only when the heap has grown to five times its size
+    // after the last one (default: twice). With minor collections at 200% and the default
+    // major multiplier (stops 21-33), every collection was a major one, and its walk over the
+    // whole state was 3-4% of the full scan's time; now the collector takes under 1%
+    // (BENCHMARKS.md, stop 34). The memory limit holds either way: Lua collects fully before
+    // it lets an allocation fail.
+    lua.gc_gen(100, 400);
     let checks = lua
         .create_sequence_from(registered.iter().map(|(_, f)| f.clone()))
         .map_err(lua_err)?;
