@@ -53,18 +53,10 @@ rule {
     end
     -- One shared min-hash value means little (a common footer); most of the 32 shared means
     -- a near-duplicate body.
-    -- (the per-key table is built only when the most-seen values are not mostly ham)
+    -- (the values seen 30+ times are summed only when the most-seen ones are not mostly ham)
     seen, spam, ham = msg:stat("body_fuzzy", "1h")
     if seen >= BULK_SEEN and not known_good(seen, spam, ham) then
-      local keys = msg:stats("body_fuzzy", "1h")
-      local bulk, total, s_sum, h_sum, n_sum = 0, #keys, 0, 0, 0
-      for i = 1, total do
-        local w = keys[i]
-        if w.seen >= BULK_SEEN then
-          bulk = bulk + 1
-          n_sum, s_sum, h_sum = n_sum + w.seen, s_sum + w.spam, h_sum + w.ham
-        end
-      end
+      local n_sum, s_sum, h_sum, _, _, bulk, total = msg:stat("body_fuzzy", "1h", "sum", BULK_SEEN)
       if total > 0 and bulk * 2 >= total and not known_good(n_sum, s_sum, h_sum) then
         hits = hits or {}
         hits.BULK_BODY = { format("%d/%d", bulk, total) }

@@ -194,13 +194,13 @@ unsafe extern "C-unwind" fn method_scalar(l: *mut mlua::ffi::lua_State) -> std::
     }
 }
 
-/// `msg:stat(kind, window[, how])`: `stat_raw` without `msg` (argument 1, not read).
+/// `msg:stat(kind, window[, how[, min_seen]])`: `stat_raw` without `msg` (argument 1, not read).
 #[allow(unsafe_code)]
 unsafe extern "C-unwind" fn method_stat(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
     use mlua::ffi;
-    // SAFETY: as `stat_raw`'s; at most four slots (within LUA_MINSTACK), one removed.
+    // SAFETY: as `stat_raw`'s; at most five slots (within LUA_MINSTACK), one removed.
     unsafe {
-        ffi::lua_settop(l, 4);
+        ffi::lua_settop(l, 5);
         ffi::lua_remove(l, 1);
         stat_raw(l)
     }
@@ -406,18 +406,26 @@ unsafe extern "C-unwind" fn fetch_array(l: *mut mlua::ffi::lua_State) -> std::ff
     1
 }
 
-/// `stat(type, window[, how])` (`msg:stat`): five integers.
+/// `stat(type, window[, how[, min_seen]])` (`msg:stat`): seven integers.
 #[allow(unsafe_code)]
 unsafe extern "C-unwind" fn stat_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
     // SAFETY (whole body): see the comment above `raw_closure`.
     let (ctx, data) = unsafe { raw_scan(l) };
-    let (kind, window, how) = unsafe { (raw_arg(l, 1), raw_arg(l, 2), raw_arg(l, 3)) };
+    let (kind, window, how, min_seen) =
+        unsafe { (raw_arg(l, 1), raw_arg(l, 2), raw_arg(l, 3), raw_arg(l, 4)) };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if !ctx.kinds_built.get() {
             ctx.kinds.borrow_mut().build(data.shingles);
             ctx.kinds_built.set(true);
         }
-        data.stat_args(&ctx.windows, &ctx.kinds.borrow(), kind, window, how)
+        data.stat_args(
+            &ctx.windows,
+            &ctx.kinds.borrow(),
+            kind,
+            window,
+            how,
+            min_seen,
+        )
     }));
     match r {
         Ok(Some(counts)) => {
@@ -425,9 +433,9 @@ unsafe extern "C-unwind" fn stat_raw(l: *mut mlua::ffi::lua_State) -> std::ffi::
                 let n = mlua::ffi::lua_Integer::try_from(n).unwrap_or(mlua::ffi::lua_Integer::MAX);
                 unsafe { mlua::ffi::lua_pushinteger(l, n) };
             }
-            5
+            7
         }
-        Ok(None) => unsafe { slow_call(l, 3) },
+        Ok(None) => unsafe { slow_call(l, 4) },
         Err(panic) => {
             drop(panic);
             unsafe { raise(l, c"msg:stat failed (internal error)") }
@@ -845,7 +853,7 @@ fn truncate_option(s: &mut String) {
 #[allow(unsafe_code)]
 unsafe fn slow_call(l: *mut mlua::ffi::lua_State, nargs: std::ffi::c_int) -> std::ffi::c_int {
     use mlua::ffi;
-    // SAFETY: at most three arguments and the function: four slots, within the LUA_MINSTACK
+    // SAFETY: at most four arguments and the function: five slots, within the LUA_MINSTACK
     // (20) a C function gets.
     unsafe {
         ffi::lua_settop(l, nargs);
@@ -2013,9 +2021,9 @@ fn build_state(
         }
         let c = Rc::clone(&ctx);
         let stat = lua
-            .create_function(move |_, (k, w, how): (Value, Value, Value)| {
-                let r = c.scan()?.stat(&c.windows, &k, &w, &how)?;
-                Ok((r[0], r[1], r[2], r[3], r[4]))
+            .create_function(move |_, (k, w, how, min): (Value, Value, Value, Value)| {
+                let r = c.scan()?.stat(&c.windows, &k, &w, &how, &min)?;
+                Ok((r[0], r[1], r[2], r[3], r[4], r[5], r[6]))
             })
             .map_err(lua_err)?;
         set("stat", raw_closure(&lua, &ctx, &stat, stat_raw, None))?;

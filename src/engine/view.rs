@@ -724,15 +724,18 @@ impl MessageData<'_> {
         }
     }
 
-    /// `msg:stat(type, window[, how])`: the elementwise max (or sum, min, median) of the
-    /// window counts of this message's keys of a type.
+    /// `msg:stat(type, window[, how[, min_seen]])`: the elementwise max (or sum, min, median) of
+    /// the window counts of this message's keys of a type that were seen at least `min_seen`
+    /// times in the window (default 0: all of them), then the number of keys combined and the
+    /// number of keys of the type.
     pub fn stat(
         &self,
         windows: &WindowNames,
         kind: &Value,
         window: &Value,
         how: &Value,
-    ) -> Result<[u64; 5]> {
+        min_seen: &Value,
+    ) -> Result<[u64; 7]> {
         let kind = kind_arg(kind)?;
         let w = window_arg(windows, window)?;
         let how = match how {
@@ -743,7 +746,14 @@ impl MessageData<'_> {
         .ok_or_else(|| {
             mlua::Error::runtime("msg:stat: `how` must be \"max\", \"sum\", \"min\" or \"median\"")
         })?;
-        Ok(self.combined(0..self.shingles.len(), kind, w, how))
+        let min_seen = match min_seen {
+            Value::Nil => Some(0),
+            Value::Integer(i) => u64::try_from(*i).ok(),
+            Value::Number(n) if n.fract() == 0.0 && *n >= 0.0 => Some(*n as u64),
+            _ => None,
+        }
+        .ok_or_else(|| mlua::Error::runtime("msg:stat: `min_seen` must be a whole number >= 0"))?;
+        Ok(self.combined(0..self.shingles.len(), kind, w, how, min_seen))
     }
 
     /// `stat` from arguments as the raw C function reads them; None for any bad argument (the
@@ -755,7 +765,8 @@ impl MessageData<'_> {
         kind: Arg<'_>,
         window: Arg<'_>,
         how: Arg<'_>,
-    ) -> Option<[u64; 5]> {
+        min_seen: Arg<'_>,
+    ) -> Option<[u64; 7]> {
         let kind = match kind {
             Arg::Str(s) => std::str::from_utf8(s).ok().and_then(Kind::parse),
             Arg::Int(i) => u16::try_from(i).ok().and_then(Kind::from_id),
@@ -770,24 +781,40 @@ impl MessageData<'_> {
             Arg::Str(s) => Combine::parse(s)?,
             _ => return None,
         };
+        let min_seen = match min_seen {
+            Arg::None => 0,
+            Arg::Int(i) => u64::try_from(i).ok()?,
+            _ => return None,
+        };
         let rows = index.rows(kind).iter().map(|&i| i as usize);
-        Some(self.combined(rows, kind, w, how))
+        Some(self.combined(rows, kind, w, how, min_seen))
     }
 
     /// `combine` over window `w` of the shingles of `kind` among the `candidates` (indices
-    /// into `shingles`; others are skipped, as is a shingle without stats).
+    /// into `shingles`; others are skipped, as is a shingle without stats) seen at least
+    /// `min_seen` times there, then how many were combined and how many there were.
     fn combined(
         &self,
         candidates: impl Iterator<Item = usize>,
         kind: Kind,
         w: usize,
         how: Combine,
-    ) -> [u64; 5] {
+        min_seen: u64,
+    ) -> [u64; 7] {
+        let mut all = 0u64;
+        let mut taken = 0u64;
         let rows = candidates
             .filter_map(|i| Some((self.shingles.get(i)?, self.stats.get(i)?)))
             .filter(|(s, _)| s.kind == kind)
-            .map(|(_, c)| c.windows.get(w).copied().unwrap_or_default());
-        combine(rows, how)
+            .map(|(_, c)| c.windows.get(w).copied().unwrap_or_default())
+            .filter(|r| {
+                all += 1;
+                let keep = r[0] >= min_seen;
+                taken += u64::from(keep);
+                keep
+            });
+        let [a, b, c, d, e] = combine(rows, how);
+        [a, b, c, d, e, taken, all]
     }
 
     /// `msg:stats(type[, window])`: one table per key, with a table per window, or with
