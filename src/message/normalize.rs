@@ -138,8 +138,10 @@ pub(super) fn skip_plain_chunks(bytes: &[u8], mut i: usize) -> (usize, Option<us
     (i, last_space)
 }
 
-const LOW_BITS: u64 = 0x0101_0101_0101_0101;
-const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+/// Every byte's low bit and every byte's high bit: the masks of the eight-bytes-at-a-time scans
+/// here and in `shingle::fuzzy`.
+pub(crate) const LOW_BITS: u64 = 0x0101_0101_0101_0101;
+pub(crate) const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 
 /// Whether every byte of `x` is in `b' '..=b'~'` (printable ASCII or a space).
 fn all_in_space_to_tilde(x: u64) -> bool {

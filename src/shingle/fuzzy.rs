@@ -14,6 +14,7 @@
 //! `body_fuzzy` shingle.
 
 use super::{fmix64, hash_bytes};
+use crate::message::normalize::{HIGH_BITS, LOW_BITS};
 
 /// Values per message.
 pub const FUZZY_HASHES: usize = 32;
@@ -110,7 +111,7 @@ fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
             i = skip(
                 bytes,
                 i,
-                |x| ascii_alnum(x) | (x & HIGH),
+                |x| ascii_alnum(x) | (x & HIGH_BITS),
                 |b| CLASS[usize::from(b)] != SEP,
             );
             if i == bytes.len() {
@@ -129,7 +130,7 @@ fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
             i = skip(
                 bytes,
                 i,
-                |x| !ascii_alnum(x) & HIGH,
+                |x| !ascii_alnum(x) & HIGH_BITS,
                 |b| CLASS[usize::from(b)] != WORD,
             );
             if i == bytes.len() || bytes[i] < 0x80 {
@@ -147,22 +148,19 @@ fn for_each_word(text: &str, mut f: impl FnMut(&str) -> bool) {
     }
 }
 
-const HIGH: u64 = 0x8080_8080_8080_8080;
-const ONES: u64 = 0x0101_0101_0101_0101;
-
 /// The high bit of each byte of `x` set where that byte is an ASCII letter or digit.
 #[inline(always)]
 fn ascii_alnum(x: u64) -> u64 {
     // On 7-bit bytes, `v + (0x80 - lo)` has its high bit set where `v >= lo`, and
     // `v + (0x7f - hi)` where `v > hi`; neither carries into the next byte.
     let in_range = |v: u64, lo: u8, hi: u8| {
-        (v + ONES * u64::from(0x80 - lo)) & !(v + ONES * u64::from(0x7f - hi))
+        (v + LOW_BITS * u64::from(0x80 - lo)) & !(v + LOW_BITS * u64::from(0x7f - hi))
     };
-    let v = x & !HIGH;
+    let v = x & !HIGH_BITS;
     let digit = in_range(v, b'0', b'9');
     // Setting bit 5 maps only 'A'..='Z' and 'a'..='z' onto 'a'..='z'.
-    let letter = in_range(v | (ONES * 0x20), b'a', b'z');
-    (digit | letter) & !x & HIGH
+    let letter = in_range(v | (LOW_BITS * 0x20), b'a', b'z');
+    (digit | letter) & !x & HIGH_BITS
 }
 
 /// From `i`, the first index whose byte `stop` marks (high bit of its byte in `stop(chunk)`),
