@@ -1045,6 +1045,113 @@ fn watcher_reloads_on_file_change() {
     assert!(scan(&s, MSG).symbols.contains_key("W2"));
 }
 
+/// A watched directory with one rule file, the watcher running, and the first generation.
+fn watched(
+    debounce_ms: u64,
+) -> (
+    tempfile::TempDir,
+    Arc<Scanner>,
+    shrike::engine::watch::RuleWatcher,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.lua",
+        "rule { name = 'W1', score = 1, check = function() return true end }",
+    );
+    let mut config = Config::default();
+    config.engine.reload_debounce_ms = debounce_ms;
+    let s = scanner_with(dir.path(), &config);
+    let w = shrike::engine::watch::watch(s.engine())
+        .expect("watch")
+        .expect("a directory is watched");
+    (dir, s, w)
+}
+
+/// Waits until the generation leaves `from` (or 10 s pass), then `settle` more, and returns it.
+fn generation_after(s: &Scanner, from: u64, settle: Duration) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.engine().generation().id == from && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(settle);
+    s.engine().generation().id
+}
+
+#[test]
+fn one_edit_gives_one_generation_and_reloading_stops() {
+    let (dir, s, _w) = watched(100);
+    assert_eq!(s.engine().generation().id, 1);
+    write(
+        dir.path(),
+        "a.lua",
+        "rule { name = 'W2', score = 1, check = function() return true end }",
+    );
+    // The reload reads every rule file; those reads must not set off another reload.
+    let g = generation_after(&s, 1, Duration::from_secs(5));
+    assert_eq!(g, 2, "one edit, one generation, none after it");
+    assert_eq!(s.engine().health().reloads, 1);
+    assert!(scan(&s, MSG).symbols.contains_key("W2"));
+}
+
+#[test]
+fn touching_or_rewriting_the_same_bytes_builds_no_generation() {
+    let (dir, s, _w) = watched(50);
+    let path = dir.path().join("a.lua");
+    let text = std::fs::read(&path).unwrap();
+    // Same bytes written again, then the file's times changed: content events, same set.
+    std::fs::write(&path, &text).unwrap();
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(f);
+    // An editor's hidden swap file comes and goes.
+    write(dir.path(), ".a.lua.swp", "swap");
+    std::fs::remove_file(dir.path().join(".a.lua.swp")).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.engine().generation().id, 1);
+    assert_eq!(s.engine().health().reloads, 0);
+}
+
+#[test]
+fn an_editors_save_by_rename_gives_one_reload() {
+    let (dir, s, _w) = watched(100);
+    // Write a temporary file beside the rule, then rename it over the rule (vim, VS Code, sed -i).
+    let tmp = dir.path().join("a.lua.tmp1234");
+    std::fs::write(
+        &tmp,
+        "rule { name = 'W3', score = 1, check = function() return true end }",
+    )
+    .unwrap();
+    std::fs::rename(&tmp, dir.path().join("a.lua")).unwrap();
+    let g = generation_after(&s, 1, Duration::from_secs(3));
+    assert_eq!(g, 2);
+    assert!(scan(&s, MSG).symbols.contains_key("W3"));
+}
+
+#[test]
+fn a_burst_of_edits_within_the_debounce_gives_one_or_two_reloads() {
+    let (dir, s, _w) = watched(500);
+    for i in 0..50 {
+        write(
+            dir.path(),
+            "a.lua",
+            &format!("rule {{ name = 'B{i}', score = 1, check = function() return true end }}"),
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let g = generation_after(&s, 1, Duration::from_secs(3));
+    let reloads = s.engine().health().reloads;
+    assert!(
+        (1..=2).contains(&reloads),
+        "{reloads} reloads for one burst"
+    );
+    assert_eq!(g, 1 + reloads);
+    assert!(
+        scan(&s, MSG).symbols.contains_key("B49"),
+        "the last edit serves"
+    );
+}
+
 #[test]
 fn embedded_default_rules_load() {
     let store: Arc<dyn ReputationStore> = Arc::new(

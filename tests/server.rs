@@ -381,6 +381,34 @@ fn learned_state_survives_sigterm_and_kill9() {
     );
 }
 
+#[test]
+fn an_acknowledged_learn_survives_an_immediate_kill9() {
+    // The learn's 200 goes out only after its increments are in the WAL file: a SIGKILL sent
+    // the moment the reply arrives must not lose it, round after round.
+    let dir = tempfile::tempdir().unwrap();
+    let subject = "Test spam mail (GTUBE)";
+    let gtube = read("gtube.eml");
+    let options = |ports| Options {
+        workers: Some(1),
+        ports,
+        ..Options::default()
+    };
+    let mut d = Daemon::start(dir.path(), options(None));
+    let ports = Some((d.http, d.milter));
+    let rounds = 100;
+    for round in 0..rounds {
+        assert_eq!(
+            subject_complaints(&d, subject),
+            round,
+            "after round {round}"
+        );
+        assert_eq!(d.post("/learnspam", &[], &gtube).status, 200);
+        d.kill9();
+        d = Daemon::start(dir.path(), options(ports));
+    }
+    assert_eq!(subject_complaints(&d, subject), rounds);
+}
+
 /// A message of one of two made-up streams, each copy with its own Message-ID.
 fn stream_message(spam: bool, i: usize) -> Vec<u8> {
     let (from, subject, body) = if spam {

@@ -272,7 +272,8 @@ impl Engine {
         namespace: u8,
     ) -> Result<Arc<Engine>, LoadError> {
         let windows = view::WindowNames::new(store.windows_secs());
-        let first = state::build_generation(1, &location, &config, &store, namespace)?;
+        let sources = source::read(&location)?;
+        let first = state::build_generation(1, &location, sources, &config, &store, namespace)?;
         Ok(Arc::new(Engine {
             config,
             location,
@@ -302,14 +303,45 @@ impl Engine {
         self.current.load_full()
     }
 
-    /// Builds the next generation from the rule location and swaps it in. On error the current
+    /// Builds the next generation from the rule location and swaps it in, whether or not the
+    /// files changed (SIGHUP, `POST /reload`: the operator asked). On error the current
     /// generation keeps serving and the error is kept for `health()`.
     pub fn reload(&self) -> Result<u64, LoadError> {
         let _one_at_a_time = self.reload_lock.lock();
+        let sources = self.read_sources()?;
+        self.swap_in(sources)
+    }
+
+    /// What the directory watcher calls: reads the rule set and builds a new generation only
+    /// when it differs from the serving one (`Ok(None)` otherwise). A file saved unchanged, a
+    /// `touch`, an editor's swap file or a reload's own reads then cost one read of the files,
+    /// never a generation (which would reset every per-rule counter).
+    pub fn reload_if_changed(&self) -> Result<Option<u64>, LoadError> {
+        let _one_at_a_time = self.reload_lock.lock();
+        let sources = self.read_sources()?;
+        if sources.fingerprint == self.current.load().sources.fingerprint {
+            tracing::debug!("rule files unchanged; no reload");
+            return Ok(None);
+        }
+        self.swap_in(sources).map(Some)
+    }
+
+    fn read_sources(&self) -> Result<source::Sources, LoadError> {
+        source::read(&self.location).inspect_err(|e| self.failed(e))
+    }
+
+    fn failed(&self, e: &LoadError) {
+        self.reload_failures.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(error = %e, "rules reload failed; the previous generation keeps serving");
+        *self.last_error.lock() = Some(e.to_string());
+    }
+
+    fn swap_in(&self, sources: source::Sources) -> Result<u64, LoadError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         match state::build_generation(
             id,
             &self.location,
+            sources,
             &self.config,
             &self.store,
             self.namespace,
@@ -324,9 +356,7 @@ impl Engine {
                 Ok(id)
             }
             Err(e) => {
-                self.reload_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %e, "rules reload failed; the previous generation keeps serving");
-                *self.last_error.lock() = Some(e.to_string());
+                self.failed(&e);
                 Err(e)
             }
         }

@@ -65,6 +65,8 @@ pub struct Sources {
     /// Rule files in load order.
     pub rules: Vec<SourceFile>,
     pub lists: Lists,
+    /// XXH3-128 of every file's name and bytes, in load order: equal fingerprints, same set.
+    pub fingerprint: u128,
 }
 
 /// The library directory of a rule directory: `DIR/lua`. Its modules overlay the built-in
@@ -76,6 +78,31 @@ fn library_dir(dir: &Path) -> Option<PathBuf> {
 
 /// Reads a rule set.
 pub fn read(location: &RuleLocation) -> Result<Sources, LoadError> {
+    let mut list_hashes = Vec::new();
+    let mut sources = read_files(location, &mut list_hashes)?;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let files = sources.modules.values().chain(&sources.rules);
+    for f in files {
+        for part in [f.name.as_bytes(), f.text.as_bytes()] {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+    }
+    for (name, hash) in &list_hashes {
+        h.update(&(name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        h.update(&hash.to_le_bytes());
+    }
+    sources.fingerprint = h.digest128();
+    Ok(sources)
+}
+
+/// Reads every file; `list_hashes` gets each list file's name and XXH3-128 (lists are kept
+/// parsed, not as text).
+fn read_files(
+    location: &RuleLocation,
+    list_hashes: &mut Vec<(String, u128)>,
+) -> Result<Sources, LoadError> {
     let mut sources = Sources::default();
     embedded_modules(&EMBEDDED_LIB, &mut sources.modules);
     match location {
@@ -102,7 +129,7 @@ pub fn read(location: &RuleLocation) -> Result<Sources, LoadError> {
                         file: name.clone(),
                         message: "not UTF-8".into(),
                     })?;
-                    add_list(&mut sources.lists, f.path(), &name, text)?;
+                    add_list(&mut sources.lists, f.path(), &name, text, list_hashes)?;
                 }
             }
         }
@@ -134,6 +161,7 @@ pub fn read(location: &RuleLocation) -> Result<Sources, LoadError> {
                         &path,
                         &path.display().to_string(),
                         &text,
+                        list_hashes,
                     )?;
                 }
             }
@@ -148,7 +176,17 @@ pub fn read(location: &RuleLocation) -> Result<Sources, LoadError> {
     Ok(sources)
 }
 
-fn add_list(lists: &mut Lists, path: &Path, name: &str, text: &str) -> Result<(), LoadError> {
+fn add_list(
+    lists: &mut Lists,
+    path: &Path,
+    name: &str,
+    text: &str,
+    hashes: &mut Vec<(String, u128)>,
+) -> Result<(), LoadError> {
+    hashes.push((
+        name.to_string(),
+        xxhash_rust::xxh3::xxh3_128(text.as_bytes()),
+    ));
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let Some(kind) = ListKind::from_extension(ext) else {
         // README files and the like.

@@ -2126,12 +2126,12 @@ fn build_state(
 pub(super) fn build_generation(
     id: u64,
     location: &RuleLocation,
+    sources: source::Sources,
     config: &EngineConfig,
     store: &Arc<dyn ReputationStore>,
     namespace: u8,
 ) -> Result<Generation, LoadError> {
     let start = Instant::now();
-    let sources = source::read(location)?;
     // A state built only to read the declarations never scans: no windows needed.
     let windows = WindowNames::default();
     let env = BuildEnv {

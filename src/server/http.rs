@@ -321,7 +321,29 @@ async fn learn(
         Ok(b) => b,
         Err(r) => return r,
     };
-    match daemon.pool.learn(raw, counter, daemon.scan_timeout()).await {
+    let learned = daemon.pool.learn(raw, counter, daemon.scan_timeout()).await;
+    // A learn is a user's explicit feedback: its increments reach the WAL before the 200.
+    let learned = match learned {
+        Ok(l) => {
+            let committer = daemon.committer.clone();
+            match tokio::task::spawn_blocking(move || committer.commit()).await {
+                Ok(Ok(())) => Ok(l),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "learn not written to the WAL");
+                    return error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!("learn not written to the WAL: {e}"),
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "WAL commit task failed");
+                    return error(StatusCode::INTERNAL_SERVER_ERROR, "learn not written");
+                }
+            }
+        }
+        Err(e) => Err(e),
+    };
+    match learned {
         Ok(l) => json(
             StatusCode::OK,
             serde_json::json!({

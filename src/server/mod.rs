@@ -24,7 +24,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::config::Config;
 use crate::engine::RuleLocation;
 use crate::scan::{Action, Scanner, Verdict};
-use crate::store::{Durable, ReputationStore, Store, Sweeper, SystemClock};
+use crate::store::{Committer, Durable, ReputationStore, Store, Sweeper, SystemClock};
 use listen::Listen;
 use metrics::Metrics;
 use pool::Pool;
@@ -71,6 +71,8 @@ pub struct Daemon {
     pub config: Config,
     pub scanner: Arc<Scanner>,
     pub store: Arc<Store>,
+    /// Writes a learn's increments to the WAL before it is acknowledged.
+    pub committer: Committer,
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
     /// The action thresholds in rspamd's names, from the config.
@@ -255,6 +257,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
         config,
         scanner,
         store,
+        committer: durable.committer(),
         pool,
         metrics,
         started: Instant::now(),

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use features::{DistinctResult, SumResult};
-pub use persist::{Durable, FsyncPolicy, PersistConfig, PersistError, Recovery};
+pub use persist::{Committer, Durable, FsyncPolicy, PersistConfig, PersistError, Recovery};
 pub use rate::RateResult;
 pub use sums::{WindowSums, INLINE_WINDOWS};
 pub use sweeper::Sweeper;

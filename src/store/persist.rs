@@ -21,7 +21,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -425,6 +425,63 @@ pub struct Durable {
     wal: Arc<Mutex<WalWriter>>,
     stop: Arc<AtomicBool>,
     flusher: Option<JoinHandle<()>>,
+    committer: Committer,
+}
+
+/// Makes increments durable before they are acknowledged (a user's learn): `commit` returns
+/// once everything recorded before the call is written to the WAL file (to the OS) and, under
+/// `fsync = "always"`, fsynced; under `every_second` the flusher fsyncs within a second, as
+/// Redis's `appendfsync everysec` does. So a killed process loses nothing acknowledged, and a
+/// crashed OS at most the last second.
+///
+/// Group commit: callers that arrive while a write is under way wait for the WAL lock, and the
+/// first to get it writes for all of them (every caller takes a ticket; one write covers every
+/// ticket taken before it started), so a burst of learns costs one write, not one per learn.
+#[derive(Clone)]
+pub struct Committer {
+    store: Arc<Store>,
+    wal: Arc<Mutex<WalWriter>>,
+    fsync: FsyncPolicy,
+    tickets: Arc<Tickets>,
+}
+
+#[derive(Default)]
+struct Tickets {
+    /// Tickets taken (each by a caller whose increments are already in the shard logs).
+    taken: AtomicU64,
+    /// Every ticket up to this one is written.
+    written: AtomicU64,
+    /// WAL writes done by `commit` (so a test or metric can see the grouping).
+    writes: AtomicU64,
+}
+
+impl Committer {
+    /// Writes (and fsyncs by policy) everything recorded before this call.
+    pub fn commit(&self) -> Result<(), PersistError> {
+        let ticket = self.tickets.taken.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut w = self.wal.lock();
+        if self.tickets.written.load(Ordering::SeqCst) >= ticket {
+            return Ok(());
+        }
+        // Every ticket up to `upto` was taken after its increments were logged, so this write
+        // carries them all.
+        let upto = self.tickets.taken.load(Ordering::SeqCst);
+        w.flush(&self.store)?;
+        if self.fsync == FsyncPolicy::Always {
+            w.sync()?;
+        }
+        self.tickets.writes.fetch_add(1, Ordering::Relaxed);
+        self.tickets.written.store(upto, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// (commits asked for, WAL writes they took).
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.tickets.taken.load(Ordering::Relaxed),
+            self.tickets.writes.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// What `open` found and did.
@@ -495,6 +552,12 @@ impl Durable {
                 .spawn(move || flusher_loop(&store, &wal, &stop, &thread_dir, &persist))
                 .map_err(io_err(dir))?
         };
+        let committer = Committer {
+            store: store.clone(),
+            wal: wal.clone(),
+            fsync: persist.fsync,
+            tickets: Arc::default(),
+        };
         Ok((
             Durable {
                 store,
@@ -502,6 +565,7 @@ impl Durable {
                 wal,
                 stop,
                 flusher: Some(flusher),
+                committer,
             },
             recovery,
         ))
@@ -509,6 +573,11 @@ impl Durable {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The handle that makes acknowledged increments durable (see `Committer`).
+    pub fn committer(&self) -> Committer {
+        self.committer.clone()
     }
 
     /// Writes and fsyncs everything applied so far. When it returns, those increments survive
@@ -885,6 +954,67 @@ mod tests {
         assert!(recovery.wal_records > 0);
         assert_eq!(load(&d, 50), before);
         assert_eq!(d.store().lookup_many(&[key(2_000)]), unique);
+    }
+
+    #[test]
+    fn committed_increments_are_in_the_file_without_a_flush_or_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(T0));
+        // The flusher would write within the hour: only `commit` can have written.
+        let slow = PersistConfig {
+            flush_ms: 3_600_000,
+            ..persist()
+        };
+        let (d, _) = Durable::open(dir.path(), &config(), &slow, clock.clone(), false).unwrap();
+        write_some(&d, &clock, 200);
+        let before = load(&d, 50);
+        d.committer().commit().unwrap();
+        // As a killed process: no flush, no final sync, no snapshot.
+        let (store, committer) = (d.store().clone(), d.committer());
+        std::mem::forget(d);
+        let (d2, recovery) = open(dir.path(), &clock, false).unwrap();
+        assert!(recovery.wal_records > 0);
+        assert_eq!(load(&d2, 50), before);
+        drop((store, committer));
+    }
+
+    #[test]
+    fn commits_waiting_together_share_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(T0));
+        let slow = PersistConfig {
+            flush_ms: 3_600_000,
+            ..persist()
+        };
+        let (d, _) = Durable::open(dir.path(), &config(), &slow, clock.clone(), false).unwrap();
+        let callers = 8;
+        // Hold the WAL as a write in progress would; the callers queue behind it.
+        let held = d.wal.lock();
+        let threads: Vec<_> = (0..callers)
+            .map(|i| {
+                let (store, committer) = (d.store().clone(), d.committer());
+                std::thread::spawn(move || {
+                    store.record_many(&[Increment::one(key(i), Counter::Complaint)]);
+                    committer.commit().unwrap();
+                })
+            })
+            .collect();
+        while d.committer().counts().0 < callers {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(held);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(d.committer().counts(), (callers, 1), "one write for all");
+        let (store, committer) = (d.store().clone(), d.committer());
+        std::mem::forget(d);
+        let (d2, _) = open(dir.path(), &clock, false).unwrap();
+        for (i, c) in load(&d2, callers).iter().enumerate() {
+            let last = c.windows.len() - 1;
+            assert_eq!(c.windows[last][Counter::Complaint as usize], 1, "key {i}");
+        }
+        drop((store, committer));
     }
 
     #[test]
