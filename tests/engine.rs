@@ -112,6 +112,85 @@ fn sandbox_blocks_io_os_debug_and_bytecode() {
 }
 
 #[test]
+fn collectgarbage_count_works_in_rules() {
+    let out = probe("collectgarbage('count')");
+    let kib: f64 = out[0]
+        .strip_prefix("ok:")
+        .unwrap_or_else(|| panic!("collectgarbage('count') failed: {out:?}"))
+        .parse()
+        .unwrap();
+    assert!(kib > 10.0, "{kib} KiB");
+    assert!(probe("collectgarbage('collect')")[0].contains("only \"count\""));
+}
+
+#[test]
+fn rule_files_cannot_change_what_other_files_share() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every way to write into a shared table, each in a protected call: each must raise,
+    // naming this file and line.
+    let attempts = [
+        "string.find = nil",
+        "table.insert = nil",
+        "math.floor = function() return 0 end",
+        "utf8.char = nil",
+        "os.time = nil",
+        "log.info = nil",
+        "re.match = nil",
+        "rawset(string, 'find', nil)",
+        "setmetatable(string, {})",
+        "require('shrike.util').find_word = nil",
+        "require('shrike.util').freemail['gmail.com'] = nil",
+        "table.insert(require('shrike.util').urgency_phrases, 'hello')",
+        "getmetatable(_ENV).__index.string = {}",
+    ];
+    let mut text = String::from("SHARED_BY_A = 1\nlocal tries = {\n");
+    for a in attempts {
+        text.push_str(&format!("  function() {a} end,\n"));
+    }
+    text.push_str(
+        "}\nrule { name = 'A', score = 0, check = function()\n\
+           local errs = {}\n\
+           for i, f in ipairs(tries) do local ok, e = pcall(f); errs[i] = ok and 'ok' or tostring(e) end\n\
+           return true, table.unpack(errs) end }\n",
+    );
+    write(dir.path(), "a.lua", &text);
+    write(
+        dir.path(),
+        "b.lua",
+        "local util = require('shrike.util')\n\
+         rule { name = 'B', score = 0, check = function(msg)\n\
+           return true, tostring(string.find('abc', 'b')), tostring(SHARED_BY_A),\n\
+             tostring(util.freemail['gmail.com']), tostring(#util.urgency_phrases),\n\
+             tostring(math.floor(2.5)), type(util.find_word) end }\n",
+    );
+    let s = scanner_with(dir.path(), &Config::default());
+    let v = scan(&s, MSG);
+    let errs = &v.symbols["A"].options;
+    assert_eq!(errs.len(), attempts.len());
+    for (i, (a, e)) in attempts.iter().zip(errs).enumerate() {
+        // (table.insert writes from C: no Lua line to name)
+        let placed = a.starts_with("table.insert(") || e.contains(&format!("a.lua:{}:", i + 3));
+        let refused = e.contains("read-only") || e.contains("attempt to index a boolean");
+        assert!(placed && refused, "{a}: {e}");
+    }
+    let baseline = {
+        let (_d, s) = rules(
+            "local util = require('shrike.util')\n\
+             rule { name = 'B', score = 0, check = function() return true, tostring(#util.urgency_phrases) end }",
+        );
+        scan(&s, MSG).symbols["B"].options[0].clone()
+    };
+    assert_eq!(
+        v.symbols["B"].options,
+        ["2", "nil", "true", baseline.as_str(), "2", "function"],
+        "b.lua sees the libraries, the module and the globals as they were"
+    );
+    // At the top level the assignment refuses the set, naming file and line.
+    let e = load_error("local x = 1\nstring.find = nil\n");
+    assert!(e.contains("bad.lua:2:") && e.contains("read-only"), "{e}");
+}
+
+#[test]
 fn runaways_are_stopped_and_other_rules_still_run() {
     let (_d, s) = rules(
         "rule { name = 'LOOP', score = 1, check = function() while true do end end }\n\

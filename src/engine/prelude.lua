@@ -5,24 +5,81 @@ local rust = ...
 
 local raw_pcall, raw_xpcall, raw_load, raw_error = pcall, xpcall, load, error
 local setmetatable, getmetatable, type, select = setmetatable, getmetatable, type, select
-local rawget = rawget
+local rawget, rawset, next, tostring = rawget, rawset, next, tostring
+-- The engine removes these from the globals once the prelude has run.
+local raw_collectgarbage = collectgarbage
 local stopped = rust.stopped
 
 -- Hide the string metatable and remove the one string function that leaks bytecode.
 string.dump = nil
 getmetatable("").__metatable = false
 
+-- Rule files are isolated from each other: each runs with globals of its own, and every table
+-- they share (the libraries, `log`, `re`, what `require` returns) reaches them as a read-only
+-- view, so one file's `string.find = nil` cannot break the files loaded after it. A view reads
+-- through to its table at table-lookup speed (`__index` is a table, not a function); writing
+-- to it, `rawset` on it and `setmetatable` on it raise, naming the file and line.
+local VIEWS = setmetatable({}, { __mode = "k" })   -- view -> name
+local function refuse(name)
+  -- (level: the assignment's frame; 2 from a metamethod, 3 from a sandbox wrapper)
+  return function(_, k, _v, level)
+    raw_error("cannot assign " .. name .. "." .. tostring(k)
+      .. ": tables shared between rule files are read-only", level or 2)
+  end
+end
+-- A view of a table whose values are functions and numbers (the libraries).
+local function readonly(t, name)
+  local view = setmetatable({}, {
+    __index = t, __newindex = refuse(name), __metatable = false,
+    __pairs = function() return next, t, nil end,
+    __len = function() return #t end,
+  })
+  VIEWS[view] = name
+  return view
+end
+-- A view of a module's value, nested tables included (phrase lists, sets): the view reads a
+-- copy of the table's fields taken at `require`, nested tables replaced by their views, and
+-- falls back to the table itself for fields added later.
+local function readonly_deep(t, name, seen)
+  local done = seen[t]
+  if done then return done end
+  local shadow = setmetatable({}, { __index = t })
+  local view = setmetatable({}, {
+    __index = shadow, __newindex = refuse(name), __metatable = false,
+    __pairs = function() return next, shadow, nil end,
+    __len = function() return #shadow end,
+  })
+  seen[t] = view
+  VIEWS[view] = name
+  for k, v in next, t do
+    if type(v) == "table" then
+      v = readonly_deep(v, type(k) == "string" and name .. "." .. k or name .. "[]", seen)
+    end
+    rawset(shadow, k, v)
+  end
+  return view
+end
+
 local SANDBOX = {
   assert = assert, error = error, ipairs = ipairs, next = next, pairs = pairs,
-  rawequal = rawequal, rawget = rawget, rawlen = rawlen, rawset = rawset, select = select,
+  rawequal = rawequal, rawget = rawget, rawlen = rawlen, select = select,
   setmetatable = setmetatable, getmetatable = getmetatable, tonumber = tonumber,
   tostring = tostring, type = type, _VERSION = _VERSION,
-  string = string, table = table, math = math, utf8 = utf8,
-  os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime },
+  string = readonly(string, "string"), table = readonly(table, "table"),
+  math = readonly(math, "math"), utf8 = readonly(utf8, "utf8"),
+  os = readonly({ time = os.time, clock = os.clock, date = os.date, difftime = os.difftime }, "os"),
 }
+SANDBOX.rawset = function(t, k, v)
+  local name = VIEWS[t]
+  if name then refuse(name)(t, k, nil, 3) end
+  return rawset(t, k, v)
+end
 
+-- A file's globals: its own table over the sandbox (protected: `getmetatable(_ENV)` must not
+-- hand out the sandbox itself).
+local ENV_MT = { __index = SANDBOX, __metatable = false }
 local function new_env()
-  return setmetatable({}, { __index = SANDBOX })
+  return setmetatable({}, ENV_MT)
 end
 
 -- A rule cannot catch the engine stopping it: protected calls re-raise once the budget is spent.
@@ -46,6 +103,7 @@ end
 -- rules cannot set them. Lua marks an object for finalization only when its metatable has
 -- __gc at setmetatable time, so checking here is enough.
 SANDBOX.setmetatable = function(t, mt)
+  if VIEWS[t] then refuse(VIEWS[t])(t, "__metatable", nil, 3) end
   if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
     raw_error("__gc metamethods are not available to rules", 2)
   end
@@ -57,7 +115,7 @@ SANDBOX.load = function(chunk, name, _mode, env)
 end
 
 SANDBOX.collectgarbage = function(opt)
-  if opt == "count" then return collectgarbage("count") end
+  if opt == "count" then return raw_collectgarbage("count") end
   raw_error("collectgarbage: only \"count\" is allowed in rules", 2)
 end
 
@@ -70,7 +128,7 @@ for level, name in ipairs({ "error", "warn", "info", "debug" }) do
     emit(level, tostring(fmt))
   end
 end
-SANDBOX.log = log
+SANDBOX.log = readonly(log, "log")
 SANDBOX.print = function(...)
   local parts = table.pack(...)
   for i = 1, parts.n do parts[i] = tostring(parts[i]) end
@@ -78,10 +136,10 @@ SANDBOX.print = function(...)
 end
 
 -- Regular expressions (Rust regex, cached).
-SANDBOX.re = {
+SANDBOX.re = readonly({
   match = rust.re_match, find = rust.re_find, captures = rust.re_captures, count = rust.re_count,
   compile = rust.re_compile, phrases = rust.re_phrases,
-}
+}, "re")
 
 -- Lists, opened once per state.
 local list_open, lists = rust.list_open, {}
@@ -117,6 +175,7 @@ SANDBOX.require = function(name)
   local ok, res = raw_pcall(f, name)
   if not ok then loaded[name] = nil; raw_error(res, 0) end
   if res == nil then res = true end
+  if type(res) == "table" then res = readonly_deep(res, name, {}) end
   loaded[name] = res
   return res
 end

@@ -1836,11 +1836,23 @@ fn build_state(
         let c = Rc::clone(&ctx);
         set(
             "re_phrases",
-            lua.create_function(move |lua, lists: Vec<Vec<mlua::String>>| {
-                let phrases: Vec<Vec<Vec<u8>>> = lists
+            lua.create_function(move |lua, lists: Table| {
+                // Read through metamethods: the lists may be a module's read-only views.
+                let phrases: Vec<Vec<Vec<u8>>> = sequence(&lists)?
                     .iter()
-                    .map(|l| l.iter().map(|p| p.as_bytes().to_vec()).collect())
-                    .collect();
+                    .map(|l| match l {
+                        Value::Table(t) => sequence(t)?
+                            .iter()
+                            .map(|p| match p {
+                                Value::String(p) => Ok(p.as_bytes().to_vec()),
+                                _ => Err(mlua::Error::runtime(
+                                    "re.phrases: a phrase is not a string",
+                                )),
+                            })
+                            .collect(),
+                        _ => Err(mlua::Error::runtime("re.phrases: a list is not a table")),
+                    })
+                    .collect::<mlua::Result<_>>()?;
                 let sets = PhraseSets::new(&phrases).map_err(mlua::Error::runtime)?;
                 let p = Rc::new(Phrases {
                     sets,
@@ -2609,8 +2621,8 @@ fn options_of(values: impl Iterator<Item = Value>) -> Result<Vec<String>, String
     for v in values {
         match &v {
             Value::Table(t) => {
-                for item in t.clone().sequence_values::<Value>() {
-                    push(&item.map_err(|e| describe(&e))?);
+                for item in sequence(t).map_err(|e| describe(&e))? {
+                    push(&item);
                 }
             }
             other => push(other),
@@ -2618,6 +2630,16 @@ fn options_of(values: impl Iterator<Item = Value>) -> Result<Vec<String>, String
     }
     Ok(out)
 }
+
+/// The values `t[1]..t[#t]`, read as Lua code would (through `__index` and `__len`, so a
+/// read-only view of a module's table reads like the table), at most `MAX_SEQUENCE` of them.
+fn sequence(t: &Table) -> mlua::Result<Vec<Value>> {
+    let n = usize::try_from(t.len()?).unwrap_or(0).min(MAX_SEQUENCE);
+    (1..=n).map(|i| t.get::<Value>(i)).collect()
+}
+
+/// Most items read from one Lua sequence handed to the engine.
+const MAX_SEQUENCE: usize = 1 << 20;
 
 #[cfg(test)]
 mod tests {
