@@ -81,6 +81,7 @@ fn rules(c: &mut Criterion) {
                     max_html_bytes: 1 << 20,
                     classifier: None,
                     reputation_window: 3,
+                    observe: false,
                 };
                 black_box(runner.run(&data, 1).hits.len());
             }

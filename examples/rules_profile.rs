@@ -80,6 +80,7 @@ fn main() {
         max_html_bytes: config.engine.max_html_bytes,
         classifier: None,
         reputation_window: 3,
+        observe: false,
     };
     // Build the worker's Lua state outside the measured calls.
     worker.rules().run(&data(0), 0);

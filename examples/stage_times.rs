@@ -95,6 +95,7 @@ fn main() {
                 max_html_bytes: config.engine.max_html_bytes,
                 classifier: None,
                 reputation_window: 3,
+                observe: false,
             };
             let outcome = worker.rules().run(&data, n as u64);
             n += outcome.hits.len();

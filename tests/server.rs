@@ -382,6 +382,39 @@ fn learned_state_survives_sigterm_and_kill9() {
 }
 
 #[test]
+fn learning_does_not_count_as_mail_arriving() {
+    // A rule's rate limit counts mail; a learn is feedback about mail already counted.
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(
+        rules.join("rl.lua"),
+        "rule { name = 'RATE', score = 0, check = function(msg)\n\
+           local n = ratelimit('sender', 'one', 100, 3600)\n\
+           return true, tostring(n) end }\n",
+    )
+    .unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            rules: Some(rules),
+            ..Options::default()
+        },
+    );
+    let count = |d: &Daemon| {
+        let v = d.post("/checkv2", &[], &read(HAM)).json();
+        v["symbols"]["RATE"]["options"][0]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(count(&d), "1");
+    assert_eq!(d.post("/learnspam", &[], &read(HAM)).status, 200);
+    assert_eq!(d.post("/learnham", &[], &read(HAM)).status, 200);
+    assert_eq!(count(&d), "2", "two scans counted, the learns not");
+}
+
+#[test]
 fn an_acknowledged_learn_survives_an_immediate_kill9() {
     // The learn's 200 goes out only after its increments are in the WAL file: a SIGKILL sent
     // the moment the reply arrives must not lose it, round after round.

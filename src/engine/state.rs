@@ -89,6 +89,8 @@ struct Ctx {
     /// The scan's shingles by kind for `msg:stat`, built at its first call (`kinds_built`).
     kinds: RefCell<super::view::KindIndex>,
     kinds_built: Cell<bool>,
+    /// The current scan only observes (a learn): `ratelimit` answers without counting.
+    observe: Rc<Cell<bool>>,
     /// Hits `run_checks` read itself (`plain_hit`), in order, for Rust to record when the loop
     /// returns: (rule, symbol, weight, options).
     plain_hits: RefCell<Vec<PlainHit>>,
@@ -498,6 +500,8 @@ fn is_private_text(b: &[u8]) -> bool {
 struct RateLimiter {
     store: Arc<dyn ReputationStore>,
     namespace: u8,
+    /// `Ctx::observe`: a learn's scan reads the counters without counting.
+    observe: Rc<Cell<bool>>,
 }
 
 impl RateLimiter {
@@ -508,7 +512,11 @@ impl RateLimiter {
             kind: RATELIMIT_KIND,
             hash: hash_pair(name, value),
         };
-        self.store.hit(key, limit, window)
+        if self.observe.get() {
+            self.store.peek_rate(key, limit, window)
+        } else {
+            self.store.hit(key, limit, window)
+        }
     }
 }
 
@@ -1738,6 +1746,7 @@ fn build_state(
         epoch: Instant::now(),
         kinds: RefCell::new(super::view::KindIndex::default()),
         kinds_built: Cell::new(false),
+        observe: Rc::new(Cell::new(false)),
         plain_hits: RefCell::new(Vec::new()),
         applies: RefCell::new(Vec::new()),
         weight_key: Cell::new(0),
@@ -1916,6 +1925,7 @@ fn build_state(
         let limiter = Rc::new(RateLimiter {
             store: Arc::clone(env.store),
             namespace: env.namespace,
+            observe: Rc::clone(&ctx.observe),
         });
         let at = Rc::as_ptr(&limiter) as *mut std::ffi::c_void;
         set(
@@ -2314,6 +2324,7 @@ impl RuleRunner {
             }));
         }
         *ctx.classified.borrow_mut() = None;
+        ctx.observe.set(data.observe);
         let guard = ScanGuard::new(ctx, data);
         ctx.timed.set(self.scans.is_multiple_of(TIME_EVERY));
         ctx.preempt.begin_scan();

@@ -31,6 +31,10 @@ pub struct MessageData<'a> {
     pub classifier: Option<&'a crate::classify::Classifier>,
     /// Index of the store window the classifier's reputation features read.
     pub reputation_window: usize,
+    /// A learn's scan: the rules run for the symbols the classifier learns from, but record
+    /// nothing (`ratelimit` answers without counting). Learning records feedback; it does not
+    /// deliver the message again.
+    pub observe: bool,
 }
 
 impl MessageData<'_> {

@@ -334,6 +334,7 @@ impl Scanner {
         analysis: &'a Analysis<'_>,
         stats: &'a [WindowCounts],
         envelope: &'a Envelope,
+        observe: bool,
     ) -> MessageData<'a> {
         MessageData {
             message: &analysis.message,
@@ -346,6 +347,7 @@ impl Scanner {
             max_html_bytes: self.engine.config().max_html_bytes,
             classifier: Some(&self.classifier),
             reputation_window: self.reputation_window,
+            observe,
         }
     }
 
@@ -413,7 +415,7 @@ impl Scanner {
             None => {
                 let envelope = Envelope::default();
                 std::borrow::Cow::Owned(
-                    self.message_data(&scanned.analysis, &scanned.stats, &envelope)
+                    self.message_data(&scanned.analysis, &scanned.stats, &envelope, true)
                         .classifier_features(scanned.verdict.symbols.keys().map(String::as_str)),
                 )
             }
@@ -469,6 +471,16 @@ impl ScanWorker {
     /// Scans one prepared message: the pure stages, the store reads, the rules and the
     /// verdict. Nothing is recorded: pass `updates` to `Scanner::apply` (after replying).
     pub fn scan<'p>(&mut self, input: &'p Prepared<'_>, envelope: &Envelope) -> Scanned<'p> {
+        self.scan_as(input, envelope, false)
+    }
+
+    /// `scan`, or with `observe` the scan of a learn: the rules run but record nothing.
+    fn scan_as<'p>(
+        &mut self,
+        input: &'p Prepared<'_>,
+        envelope: &Envelope,
+        observe: bool,
+    ) -> Scanned<'p> {
         let sc = &*self.scanner;
         let start = std::time::Instant::now();
         let analysis = analyze(input, envelope, &sc.limits);
@@ -478,7 +490,7 @@ impl ScanWorker {
             .extend(analysis.shingles.iter().map(|s| sc.key(s)));
         let stats: Vec<WindowCounts> = sc.store.lookup_many(&self.keys);
         let looked_up = std::time::Instant::now();
-        let data = sc.message_data(&analysis, &stats, envelope);
+        let data = sc.message_data(&analysis, &stats, envelope, observe);
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
         let features = outcome.features.take();
         // Descriptions come from the generation that judged the message, even if a reload
@@ -522,7 +534,7 @@ impl ScanWorker {
     fn learn_as(&mut self, raw: &[u8], counter: Option<Counter>, class: Class) -> Learned {
         let sc = self.scanner.clone();
         let input = message::prepare(raw, &sc.limits);
-        let scanned = self.scan(&input, &Envelope::default());
+        let scanned = self.scan_as(&input, &Envelope::default(), true);
         let keys = counter.map_or(0, |c| sc.learn(&scanned.analysis, c));
         let trained = sc.train(&scanned, class);
         Learned {

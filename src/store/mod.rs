@@ -365,6 +365,8 @@ pub trait ReputationStore: Send + Sync {
     fn increment_unique(&self, pair: StoreKey, unique: StoreKey, period_secs: u64) -> bool;
     /// A sliding-window rate counter hit.
     fn hit(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult;
+    /// What `hit` would answer, counting nothing (a learn reads rate limits, as a scan would).
+    fn peek_rate(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult;
     /// A key's buckets and window sums.
     fn timeline(&self, key: &StoreKey) -> Option<Timeline>;
     /// The store's clock, Unix seconds (simulated in replays).
@@ -388,6 +390,10 @@ impl ReputationStore for Store {
 
     fn hit(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult {
         Store::hit(self, key, limit, window_secs)
+    }
+
+    fn peek_rate(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult {
+        Store::peek_rate(self, key, limit, window_secs)
     }
 
     fn timeline(&self, key: &StoreKey) -> Option<Timeline> {
@@ -926,6 +932,19 @@ impl Store {
         let now = self.now();
         let mut shard = self.shards[self.shard_of(key.hash)].lock();
         shard.extras().rates.hit(key, limit, window_secs, now)
+    }
+
+    /// `hit`'s answer without the hit.
+    pub fn peek_rate(&self, key: StoreKey, limit: u64, window_secs: u64) -> RateResult {
+        let now = self.now();
+        let shard = self.shards[self.shard_of(key.hash)].lock();
+        match &shard.extras {
+            Some(extras) => extras.rates.peek(key, limit, window_secs, now),
+            None => RateResult {
+                count: 1,
+                over: 1 > limit,
+            },
+        }
     }
 
     /// Adds `amount` to a windowed count-and-sum feature; returns the count and sum in the window.

@@ -56,6 +56,21 @@ impl<T: Copy + Default> SlidingWindow<T> {
         &self.slots
     }
 
+    /// The sub-buckets still in the window at `now` (what `current` would keep), without
+    /// moving the ring.
+    pub fn live_at(&self, now: u64) -> impl Iterator<Item = &T> {
+        let n = self.slots.len() as u64;
+        let current = now / self.sub_secs;
+        let gone = current.saturating_sub(self.head).min(n);
+        // Sub-buckets head+1..=head+gone are cleared by `current`: they are the oldest ones.
+        (0..n)
+            .filter(move |i| {
+                let age = (self.head % n + n - i) % n; // 0 = head
+                age + gone < n
+            })
+            .map(move |i| &self.slots[i as usize])
+    }
+
     /// Nothing in the window any more.
     pub fn expired(&self, now: u64) -> bool {
         now / self.sub_secs >= self.head + self.slots.len() as u64
@@ -63,6 +78,12 @@ impl<T: Copy + Default> SlidingWindow<T> {
 
     pub fn bytes(&self) -> usize {
         self.slots.len() * std::mem::size_of::<T>()
+    }
+}
+
+impl SlidingWindow<u32> {
+    fn count_at(&self, now: u64) -> u64 {
+        self.live_at(now).map(|&c| u64::from(c)).sum()
     }
 }
 
@@ -118,6 +139,21 @@ impl RateTable {
         }
     }
 
+    /// What `hit` would answer, without counting anything (nothing is created either).
+    pub fn peek(&self, key: StoreKey, limit: u64, window_secs: u64, now: u64) -> RateResult {
+        let window_secs = window_secs.max(1);
+        let hash = rate_hash(&key, window_secs);
+        let stored = self
+            .table
+            .find(hash, |e| e.key == key && e.window_secs == window_secs)
+            .map_or(0, |e| e.ring.count_at(now));
+        let count = stored + 1;
+        RateResult {
+            count,
+            over: count > limit,
+        }
+    }
+
     /// Drops counters whose whole window has slid past.
     pub fn sweep(&mut self, now: u64) {
         self.table.retain(|e| !e.ring.expired(now));
@@ -155,6 +191,32 @@ mod tests {
         // An hour and a sub-bucket later, only later hits remain.
         let r = t.hit(KEY, 5, 3_600, start + 3_600 + 60 + 9 * 60);
         assert!(r.count <= 2, "{r:?}");
+    }
+
+    #[test]
+    fn peek_answers_as_the_next_hit_would_and_counts_nothing() {
+        let mut x = 7u64;
+        let mut below = |n: u64| crate::testing::xorshift(&mut x) % n;
+        let mut t = RateTable::default();
+        let mut now = 1_000_000;
+        for _ in 0..5_000 {
+            now += below(90);
+            let window = [60, 600, 3_600][below(3) as usize];
+            let (peeked, len) = (t.peek(KEY, 20, window, now), t.len());
+            assert_eq!(
+                t.peek(KEY, 20, window, now),
+                peeked,
+                "peeking twice changes nothing"
+            );
+            assert_eq!(t.len(), len, "peeking creates no counter");
+            if below(4) > 0 {
+                assert_eq!(
+                    t.hit(KEY, 20, window, now),
+                    peeked,
+                    "at {now}, window {window}"
+                );
+            }
+        }
     }
 
     #[test]
