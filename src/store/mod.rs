@@ -231,6 +231,24 @@ impl Layout {
     }
 }
 
+/// A bucket where it belongs at some time: its end, and the age its counts are older than
+/// (increments land in the finest resolution and move to a coarser one only once they are
+/// older than the finer one keeps).
+#[derive(Debug, Clone, Copy)]
+struct Settled {
+    end: u64,
+    older_than: u64,
+}
+
+impl Settled {
+    /// Whether the bucket's counts belong to the window of the last `window` seconds: it
+    /// overlaps the window, and a coarse bucket only a window longer than its counts' age (else
+    /// the 24 h window would read a whole day bucket that ended an hour ago: up to 48 h).
+    fn in_window(self, window: u64, now: u64) -> bool {
+        window > self.older_than && self.end > now.saturating_sub(window)
+    }
+}
+
 /// Sums of one key over the configured windows, in `StoreConfig::windows_secs` order.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct WindowCounts {
@@ -819,19 +837,23 @@ impl Store {
 
     /// `set_window_sums` for any bucket: settled first, then compared with each window.
     fn set_window_sums_settled(&self, b: &Bucket, now: u64, windows: &mut [Counts]) {
-        if let Some(end) = self.settled_end(b, now) {
+        if let Some(at) = self.settled(b, now) {
             for (w, sums) in self.windows_secs.iter().zip(windows.iter_mut()) {
-                if end > now.saturating_sub(*w) {
+                if at.in_window(*w, now) {
                     *sums = b.counts;
                 }
             }
         }
     }
 
-    /// The end time of bucket `b` where it belongs at `now`, or `None` if it has expired.
-    fn settled_end(&self, b: &Bucket, now: u64) -> Option<u64> {
-        let (resolution, id) = self.layout.settle(b.resolution as usize, b.id, now)?;
-        Some(self.layout.start(resolution, id) + self.layout.resolutions[resolution].bucket_secs)
+    /// Where bucket `b` belongs at `now`, or `None` if it has expired.
+    fn settled(&self, b: &Bucket, now: u64) -> Option<Settled> {
+        let resolutions = &self.layout.resolutions;
+        let (r, id) = self.layout.settle(b.resolution as usize, b.id, now)?;
+        Some(Settled {
+            end: self.layout.start(r, id) + resolutions[r].bucket_secs,
+            older_than: r.checked_sub(1).map_or(0, |f| resolutions[f].keep_secs),
+        })
     }
 
     /// Sums buckets that overlap each window `[now - w, now]`, after settling each bucket where
@@ -842,14 +864,15 @@ impl Store {
         windows
     }
 
-    /// Adds to `windows` (one per configured window) the buckets that overlap each window.
+    /// Adds to `windows` (one per configured window) the buckets in each window
+    /// (`Settled::in_window`).
     fn add_window_sums(&self, buckets: &[Bucket], now: u64, windows: &mut [Counts]) {
         for b in buckets {
-            let Some(end) = self.settled_end(b, now) else {
+            let Some(at) = self.settled(b, now) else {
                 continue;
             };
             for (w, sums) in self.windows_secs.iter().zip(windows.iter_mut()) {
-                if end > now.saturating_sub(*w) {
+                if at.in_window(*w, now) {
                     for (s, c) in sums.iter_mut().zip(&b.counts) {
                         *s = s.saturating_add(*c);
                     }
@@ -891,39 +914,55 @@ impl Store {
         })
     }
 
-    /// Counts distinct recipients per sender (Yandex's paired shingles): increments `unique`
-    /// only when `pair` has not been seen since the start of the current `period_secs`, then
-    /// increments `pair`. Both keys live on the shard of `unique`, so the check and both
-    /// increments are atomic with respect to concurrent scans. Returns whether `unique` grew.
-    /// Pair keys are only reachable through this method.
+    /// Counts distinct recipients per sender (Yandex's paired shingles). A pair is counted (both
+    /// `pair` and `unique` incremented) when it has not been counted in the last `period_secs`;
+    /// otherwise nothing changes. The pair thus remembers when it was last counted, so a window
+    /// of `period_secs` over `unique` holds each recipient at most once, wherever it falls
+    /// (not two when the writes straddle midnight), and a recipient written to every day counts
+    /// once a period. "Last counted" is known to the pair's bucket (the finest resolution's,
+    /// 10 minutes by default): a pair is counted again between `period_secs` and
+    /// `period_secs` plus one bucket after its last count. Both keys live on the shard of
+    /// `unique`, so the check and both increments are atomic with respect to concurrent scans.
+    /// Returns whether `unique` grew. Pair keys are only reachable through this method.
     pub fn increment_unique(&self, pair: StoreKey, unique: StoreKey, period_secs: u64) -> bool {
         let now = self.now();
         let id = self.layout.bucket_id(now);
-        let period_start = now - now % period_secs.max(1);
+        let period = period_secs.max(1);
+        let since = now.saturating_sub(period);
+        let finest = &self.layout.resolutions[0];
         let mut shard = self.shards[self.shard_of(unique.hash)].lock();
         let pair_hash = table_hash(pair.hash, pair.kind, pair.namespace);
-        let seen_in_period = shard
+        let counted_recently = shard
             .table
             .find(pair_hash, matches(&pair))
             .is_some_and(|e| {
                 e.buckets(&shard.arena).as_slice().iter().any(|b| {
-                    let end = self.layout.start(b.resolution as usize, b.id)
-                        + self.layout.resolutions[b.resolution as usize].bucket_secs;
-                    b.counts[Counter::Seen as usize] > 0 && end > period_start
+                    if b.counts[Counter::Seen as usize] == 0 {
+                        return false;
+                    }
+                    match self.layout.settle(b.resolution as usize, b.id, now) {
+                        // A coarser bucket holds only counts older than the finest
+                        // resolution keeps (a day by default): recent only for a longer period.
+                        Some((r, at)) if r == 0 || period > finest.keep_secs => {
+                            let end =
+                                self.layout.start(r, at) + self.layout.resolutions[r].bucket_secs;
+                            end > since
+                        }
+                        _ => false,
+                    }
                 })
             });
+        if counted_recently {
+            return false;
+        }
         let one = Increment::one(pair, Counter::Seen).counts;
         self.add(&mut shard, &pair, pair_hash, id, &one, now);
-        if !seen_in_period {
-            self.add(&mut shard, &unique, key_hash(&unique), id, &one, now);
-        }
+        self.add(&mut shard, &unique, key_hash(&unique), id, &one, now);
         if self.logging.load(Ordering::Relaxed) {
             let shard_index = self.shard_of(unique.hash);
-            let changes = [(pair, one), (unique, one)];
-            let n = if seen_in_period { 1 } else { 2 };
-            self.log(&mut shard, shard_index, now, &changes[..n]);
+            self.log(&mut shard, shard_index, now, &[(pair, one), (unique, one)]);
         }
-        !seen_in_period
+        true
     }
 
     /// A sliding-window rate counter (Figma's): counts this hit and returns the count in the
@@ -1287,12 +1326,55 @@ mod tests {
             3,
             "three distinct recipients"
         );
-        clock.advance(DAY);
+        // Counted again only once a full period (and at most one bucket) has passed.
+        clock.advance(DAY - 1);
+        assert!(
+            !s.increment_unique(pair(1), sender, DAY),
+            "within the period"
+        );
+        clock.advance(601);
         assert!(
             s.increment_unique(pair(1), sender, DAY),
-            "a new day counts again"
+            "a period after its last count, it counts again"
         );
         assert!(!s.increment_unique(pair(1), sender, DAY));
+        assert_eq!(
+            seen(&s.lookup_many(&[sender])[0], 2),
+            1,
+            "once in the 24 h window"
+        );
+    }
+
+    #[test]
+    fn unique_counts_do_not_double_across_midnight() {
+        let (s, clock) = store(1_000);
+        let sender = StoreKey {
+            namespace: 0,
+            kind: 72,
+            hash: 7,
+        };
+        let pair = StoreKey {
+            namespace: 0,
+            kind: 71,
+            hash: 8,
+        };
+        // 23:45 and 00:15 UTC: one recipient, in every window.
+        let midnight = (T0 / DAY + 1) * DAY;
+        clock.set(midnight - 15 * 60);
+        assert!(s.increment_unique(pair, sender, DAY));
+        clock.set(midnight + 15 * 60);
+        assert!(!s.increment_unique(pair, sender, DAY));
+        let w = &s.lookup_many(&[sender])[0];
+        for window in 0..w.windows.len() {
+            assert!(seen(w, window) <= 1, "window {window}: {}", seen(w, window));
+        }
+        assert_eq!(seen(w, 2), 1);
+        // Writing every hour for three days: the 24 h window never holds the recipient twice.
+        for _ in 0..72 {
+            clock.advance(3_600);
+            s.increment_unique(pair, sender, DAY);
+            assert_eq!(seen(&s.lookup_many(&[sender])[0], 2), 1);
+        }
     }
 
     #[test]
@@ -1390,15 +1472,23 @@ mod tests {
         assert!(s.lookup_many(&[]).is_empty());
     }
 
+    /// Whether a timeline's bucket (resolution `r` from `start`) is in the window of the last
+    /// `w` seconds, as the windows are defined: it overlaps the window, and a coarse bucket
+    /// (whose counts are older than the finer resolution keeps) only a longer window.
+    fn bucket_in_window(s: &Store, r: usize, start: u64, w: u64) -> bool {
+        let res = s.layout().resolutions();
+        let older_than = r.checked_sub(1).map_or(0, |f| res[f].keep_secs);
+        w > older_than && start + res[r].bucket_secs > s.now().saturating_sub(w)
+    }
+
     /// Window sums from a timeline's settled buckets, as the windows are defined.
     fn sums_from_timeline(s: &Store, t: &Timeline) -> Vec<Counts> {
-        let now = s.now();
         s.windows_secs()
             .iter()
             .map(|w| {
                 let mut sum = [0u64; COUNTERS];
                 for (r, start, counts) in &t.buckets {
-                    if start + s.layout().resolutions()[*r].bucket_secs > now.saturating_sub(*w) {
+                    if bucket_in_window(s, *r, *start, *w) {
                         for (a, c) in sum.iter_mut().zip(counts) {
                             *a += c;
                         }
@@ -1502,7 +1592,6 @@ mod tests {
                     s.record_many(&[Increment::one(key(*k << 40), Counter::ALL[*c])]);
                 }
                 clock.set(T0 + 40 * 3_600 + probe);
-                let now = s.now();
                 let keys: Vec<_> = (0..8).map(|k| key(k << 40)).collect();
                 let before = s.lookup_many(&keys);
                 for (k, w) in keys.iter().zip(&before) {
@@ -1510,8 +1599,7 @@ mod tests {
                         for (wi, secs) in s.windows_secs().iter().enumerate() {
                             let mut sum = [0u64; COUNTERS];
                             for (r, start, counts) in &t.buckets {
-                                let end = start + s.layout().resolutions()[*r].bucket_secs;
-                                if end > now.saturating_sub(*secs) {
+                                if bucket_in_window(&s, *r, *start, *secs) {
                                     for (a, c) in sum.iter_mut().zip(counts) { *a += c; }
                                 }
                             }
