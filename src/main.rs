@@ -231,6 +231,7 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
         helo: args.helo,
         mail_from: args.mail_from,
         rcpt_to: args.rcpt_to,
+        ..Envelope::default()
     };
     let location = args.rules.map_or(RuleLocation::Embedded, RuleLocation::Dir);
     let scanner = Scanner::in_memory(config, location).map_err(anyhow::Error::msg)?;

@@ -382,6 +382,67 @@ fn learned_state_survives_sigterm_and_kill9() {
 }
 
 #[test]
+fn request_headers_reach_the_rules_and_the_queue_id_every_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(
+        rules.join("env.lua"),
+        "rule { name = 'ENV', score = 0, check = function(msg)\n\
+           local e = msg:envelope()\n\
+           log.warn('rule sees %s', tostring(e.user))\n\
+           return true, e.ip, e.helo, e.hostname, e.user, e.mail_from, e.rcpt[1], e.queue_id,\n\
+             e.deliver_to, tostring(msg:envelope() == e), msg:queue_id() end }\n",
+    )
+    .unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            rules: Some(rules),
+            ..Options::default()
+        },
+    );
+    let headers = [
+        ("IP", "192.0.2.44"),
+        ("Helo", "mail.sender.example"),
+        ("Hostname", "rdns.sender.example"),
+        ("User", "alice@sender.example"),
+        ("From", "<alice@sender.example>"),
+        ("Rcpt", "<bob@example.org>"),
+        ("Queue-Id", "7QX2KD1"),
+        ("Deliver-To", "<bob@example.org>"),
+    ];
+    let v = d.post("/checkv2", &headers, &read(HAM)).json();
+    assert_eq!(
+        v["symbols"]["ENV"]["options"],
+        serde_json::json!([
+            "192.0.2.44",
+            "mail.sender.example",
+            "rdns.sender.example",
+            "alice@sender.example",
+            "alice@sender.example",
+            "bob@example.org",
+            "7QX2KD1",
+            "bob@example.org",
+            "true",
+            "7QX2KD1"
+        ])
+    );
+    // The rule's log line sits in conn > scan (with the queue id) > rule spans.
+    let log = d.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("rule sees alice@sender.example"))
+        .unwrap_or_else(|| panic!("no rule log line in:\n{log}"));
+    assert!(line.contains("conn{"), "{line}");
+    assert!(line.contains("scan{queue_id=\"7QX2KD1\"}"), "{line}");
+    assert!(line.contains("rule{name=ENV}"), "{line}");
+    // Without the headers the fields are nil.
+    let v = d.post("/checkv2", &[], &read(HAM)).json();
+    assert_eq!(v["symbols"]["ENV"]["options"], serde_json::json!(["true"]));
+}
+
+#[test]
 fn learning_does_not_count_as_mail_arriving() {
     // A rule's rate limit counts mail; a learn is feedback about mail already counted.
     let dir = tempfile::tempdir().unwrap();

@@ -229,6 +229,7 @@ local simple = {
   anomalies = 22, mixed_script_words = 23, date = 24, message_id = 25, message_id_domain = 26,
   mailer = 27, size = 28, now = 29, sender_ip = 35, bare_helo_ip = 36, hop_domains = 37,
   part_types = 38, part_encodings = 39,
+  hostname = 48, user = 49, queue_id = 50, deliver_to = 51,
 }
 for name, id in pairs(simple) do
   Msg[name] = field(id)
@@ -298,6 +299,20 @@ function Msg.stats(_, kind, window) return stats(kind, window) end
 function Msg.shingles(_, kind) return fetch(46, kind) end
 function Msg.classify() return fetch(47) end
 
+-- The SMTP envelope in one table, built once a scan: what the MTA said (nil where it said
+-- nothing; `rcpt` an array).
+local ENVELOPE = 52
+function Msg:envelope()
+  local t = cache[ENVELOPE]
+  if t == nil then
+    t = { ip = self:ip(), helo = self:helo(), hostname = self:hostname(), user = self:user(),
+      mail_from = self:mail_from(), rcpt = self:rcpt(), queue_id = self:queue_id(),
+      deliver_to = self:deliver_to() }
+    cache[ENVELOPE] = t
+  end
+  return t
+end
+
 local M = {}
 
 -- Runs a rule file (or any chunk) in a fresh environment over the sandbox.
@@ -316,8 +331,9 @@ end
 -- all it holds, and only a major collection frees it. So scans share one field cache, emptied
 -- when a scan ends, and the scan's metatable is kept in a slot of a table (which only marks
 -- that table for the next minor collection to look at).
--- The field ids (1..47) index the cache's array part, which the constructor sizes at once.
-local CACHE_SLOTS = 48
+-- The field ids (1..51, and ENVELOPE) index the cache's array part, which the constructor
+-- sizes at once.
+local CACHE_SLOTS = 52
 local CACHE = raw_load("return {" .. string.rep("nil,", CACHE_SLOTS) .. "}", "=cache", "t", {})()
 local current = { mt = false }
 

@@ -1783,12 +1783,15 @@ fn build_state(
                 if let Some(dropped) = c.log_permit() {
                     let rule = c.rule_name();
                     let text = text.to_string_lossy();
-                    match level {
-                        1 => tracing::error!(rule = %rule, dropped, "{text}"),
-                        2 => tracing::warn!(rule = %rule, dropped, "{text}"),
-                        3 => tracing::info!(rule = %rule, dropped, "{text}"),
-                        _ => tracing::debug!(rule = %rule, dropped, "{text}"),
-                    }
+                    // The `rule` span nests in the worker's `scan` span (queue id) and that
+                    // in the connection's. Made only when a rule logs: a span per rule run
+                    // would cost more than most rules.
+                    tracing::info_span!("rule", name = %rule).in_scope(|| match level {
+                        1 => tracing::error!(dropped, "{text}"),
+                        2 => tracing::warn!(dropped, "{text}"),
+                        3 => tracing::info!(dropped, "{text}"),
+                        _ => tracing::debug!(dropped, "{text}"),
+                    });
                 }
                 Ok(())
             }),

@@ -98,6 +98,7 @@ impl IntoLua for Scalar<'_> {
 /// the raw `fetch`.
 pub const SCALAR_FIELDS: &[u8] = &[
     1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 32, 33, 34, 35, 36, 40, 42, 43,
+    48, 49, 50, 51,
 ];
 
 /// The field ids whose values are arrays of plain values (`MessageData::array`); the prelude
@@ -476,6 +477,10 @@ impl MessageData<'_> {
             },
             7 => opt(self.envelope.helo.as_deref()),
             8 => opt(self.envelope.mail_from.as_deref()),
+            48 => opt(self.envelope.hostname.as_deref()),
+            49 => opt(self.envelope.user.as_deref()),
+            50 => opt(self.envelope.queue_id.as_deref()),
+            51 => opt(self.envelope.deliver_to.as_deref()),
             10 => s(&m.body.display),
             11 => s(&m.body.normalized),
             12 => s(&m.html_text),

@@ -58,6 +58,14 @@ pub struct Envelope {
     pub helo: Option<String>,
     pub mail_from: Option<String>,
     pub rcpt_to: Vec<String>,
+    /// The client's reverse DNS name as the MTA resolved it (`Hostname`, milter connect).
+    pub hostname: Option<String>,
+    /// The authenticated sender (`User`, milter `{auth_authen}`).
+    pub user: Option<String>,
+    /// The MTA's queue id (`Queue-Id`, milter `i`): on every log line of the scan.
+    pub queue_id: Option<String>,
+    /// The final recipient of a local delivery (`Deliver-To`).
+    pub deliver_to: Option<String>,
 }
 
 /// An attachment (or any non-body part) as decoded.

@@ -16,13 +16,9 @@ use crate::scan::{Action, SymbolHit, Verdict};
 /// What the request headers of `/checkv2` say about the message.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckRequest {
+    /// With `Hostname` (the client's reverse DNS name), `User` (the authenticated sender),
+    /// `Queue-Id` and `Deliver-To`.
     pub envelope: Envelope,
-    /// `Hostname`: the client's reverse DNS name, as the MTA saw it.
-    pub hostname: Option<String>,
-    /// `User`: the authenticated sender.
-    pub user: Option<String>,
-    pub queue_id: Option<String>,
-    pub deliver_to: Option<String>,
     /// `Pass: all`: run every rule even after a forced action (we always do).
     pub pass_all: bool,
     /// Header values that could not be used, for the log: (header, value).
@@ -73,10 +69,10 @@ impl CheckRequest {
                 }
             }
         }
-        req.hostname = text(headers, "hostname");
-        req.user = text(headers, "user");
-        req.queue_id = text(headers, "queue-id");
-        req.deliver_to = text(headers, "deliver-to");
+        req.envelope.hostname = text(headers, "hostname");
+        req.envelope.user = text(headers, "user");
+        req.envelope.queue_id = text(headers, "queue-id");
+        req.envelope.deliver_to = text(headers, "deliver-to").map(|d| address(&d));
         req.pass_all = text(headers, "pass").is_some_and(|p| p.eq_ignore_ascii_case("all"));
         req
     }
@@ -259,7 +255,7 @@ mod tests {
             r.envelope.rcpt_to,
             ["b@example.com", "c@example.com", "d@example.com"]
         );
-        assert_eq!(r.queue_id.as_deref(), Some("ABC123"));
+        assert_eq!(r.envelope.queue_id.as_deref(), Some("ABC123"));
         assert!(r.pass_all);
         assert!(r.ignored.is_empty());
 

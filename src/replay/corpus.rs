@@ -299,6 +299,7 @@ fn headers_of(raw: &[u8]) -> (Option<u64>, Envelope) {
         helo: None,
         mail_from: address("Return-Path"),
         rcpt_to: rcpt.into_iter().collect(),
+        ..Envelope::default()
     };
     (time, envelope)
 }

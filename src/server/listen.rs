@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use anyhow::Context;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -122,7 +123,9 @@ pub async fn accept_loop<F, Fut>(
             );
             continue;
         };
-        let task = serve(stream, peer);
+        // `conn` ⊃ `scan` ⊃ `rule`: every line a connection causes says where it came from.
+        let span = tracing::info_span!("conn", listener = what, peer = ?peer);
+        let task = serve(stream, peer).instrument(span);
         tokio::spawn(hold(permit, task));
     }
 }

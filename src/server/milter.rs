@@ -383,6 +383,18 @@ impl Session {
                         helo: self.helo.clone(),
                         mail_from: self.mail_from.clone(),
                         rcpt_to: self.rcpts.clone(),
+                        hostname: self
+                            .macros
+                            .get("client_name")
+                            .filter(|h| !h.is_empty() && !h.starts_with('[') && *h != "unknown")
+                            .cloned(),
+                        user: self
+                            .macros
+                            .get("{auth_authen}")
+                            .filter(|u| !u.is_empty())
+                            .cloned(),
+                        queue_id: self.queue_id.clone(),
+                        deliver_to: None,
                     },
                     lists: false,
                 })
@@ -839,5 +851,41 @@ mod tests {
         s.command(mail(), 1000).unwrap();
         s.command(i("BBB222"), 1000).unwrap();
         assert_eq!(s.queue_id(), Some("BBB222"));
+    }
+
+    #[test]
+    fn the_envelope_carries_queue_id_user_and_client_name() {
+        let mut s = Session::default();
+        s.command(
+            Command::Connect {
+                hostname: b"mx.sender.example".to_vec(),
+                family: b'4',
+                port: 25,
+                address: b"192.0.2.9".to_vec(),
+            },
+            1000,
+        )
+        .unwrap();
+        s.command(
+            Command::Macro {
+                stage: b'M',
+                pairs: vec![
+                    (b"i".to_vec(), b"4F2A1C".to_vec()),
+                    (b"{auth_authen}".to_vec(), b"alice".to_vec()),
+                ],
+            },
+            1000,
+        )
+        .unwrap();
+        s.command(Command::Mail(vec![b"<a@b.example>".to_vec()]), 1000)
+            .unwrap();
+        let Step::Scan(req) = s.command(Command::EndOfMessage(vec![]), 1000).unwrap() else {
+            panic!("no scan at end of message")
+        };
+        let e = &req.envelope;
+        assert_eq!(e.queue_id.as_deref(), Some("4F2A1C"));
+        assert_eq!(e.user.as_deref(), Some("alice"));
+        assert_eq!(e.hostname.as_deref(), Some("mx.sender.example"));
+        assert_eq!(e.client_ip, Some("192.0.2.9".parse().unwrap()));
     }
 }

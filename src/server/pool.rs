@@ -52,14 +52,18 @@ pub struct LearnReply {
 
 enum Job {
     Scan {
-        request: ScanRequest,
+        /// (boxed: the envelope makes it several times larger than the other jobs)
+        request: Box<ScanRequest>,
         enqueued: Instant,
         reply: oneshot::Sender<ScanReply>,
+        /// The submitting connection's span: the worker's `scan` span nests in it.
+        span: tracing::Span,
     },
     Learn {
         raw: Vec<u8>,
         counter: Counter,
         reply: oneshot::Sender<LearnReply>,
+        span: tracing::Span,
     },
     Stop,
 }
@@ -131,9 +135,10 @@ impl Pool {
     ) -> Result<ScanReply, PoolError> {
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Scan {
-            request,
+            request: Box::new(request),
             enqueued: Instant::now(),
             reply,
+            span: tracing::Span::current(),
         })?;
         wait(rx, timeout).await
     }
@@ -150,6 +155,7 @@ impl Pool {
             raw,
             counter,
             reply,
+            span: tracing::Span::current(),
         })?;
         wait(rx, timeout).await
     }
@@ -245,7 +251,15 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             request,
             enqueued,
             reply,
+            span,
         } => {
+            // Every log line of this scan (rules' included) carries the queue id.
+            let span = tracing::info_span!(
+                parent: &span,
+                "scan",
+                queue_id = request.envelope.queue_id.as_deref()
+            );
+            let _entered = span.enter();
             if reply.is_closed() {
                 // The client gave up (timeout or disconnect) while the job waited.
                 return;
@@ -286,6 +300,11 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             metrics.stage(Stage::Lookup, answer.times.lookup);
             metrics.stage(Stage::Rules, answer.times.rules);
             metrics.stage(Stage::Total, start.elapsed());
+            tracing::debug!(
+                action = answer.verdict.action.as_str(),
+                score = answer.verdict.score,
+                "verdict"
+            );
             let _ = reply.send(answer);
             scanner.apply(&scanned.updates);
             if autolearn {
@@ -296,7 +315,9 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             raw,
             counter,
             reply,
+            span,
         } => {
+            let _entered = tracing::info_span!(parent: &span, "learn", ?counter).entered();
             let learned = worker.learn(&raw, counter);
             let counted = match counter {
                 Counter::Rescue => &metrics.learned_ham,
