@@ -390,7 +390,7 @@ impl Session {
                             .cloned(),
                         user: self
                             .macros
-                            .get("{auth_authen}")
+                            .get("auth_authen")
                             .filter(|u| !u.is_empty())
                             .cloned(),
                         queue_id: self.queue_id.clone(),
