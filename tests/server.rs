@@ -477,30 +477,50 @@ fn learning_does_not_count_as_mail_arriving() {
 
 #[test]
 fn an_acknowledged_learn_survives_an_immediate_kill9() {
-    // The learn's 200 goes out only after its increments are in the WAL file: a SIGKILL sent
-    // the moment the reply arrives must not lose it, round after round.
+    // The learn's 200 goes out only after its reputation increments are in the WAL file and
+    // its classifier training in the learn journal: a SIGKILL sent the moment the reply
+    // arrives must lose neither, round after round.
     let dir = tempfile::tempdir().unwrap();
-    let subject = "Test spam mail (GTUBE)";
-    let gtube = read("gtube.eml");
     let options = |ports| Options {
         workers: Some(1),
         ports,
         ..Options::default()
     };
+    let complaints = |d: &Daemon| -> u64 {
+        let r = d.get("/reputation?type=from&value=desk%40winners-club.example");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["keys"][0]["windows"]["24h"]["complaint"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let classifier_spam = |d: &Daemon| d.get("/stat").json()["classifier"]["learned_spam"].as_u64();
     let mut d = Daemon::start(dir.path(), options(None));
     let ports = Some((d.http, d.milter));
     let rounds = 100;
     for round in 0..rounds {
         assert_eq!(
-            subject_complaints(&d, subject),
-            round,
-            "after round {round}"
+            complaints(&d),
+            round as u64,
+            "complaints after round {round}"
         );
-        assert_eq!(d.post("/learnspam", &[], &gtube).status, 200);
+        assert_eq!(
+            classifier_spam(&d),
+            Some(round as u64),
+            "classifier after round {round}"
+        );
+        let r = d.post("/learnspam", &[], &stream_message(true, round));
+        assert_eq!(r.status, 200, "{}", r.text());
         d.kill9();
         d = Daemon::start(dir.path(), options(ports));
     }
-    assert_eq!(subject_complaints(&d, subject), rounds);
+    assert_eq!(complaints(&d), rounds as u64);
+    assert_eq!(classifier_spam(&d), Some(rounds as u64));
+    // A graceful stop saves the classifier and empties its journal; nothing is trained twice.
+    d.stop();
+    let journal = dir.path().join("data").join("classifier.journal");
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+    let d = Daemon::start(dir.path(), options(ports));
+    assert_eq!(classifier_spam(&d), Some(rounds as u64));
 }
 
 /// A message of one of two made-up streams, each copy with its own Message-ID.

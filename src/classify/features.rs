@@ -132,6 +132,14 @@ impl Features {
         self.hashes.dedup();
     }
 
+    /// Features from hashes already finished (the learn journal's).
+    pub fn from_hashes(hashes: Vec<u64>) -> Features {
+        Features {
+            hashes,
+            buf: Vec::new(),
+        }
+    }
+
     pub fn hashes(&self) -> &[u64] {
         &self.hashes
     }

@@ -9,6 +9,7 @@
 //! mutex) writes them, so inference never waits on training and sees each update at once.
 
 pub mod features;
+pub mod journal;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -120,6 +121,9 @@ pub struct Classifier {
     train: Mutex<()>,
     /// Recently trained messages (autolearn and repeats of one mailing train once).
     seen: Mutex<lru::LruCache<u64, ()>>,
+    /// The learn journal, when the model is saved to disk (`attach_journal`). Its lock orders
+    /// a learn's training and its record against a snapshot.
+    journal: Mutex<Option<journal::Journal>>,
 }
 
 impl std::fmt::Debug for Classifier {
@@ -153,6 +157,7 @@ impl Classifier {
             seen: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(SEEN_CAPACITY).expect("nonzero"),
             )),
+            journal: Mutex::new(None),
         }
     }
 
@@ -236,8 +241,47 @@ impl Classifier {
         true
     }
 
-    /// Writes the model to `path` atomically (a temporary file, fsync, rename).
+    /// From now on, `learn` records what it trains in `journal` before it returns, and `save`
+    /// empties it. The caller trained the journal's earlier learns (`Journal::open`) first.
+    pub fn attach_journal(&self, journal: journal::Journal) {
+        *self.journal.lock() = Some(journal);
+    }
+
+    /// A user's learn: `train`, recorded in the journal (when one is attached) before it
+    /// returns, so a killed process keeps it. Returns whether it trained.
+    pub fn learn(
+        &self,
+        features: &Features,
+        class: Class,
+        key: Option<u64>,
+    ) -> std::io::Result<bool> {
+        let mut journal = self.journal.lock();
+        let trained = self.train(features, class, key);
+        if let (true, Some(j)) = (trained, journal.as_mut()) {
+            j.append(class, key, features)?;
+        }
+        Ok(trained)
+    }
+
+    /// fsyncs the journal's appends (the `every_second` policy's tick).
+    pub fn sync_journal(&self) -> std::io::Result<()> {
+        self.journal
+            .lock()
+            .as_mut()
+            .map_or(Ok(()), journal::Journal::sync)
+    }
+
+    /// The checksum `save` wrote at the end of a snapshot file (what a journal marker names).
+    pub fn file_crc(path: &Path) -> Option<u32> {
+        let bytes = std::fs::read(path).ok()?;
+        let tail = bytes.get(bytes.len().checked_sub(4)?..)?;
+        Some(u32::from_le_bytes(tail.try_into().ok()?))
+    }
+
+    /// Writes the model to `path` atomically (a temporary file, fsync, rename). With a journal
+    /// attached, learns wait meanwhile, and the journal is emptied once the file is in place.
     pub fn save(&self, path: &Path) -> Result<(), SnapshotError> {
+        let mut journal = self.journal.lock();
         let name = path.display().to_string();
         let io = |e| SnapshotError::Io(name.clone(), e);
         let mut buf = Vec::with_capacity(64 + self.table.len() * 4);
@@ -259,11 +303,18 @@ impl Classifier {
         file.write_all(&buf).map_err(io)?;
         file.sync_all().map_err(io)?;
         drop(file);
+        // The marker first: a kill before the rename leaves the old snapshot and every learn.
+        if let Some(j) = journal.as_mut() {
+            j.mark(crc).map_err(io)?;
+        }
         std::fs::rename(&tmp, path).map_err(io)?;
         if let Some(dir) = path.parent() {
             if let Ok(d) = std::fs::File::open(dir) {
                 let _ = d.sync_all();
             }
+        }
+        if let Some(j) = journal.as_mut() {
+            j.clear().map_err(io)?;
         }
         Ok(())
     }

@@ -394,17 +394,15 @@ impl Scanner {
     /// Trains the classifier on a scanned message (`features`). A message (by Message-ID, else
     /// exact body) trains once per class while remembered.
     pub fn train(&self, scanned: &Scanned<'_>, class: Class) -> bool {
-        let a = &scanned.analysis;
-        let features = self.features(scanned);
-        let key = match &a.entities.message_id {
-            Some(id) => Some(shingle::hash_bytes(id.as_bytes())),
-            None => a
-                .shingles
-                .iter()
-                .find(|s| s.kind == Kind::BodyExact)
-                .map(|s| s.hash),
-        };
-        self.classifier.train(&features, class, key)
+        self.classifier
+            .train(&self.features(scanned), class, training_key(scanned))
+    }
+
+    /// `train` for a user's learn: recorded in the classifier's journal (when the daemon keeps
+    /// one) before it returns. An error means the training may not survive a restart.
+    pub fn train_learned(&self, scanned: &Scanned<'_>, class: Class) -> std::io::Result<bool> {
+        self.classifier
+            .learn(&self.features(scanned), class, training_key(scanned))
     }
 
     /// The classifier's features of a scanned message: those a rule weighed, or (when no rule
@@ -423,6 +421,19 @@ impl Scanner {
     }
 }
 
+/// What identifies a message to the classifier: its Message-ID, else its exact body.
+fn training_key(scanned: &Scanned<'_>) -> Option<u64> {
+    let a = &scanned.analysis;
+    match &a.entities.message_id {
+        Some(id) => Some(shingle::hash_bytes(id.as_bytes())),
+        None => a
+            .shingles
+            .iter()
+            .find(|s| s.kind == Kind::BodyExact)
+            .map(|s| s.hash),
+    }
+}
+
 /// What a learn recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Learned {
@@ -431,6 +442,8 @@ pub struct Learned {
     pub message_id: Option<String>,
     /// Whether the classifier trained on it (not when it already had this message).
     pub trained: bool,
+    /// The classifier's journal could not record the training (the learn is not durable).
+    pub journal_error: Option<String>,
 }
 
 /// Shingles whose keys count messages (the paired ones count distinct recipients instead).
@@ -536,11 +549,18 @@ impl ScanWorker {
         let input = message::prepare(raw, &sc.limits);
         let scanned = self.scan_as(&input, &Envelope::default(), true);
         let keys = counter.map_or(0, |c| sc.learn(&scanned.analysis, c));
-        let trained = sc.train(&scanned, class);
+        let (trained, journal_error) = match counter {
+            Some(_) => match sc.train_learned(&scanned, class) {
+                Ok(t) => (t, None),
+                Err(e) => (true, Some(e.to_string())),
+            },
+            None => (sc.train(&scanned, class), None),
+        };
         Learned {
             keys,
             message_id: scanned.analysis.entities.message_id.clone(),
             trained,
+            journal_error,
         }
     }
 

@@ -325,6 +325,13 @@ async fn learn(
     // A learn is a user's explicit feedback: its increments reach the WAL before the 200.
     let learned = match learned {
         Ok(l) => {
+            if let Some(e) = &l.journal_error {
+                tracing::error!(error = %e, "learn not written to the classifier's journal");
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("learn not written to the classifier's journal: {e}"),
+                );
+            }
             let committer = daemon.committer.clone();
             match tokio::task::spawn_blocking(move || committer.commit()).await {
                 Ok(Ok(())) => Ok(l),

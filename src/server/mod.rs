@@ -241,12 +241,14 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     let shared: Arc<dyn ReputationStore> = store.clone();
     let classifier_path = s.data_dir.join(CLASSIFIER_FILE);
     let classifier = Arc::new(load_classifier(&config, &classifier_path, s.salvage)?);
+    open_learn_journal(&config, &classifier, &classifier_path)?;
     let scanner = Scanner::with_classifier(&config, rules, shared, classifier.clone())
         .context("loading the rules")?;
     let classifier_snapshots = ClassifierSnapshots::spawn(
         classifier.clone(),
         classifier_path.clone(),
         config.persist.snapshot_secs,
+        config.persist.fsync,
     )?;
     let watcher = crate::engine::watch::watch(scanner.engine()).map_err(anyhow::Error::msg)?;
     let metrics = Arc::new(Metrics::default());
@@ -291,8 +293,8 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
 }
 
 /// Saves the classifier every `persist.snapshot_secs` (with the store's snapshots) when it has
-/// learned since the last save, so a crash loses at most one interval of learning. Stops when
-/// dropped.
+/// learned since the last save, which empties its learn journal; under `fsync = "every_second"`
+/// it also fsyncs the journal once a second. Stops when dropped.
 struct ClassifierSnapshots(Option<(crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>)>);
 
 impl ClassifierSnapshots {
@@ -300,8 +302,9 @@ impl ClassifierSnapshots {
         classifier: Arc<crate::classify::Classifier>,
         path: std::path::PathBuf,
         every_secs: u64,
+        fsync: crate::store::FsyncPolicy,
     ) -> anyhow::Result<ClassifierSnapshots> {
-        if every_secs == 0 || !classifier.config().enabled {
+        if !classifier.config().enabled {
             return Ok(ClassifierSnapshots(None));
         }
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
@@ -309,9 +312,19 @@ impl ClassifierSnapshots {
             .name("shrike-clf-snap".into())
             .spawn(move || {
                 let mut saved = classifier.learned();
+                let mut last_save = Instant::now();
                 while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(Duration::from_secs(every_secs))
+                    stopped.recv_timeout(Duration::from_secs(1))
                 {
+                    if fsync == crate::store::FsyncPolicy::EverySecond {
+                        if let Err(e) = classifier.sync_journal() {
+                            tracing::error!(error = %e, "classifier journal fsync failed");
+                        }
+                    }
+                    if every_secs == 0 || last_save.elapsed() < Duration::from_secs(every_secs) {
+                        continue;
+                    }
+                    last_save = Instant::now();
                     let learned = classifier.learned();
                     if learned == saved {
                         continue;
@@ -342,6 +355,36 @@ impl Drop for ClassifierSnapshots {
 
 /// The classifier's weights in the data directory.
 const CLASSIFIER_FILE: &str = "classifier.bin";
+/// The learns since the classifier's last snapshot, beside it.
+const JOURNAL_FILE: &str = "classifier.journal";
+
+/// Opens the classifier's learn journal, trains again what it holds beyond the snapshot just
+/// loaded (the learns a killed process acknowledged but had not saved), and attaches it.
+fn open_learn_journal(
+    config: &crate::config::Config,
+    classifier: &crate::classify::Classifier,
+    snapshot: &std::path::Path,
+) -> anyhow::Result<()> {
+    use crate::classify::{journal::Journal, Classifier};
+    let path = snapshot.with_file_name(JOURNAL_FILE);
+    let crc = Classifier::file_crc(snapshot);
+    let sync_each = config.persist.fsync == crate::store::FsyncPolicy::Always;
+    let (journal, learns) = Journal::open(&path, crc, sync_each)
+        .with_context(|| format!("opening the classifier journal {}", path.display()))?;
+    let mut trained = 0;
+    for l in &learns {
+        trained += usize::from(classifier.train(&l.features, l.class, l.key));
+    }
+    if !learns.is_empty() {
+        tracing::info!(
+            learns = learns.len(),
+            trained,
+            "classifier journal replayed"
+        );
+    }
+    classifier.attach_journal(journal);
+    Ok(())
+}
 
 /// The classifier saved by the last shutdown, or a fresh one when there is none. A damaged or
 /// incompatible file stops startup with the reason, unless `salvage` moves it aside.

@@ -48,6 +48,8 @@ pub struct LearnReply {
     /// Store keys that got the complaint or rescue.
     pub keys: usize,
     pub message_id: Option<String>,
+    /// Why the classifier's training of it was not recorded, if it was not.
+    pub journal_error: Option<String>,
 }
 
 enum Job {
@@ -327,6 +329,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let _ = reply.send(LearnReply {
                 keys: learned.keys,
                 message_id: learned.message_id,
+                journal_error: learned.journal_error,
             });
         }
         Job::Stop => {}
