@@ -121,6 +121,29 @@ fn collectgarbage_count_works_in_rules() {
         .unwrap();
     assert!(kib > 10.0, "{kib} KiB");
     assert!(probe("collectgarbage('collect')")[0].contains("only \"count\""));
+    // The same class: every function the sandbox hands out works when a rule calls it (none
+    // may reach for a global the engine removed after the prelude).
+    for (expr, want) in [
+        ("print('probe') or 1", "ok:1"),
+        ("log.info('probe %d', 1) or 2", "ok:2"),
+        ("load('return 3')()", "ok:3"),
+        ("os.date('!%Y', 0)", "ok:1970"),
+        ("os.difftime(5, 1)", "ok:4.0"),
+        ("type(os.clock())", "ok:number"),
+        ("type(require('shrike.util').find_word)", "ok:function"),
+        ("select('#', 1, 2)", "ok:2"),
+        ("re.match('a+', 'caat')", "ok:true"),
+        ("string.format('%d', 7)", "ok:7"),
+        ("table.concat({1, 2}, ',')", "ok:1,2"),
+        ("utf8.char(72)", "ok:H"),
+        ("math.floor(1.5)", "ok:1"),
+        ("tostring(rawequal(string, string))", "ok:true"),
+        ("#(require('shrike.util').urgency_phrases) > 0", "ok:true"),
+        ("(pcall(error, 'x'))", "ok:false"),
+        ("(xpcall(error, function() return 1 end))", "ok:false"),
+    ] {
+        assert_eq!(probe(expr)[0], want, "{expr}");
+    }
 }
 
 #[test]
