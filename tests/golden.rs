@@ -221,3 +221,56 @@ fn received_chain_keeps_hop_order_and_ipv6() {
         ["2001:db8::2", "2001:db8::1", "192.0.2.10", "198.51.100.7"]
     );
 }
+
+/// Inline text parts mail-parser lists as attachments (a named inline text/html in a
+/// multipart/mixed, the second part of a multipart/related, a text/html cut off by an
+/// unterminated boundary, HTML after plain inside a multipart/alternative) give their links
+/// and text; only a named one is an attachment too.
+#[test]
+fn inline_text_parts_give_links_and_text() {
+    let link = |r: &serde_json::Value, url: &str, source: &str| {
+        let links = r["entities"]["links"].as_array().unwrap();
+        links
+            .iter()
+            .find(|l| l["url"] == url && l["source"] == source)
+            .cloned()
+            .unwrap_or_else(|| panic!("{url} ({source}) not in {links:?}"))
+    };
+    let mixed = golden("inline_html_mixed.eml");
+    link(
+        &mixed,
+        "https://claim.example.net/reward?id=7781",
+        "html_href",
+    );
+    link(
+        &mixed,
+        "http://www.rewards-center.example.org/",
+        "html_text",
+    );
+    link(&mixed, "http://help.example.com/faq", "text");
+    let atts = mixed["entities"]["attachments"].as_array().unwrap();
+    let types: Vec<&str> = atts
+        .iter()
+        .filter_map(|a| a["content_type"].as_str())
+        .collect();
+    assert_eq!(types, ["text/html", "image/gif"], "{atts:?}");
+    assert_eq!(atts[0]["name"], "statement.html");
+
+    let cut = golden("inline_html_unterminated.eml");
+    let href = link(&cut, "http://prize.example.com/claim?u=alice", "html_href");
+    assert_eq!(href["text"], "https://www.paypal.com/prizes");
+    let anchors = cut["entities"]["anchors"].as_array().unwrap();
+    assert!(anchors.iter().any(|a| a["mismatch"] == true), "{anchors:?}");
+    assert!(cut["entities"]["attachments"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert!(anomalies(&cut).contains(&"unterminated_multipart".to_string()));
+
+    let alt = golden("inline_html_alternative.eml");
+    link(&alt, "http://shop.seeds.example.org/", "html_text");
+    assert!(alt["entities"]["attachments"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}

@@ -873,25 +873,28 @@ impl MessageData<'_> {
         lua.create_sequence_from(rows)
     }
 
-    /// The HTML parts' source, up to `max_html_bytes` (borrowed when there is one part).
+    /// The HTML parts' source, up to `max_html_bytes` (borrowed when there is one part): the
+    /// tree's HTML parts, then the cut-off ones the tree holds as plain text.
     fn html_source(&self) -> Cow<'_, str> {
         let Some(mime) = &self.message.mime else {
             return Cow::Borrowed("");
         };
         let mut pieces: Vec<&str> = Vec::new();
         let mut room = self.max_html_bytes;
-        for part in &mime.parts {
-            if let PartType::Html(h) = &part.body {
-                if room == 0 {
-                    break;
-                }
-                let mut end = h.len().min(room);
-                while !h.is_char_boundary(end) {
-                    end -= 1;
-                }
-                pieces.push(&h[..end]);
-                room -= end;
+        let tree_html = mime.parts.iter().filter_map(|part| match &part.body {
+            PartType::Html(h) => Some(h.as_ref()),
+            _ => None,
+        });
+        for h in tree_html.chain(self.message.cut_off_html.iter().map(String::as_str)) {
+            if room == 0 {
+                break;
             }
+            let mut end = h.len().min(room);
+            while !h.is_char_boundary(end) {
+                end -= 1;
+            }
+            pieces.push(&h[..end]);
+            room -= end;
         }
         match pieces.as_slice() {
             [] => Cow::Borrowed(""),

@@ -92,14 +92,18 @@ pub struct ParsedMessage<'a> {
     pub mime: Option<mail_parser::Message<'a>>,
     /// The decoded Subject.
     pub subject: Text,
-    /// The body as a reader sees it: text/plain parts, or the visible text of HTML parts where a
-    /// message has no plain alternative; attached messages' bodies included.
+    /// The body as a reader sees it: the inline text/plain parts, and the visible text of inline
+    /// HTML parts that have no plain alternative; attached messages' bodies included.
     pub body: Text,
-    /// Visible text of the HTML parts (display form; `normalize` it where needed).
+    /// Visible text of the inline HTML parts (display form; `normalize` it where needed).
     pub html_text: String,
     /// Link targets from the HTML parts, with anchor text.
     pub html_links: Vec<HtmlLink>,
-    /// Non-body parts.
+    /// Source of the text/html parts that `mime` holds as plain text (cut off by an unterminated
+    /// boundary, or with a broken transfer encoding), decoded, at most `max_text_bytes` in all;
+    /// the other HTML parts' source is in `mime`.
+    pub cut_off_html: Vec<String>,
+    /// Non-body parts, and inline text parts that name a file.
     pub attachments: Vec<AttachmentPart>,
     /// Words mixing scripts (as displayed, case-folded), from subject and text.
     pub mixed_script_words: Vec<String>,
@@ -213,6 +217,8 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
         body: String::new(),
         html: String::new(),
         html_links: Vec::new(),
+        cut_off_html: Vec::new(),
+        cut_off_html_bytes: 0,
         attachments: Vec::new(),
         part_count: 0,
     };
@@ -260,6 +266,7 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
         body,
         html_text: walker.html,
         html_links: walker.html_links,
+        cut_off_html: walker.cut_off_html,
         attachments: walker.attachments,
         mixed_script_words: mixed,
         part_count: walker.part_count,
@@ -308,6 +315,8 @@ struct Walker<'l> {
     body: String,
     html: String,
     html_links: Vec<HtmlLink>,
+    cut_off_html: Vec<String>,
+    cut_off_html_bytes: usize,
     attachments: Vec<AttachmentPart>,
     part_count: usize,
 }
@@ -365,11 +374,18 @@ impl Walker<'_> {
 
     fn walk_message(&mut self, message: &mail_parser::Message<'_>, depth: usize) {
         if !message.parts.is_empty() {
-            self.walk_part(message, 0, depth);
+            self.walk_part(message, 0, depth, false);
         }
     }
 
-    fn walk_part(&mut self, message: &mail_parser::Message<'_>, id: u32, depth: usize) {
+    /// `in_alternative`: the part is inside a multipart/alternative of this message.
+    fn walk_part(
+        &mut self,
+        message: &mail_parser::Message<'_>,
+        id: u32,
+        depth: usize,
+        in_alternative: bool,
+    ) {
         let Some(part) = message.parts.get(id as usize) else {
             return;
         };
@@ -385,58 +401,21 @@ impl Walker<'_> {
         self.check_part(message, part);
         match &part.body {
             PartType::Multipart(children) => {
+                let in_alternative = in_alternative
+                    || part.content_type().is_some_and(|ct| {
+                        ct.c_subtype
+                            .as_deref()
+                            .is_some_and(|s| s.eq_ignore_ascii_case("alternative"))
+                    });
                 for &child in children {
                     // Children always follow their parent; anything else is a malformed tree.
                     if child > id {
-                        self.walk_part(message, child, depth + 1);
+                        self.walk_part(message, child, depth + 1, in_alternative);
                     }
                 }
             }
-            PartType::Text(text) => {
-                // mail-parser hands back undecoded text when a part is cut off (no closing
-                // boundary): decode it here so a truncated spam still shows its words and links.
-                let recovered = if part.is_encoding_problem {
-                    recover_text(part, text)
-                } else {
-                    None
-                };
-                let text = recovered.as_deref().unwrap_or(text);
-                let declared_text = part
-                    .content_type()
-                    .is_none_or(|ct| ct.c_type.eq_ignore_ascii_case("text"));
-                let is_attachment = part
-                    .content_disposition()
-                    .is_some_and(|cd| cd.is_attachment());
-                if message.text_body.contains(&id)
-                    || (recovered.is_some() && declared_text && !is_attachment)
-                {
-                    self.push_text(text, true);
-                } else if message.attachments.contains(&id) {
-                    self.push_attachment(part, text.as_bytes(), true, depth);
-                }
-            }
-            PartType::Html(markup) => {
-                let in_text = message.text_body.contains(&id);
-                let in_html = message.html_body.contains(&id);
-                let doc = html::to_text(
-                    markup,
-                    self.limits
-                        .max_html_links
-                        .saturating_sub(self.html_links.len()),
-                );
-                if doc.links_truncated {
-                    self.anomalies.add(Anomaly::TooManyLinks);
-                }
-                self.html_links.extend(doc.links);
-                if in_text {
-                    self.push_text(&doc.text, true);
-                }
-                if in_html || in_text {
-                    self.push_text(&doc.text, false);
-                }
-                if !in_text && !in_html {
-                    self.push_attachment(part, markup.as_bytes(), true, depth);
-                }
+            PartType::Text(content) | PartType::Html(content) => {
+                self.text_part(message, part, id, content, depth, in_alternative);
             }
             PartType::Binary(bytes) | PartType::InlineBinary(bytes) => {
                 self.push_attachment(part, bytes, false, depth);
@@ -444,6 +423,96 @@ impl Walker<'_> {
             PartType::Message(nested) => {
                 self.push_attachment(part, &nested.raw_message, true, depth);
                 self.walk_message(nested, depth + 1);
+            }
+        }
+    }
+
+    /// A text or HTML part. mail-parser's `text_body` and `html_body` decide first: in a
+    /// multipart/alternative the plain part makes the body and the HTML part the HTML text. A
+    /// part it left out of both (second part of a multipart/related, a file name on a
+    /// text/html in a multipart/mixed, inline text after plain inside an alternative, a part cut
+    /// off by an unterminated boundary) is still read when a mail client shows it: declared
+    /// text/plain, text/html or nothing, and no `Content-Disposition: attachment` (rspamd's rule
+    /// for text parts). Its plain text goes to the body; its HTML gives links and HTML text, and
+    /// body text outside a multipart/alternative (as mail-parser does in a multipart/mixed).
+    /// Such a part stays an attachment too when it has a file name (a named .html file is a
+    /// risk of its own); other parts left out are attachments, as before (an attached HTML file
+    /// still gives its links, no text).
+    fn text_part(
+        &mut self,
+        message: &mail_parser::Message<'_>,
+        part: &MessagePart<'_>,
+        id: u32,
+        content: &str,
+        depth: usize,
+        in_alternative: bool,
+    ) {
+        let markup = matches!(part.body, PartType::Html(_));
+        let in_text = message.text_body.contains(&id);
+        let in_html = markup && message.html_body.contains(&id);
+        // (read as HTML, to the body, read at all)
+        let (is_html, to_body, shown) = if in_text || in_html {
+            (markup, in_text, true)
+        } else {
+            match inline_text_kind(part) {
+                Some(InlineText::Html) => (true, !in_alternative, true),
+                Some(InlineText::Plain) => (false, true, true),
+                None => (markup, false, false),
+            }
+        };
+        // mail-parser hands back undecoded text when a part is cut off (no closing boundary),
+        // and reads a cut-off text/html as plain text: decode it here so a truncated spam
+        // still shows its words and links (and an attachment hashes as its content).
+        let recovered = if part.is_encoding_problem {
+            recover_text(part, content)
+        } else {
+            None
+        };
+        let text = recovered.as_deref().unwrap_or(content);
+        if is_html {
+            let doc = html::to_text(
+                text,
+                self.limits
+                    .max_html_links
+                    .saturating_sub(self.html_links.len()),
+            );
+            if doc.links_truncated {
+                self.anomalies.add(Anomaly::TooManyLinks);
+            }
+            self.html_links.extend(doc.links);
+            if to_body {
+                self.push_text(&doc.text, true);
+            }
+            if shown {
+                self.push_text(&doc.text, false);
+            }
+        } else if to_body {
+            self.push_text(text, true);
+        }
+        if (!shown || part.attachment_name().is_some()) && message.attachments.contains(&id) {
+            self.push_attachment(part, text.as_bytes(), true, depth);
+        }
+        if is_html && !markup {
+            // The tree has no HTML part for it: keep its source for the rules that read HTML.
+            let room = self
+                .limits
+                .max_text_bytes
+                .saturating_sub(self.cut_off_html_bytes);
+            let mut cut = text.len().min(room);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            if cut > 0 {
+                // the decoded text is moved, not copied; undecoded text is copied up to the room
+                let source = match recovered {
+                    Some(mut decoded) => {
+                        decoded.truncate(cut);
+                        decoded
+                    }
+                    None => content[..cut].to_string(),
+                };
+                self.cut_off_html_bytes += cut;
+                self.cut_off_html.push(source);
             }
         }
     }
@@ -560,6 +629,31 @@ impl Walker<'_> {
             depth,
         });
     }
+}
+
+/// How a mail client shows a part inline as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InlineText {
+    Plain,
+    Html,
+}
+
+/// A part declared text/plain, text/html or nothing (text/plain by default), without
+/// `Content-Disposition: attachment`.
+fn inline_text_kind(part: &MessagePart<'_>) -> Option<InlineText> {
+    let kind = match part.content_type() {
+        None => InlineText::Plain,
+        Some(ct) if ct.c_type.eq_ignore_ascii_case("text") => match ct.c_subtype.as_deref() {
+            Some(s) if s.eq_ignore_ascii_case("plain") => InlineText::Plain,
+            Some(s) if s.eq_ignore_ascii_case("html") => InlineText::Html,
+            _ => return None,
+        },
+        Some(_) => return None,
+    };
+    let attachment = part
+        .content_disposition()
+        .is_some_and(|cd| cd.is_attachment());
+    (!attachment).then_some(kind)
 }
 
 /// Decodes the transfer encoding and charset of a part mail-parser returned undecoded.
@@ -828,6 +922,201 @@ mod tests {
         assert!(m.anomalies.contains(Anomaly::UnterminatedMultipart));
         assert!(!m.anomalies.contains(Anomaly::BadBase64));
         assert_eq!(m.body.display.trim(), "Visit http://spam.example/ now");
+    }
+
+    fn link_targets<'m>(m: &'m ParsedMessage<'_>) -> Vec<&'m str> {
+        m.html_links.iter().map(|l| l.target.as_str()).collect()
+    }
+
+    fn attachment_types<'m>(m: &'m ParsedMessage<'_>) -> Vec<&'m str> {
+        m.attachments
+            .iter()
+            .map(|a| a.content_type.as_str())
+            .collect()
+    }
+
+    /// Inline text parts mail-parser lists as attachments: a second plain part, a named
+    /// text/html shown inline in a multipart/mixed, and the parts after the first of a
+    /// multipart/related. All give text and links; only the named one is an attachment too.
+    #[test]
+    fn inline_text_parts_give_text_and_links() {
+        let m = parse_str(
+            "Subject: x\nContent-Type: multipart/mixed; boundary=b\n\n\
+             --b\nContent-Type: text/plain\n\nplain one\n\
+             --b\nContent-Type: text/plain\n\nplain two http://p2.example/\n\
+             --b\nContent-Type: text/html; name=\"offer.html\"\n\
+             Content-Disposition: inline; filename=\"offer.html\"\n\n\
+             <p>named html <a href=\"http://named.example/x\">click</a></p>\n\
+             --b\nContent-Type: multipart/related; boundary=r\n\n\
+             --r\nContent-Type: text/html\n\n<p>first related <a href=\"http://r1.example/\">one</a></p>\n\
+             --r\nContent-Type: text/plain\n\nsecond related http://r2.example/\n\
+             --r\nContent-Type: text/html\n\n<p>third related <a href=\"http://r3.example/\">two</a></p>\n\
+             --r--\n--b--\n",
+        );
+        let body = &m.body.display;
+        for words in [
+            "plain one",
+            "plain two http://p2.example/",
+            "named html click",
+            "first related one",
+            "second related http://r2.example/",
+            "third related two",
+        ] {
+            assert!(body.contains(words), "{words:?} not in {body:?}");
+        }
+        assert_eq!(
+            m.html_text,
+            "named html click\nfirst related one\nthird related two"
+        );
+        assert!(!m.html_text.contains("plain"));
+        assert_eq!(
+            link_targets(&m),
+            [
+                "http://named.example/x",
+                "http://r1.example/",
+                "http://r3.example/"
+            ]
+        );
+        assert_eq!(m.html_links[0].text.as_deref(), Some("click"));
+        // the named file is still an attachment (a .html file is a risk of its own)
+        assert_eq!(attachment_types(&m), ["text/html"]);
+        assert_eq!(m.attachments[0].name.as_deref(), Some("offer.html"));
+    }
+
+    /// A text/html part cut off by an unterminated boundary (mail-parser hands it back as
+    /// plain text, undecoded) is read as HTML: visible text, links, and an anchor never closed
+    /// keeps its text; no markup in the body, no attachment.
+    #[test]
+    fn cut_off_html_part_is_read_as_html() {
+        for (cte, html) in [
+            (
+                "7bit",
+                "<p>cut off <a href=\"http://cut.example/x\">claim your prize\n",
+            ),
+            (
+                "quoted-printable",
+                "<p>cut off <a href=3D\"http://cut.example/x\">claim your =\nprize\n",
+            ),
+            (
+                "base64",
+                "PHA+Y3V0IG9mZiA8YSBocmVmPSJodHRwOi8vY3V0LmV4YW1wbGUveCI+Y2xhaW0geW91ciBwcml6ZQo=\n",
+            ),
+        ] {
+            let m = parse_str(&format!(
+                "Subject: x\nContent-Type: multipart/mixed; boundary=b\n\n\
+                 --b\nContent-Type: text/plain\n\nhello\n\
+                 --b\nContent-Type: text/html; charset=us-ascii\n\
+                 Content-Transfer-Encoding: {cte}\n\n{html}"
+            ));
+            assert!(m.anomalies.contains(Anomaly::UnterminatedMultipart), "{cte}");
+            assert_eq!(m.body.normalized, "hello cut off claim your prize", "{cte}");
+            assert_eq!(m.html_text, "cut off claim your prize", "{cte}");
+            assert_eq!(link_targets(&m), ["http://cut.example/x"], "{cte}");
+            assert_eq!(
+                m.html_links[0].text.as_deref(),
+                Some("claim your prize"),
+                "{cte}"
+            );
+            assert!(m.attachments.is_empty(), "{cte}: {:?}", m.attachments);
+            // its decoded source, for the rules that read HTML
+            let sources: Vec<&str> = m.cut_off_html.iter().map(|h| h.trim_end()).collect();
+            assert_eq!(
+                sources,
+                ["<p>cut off <a href=\"http://cut.example/x\">claim your prize"],
+                "{cte}"
+            );
+        }
+        // the source kept stays within max_text_bytes
+        let limits = Limits {
+            max_text_bytes: 8,
+            ..Limits::default()
+        };
+        let m = parse_bytes(
+            b"Subject: x\nContent-Type: multipart/mixed; boundary=b\n\n\
+              --b\nContent-Type: text/html\n\n<p>caf\xc3\xa9 caf\xc3\xa9</p>\n",
+            &limits,
+        );
+        assert_eq!(m.cut_off_html, ["<p>caf\u{e9}"]);
+    }
+
+    /// Inside a multipart/alternative the body stays the plain text (as mail-parser chooses);
+    /// HTML that mail-parser left out there still gives its links and HTML text.
+    #[test]
+    fn html_in_an_alternative_gives_links_and_html_text_not_body() {
+        let m = parse_str(
+            "Subject: x\nContent-Type: multipart/alternative; boundary=a\n\n\
+             --a\nContent-Type: text/plain\n\nplain alternative\n\
+             --a\nContent-Type: multipart/mixed; boundary=m\n\n\
+             --m\nContent-Type: text/plain\n\nplain in mixed\n\
+             --m\nContent-Type: text/html\n\n<p>html in mixed <a href=\"http://alt.example/\">go</a></p>\n\
+             --m--\n--a--\n",
+        );
+        assert_eq!(m.body.normalized, "plain alternative plain in mixed");
+        assert_eq!(m.html_text, "html in mixed go");
+        assert_eq!(link_targets(&m), ["http://alt.example/"]);
+        assert!(m.attachments.is_empty(), "{:?}", m.attachments);
+        // the plain-and-HTML alternative as before: plain body, HTML text and links
+        let m = parse_str(
+            "Subject: x\nContent-Type: multipart/alternative; boundary=a\n\n\
+             --a\nContent-Type: text/plain\n\nplain words\n\
+             --a\nContent-Type: text/html\n\n<p>html words <a href=\"http://alt.example/\">go</a></p>\n\
+             --a--\n",
+        );
+        assert_eq!(m.body.normalized, "plain words");
+        assert_eq!(m.html_text, "html words go");
+        assert_eq!(link_targets(&m), ["http://alt.example/"]);
+    }
+
+    /// Text parts sent as attachments, and text types no client shows as the message, stay
+    /// attachments: no body text.
+    #[test]
+    fn attached_text_parts_stay_attachments() {
+        let m = parse_str(
+            "Subject: x\nContent-Type: multipart/mixed; boundary=b\n\n\
+             --b\nContent-Type: text/plain\n\nbody words\n\
+             --b\nContent-Type: text/plain\nContent-Disposition: attachment; filename=\"a.txt\"\n\n\
+             attached plain http://att.example/\n\
+             --b\nContent-Type: text/html\nContent-Disposition: attachment\n\n<p>attached html</p>\n\
+             --b\nContent-Type: text/csv\n\nsome,cells\n\
+             --b\nContent-Type: text/html\nContent-Disposition: attachment\n\n<p>cut off attached html\n",
+        );
+        assert_eq!(m.body.normalized, "body words");
+        assert_eq!(m.html_text, "");
+        assert_eq!(
+            attachment_types(&m),
+            ["text/plain", "text/html", "text/csv", "text/html"]
+        );
+    }
+
+    /// The text of extra parts counts against the same limits.
+    #[test]
+    fn inline_parts_respect_the_limits() {
+        let mut raw = String::from("Subject: x\nContent-Type: multipart/related; boundary=r\n\n");
+        for i in 0..40 {
+            raw.push_str(&format!(
+                "--r\nContent-Type: text/html\n\n<p>part {i} {}<a href=\"http://l{i}.example/\">x</a></p>\n",
+                "words ".repeat(20)
+            ));
+        }
+        raw.push_str("--r--\n");
+        let limits = Limits {
+            max_text_bytes: 1_000,
+            max_html_links: 10,
+            max_parts: 30,
+            ..Limits::default()
+        };
+        let m = parse_bytes(raw.as_bytes(), &limits);
+        assert!(m.body.display.len() <= 1_000);
+        assert!(m.html_text.len() <= 1_000);
+        assert_eq!(m.html_links.len(), 10);
+        assert_eq!(m.part_count, 30);
+        for a in [
+            Anomaly::TextTruncated,
+            Anomaly::TooManyLinks,
+            Anomaly::TooManyParts,
+        ] {
+            assert!(m.anomalies.contains(a), "{a:?} in {:?}", m.anomalies);
+        }
     }
 
     #[test]
