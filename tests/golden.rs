@@ -274,3 +274,64 @@ fn inline_text_parts_give_links_and_text() {
         .unwrap()
         .is_empty());
 }
+
+/// Each hop greeted with a forged address literal (Postfix, Sendmail, Exim with and without
+/// rDNS, qmail, Exchange, Gmail, Courier): the addresses are the ones the receiving MTAs saw,
+/// a literal is never a host name, and the sender's reputation keys are those of the topmost
+/// connection address.
+#[test]
+fn forged_helo_literals_give_the_connection_addresses() {
+    use shrike::shingle::{of_value, Kind};
+    let r = golden("received_forged_helo.eml");
+    let ips = [
+        "203.0.113.9",
+        "2001:db8:5::9",
+        "203.0.113.13",
+        "2001:db8:8::4",
+        "203.0.113.18",
+        "2001:db8:7::17",
+        "203.0.113.25",
+        "203.0.113.26",
+    ];
+    assert_eq!(strings(&r["entities"]["ips"]), ips);
+    let hosts: Vec<Option<&str>> = r["entities"]["received"]
+        .as_array()
+        .expect("received hops")
+        .iter()
+        .map(|h| h["host"].as_str())
+        .collect();
+    assert_eq!(
+        hosts,
+        [
+            None,
+            Some("relay.example.net"),
+            None,
+            Some("dsl.example.com"),
+            None,
+            None,
+            Some("cpe.example.com"),
+            None,
+        ]
+    );
+    let shingles = |kind: &str| -> Vec<String> {
+        let all = r["shingles"].as_array().expect("shingles");
+        let of_kind = all.iter().filter(|s| s["type"] == kind);
+        let mut hashes: Vec<String> = of_kind
+            .map(|s| s["hash"].as_str().unwrap().into())
+            .collect();
+        hashes.sort();
+        hashes
+    };
+    let keys = |kind, values: &[&str]| -> Vec<String> {
+        let hashes = values.iter().flat_map(|v| of_value(kind, v));
+        let mut hashes: Vec<String> = hashes.map(|h| format!("{h:016x}")).collect();
+        hashes.sort();
+        hashes
+    };
+    assert_eq!(shingles("sender_ip"), keys(Kind::SenderIp, &[ips[0]]));
+    assert_eq!(
+        shingles("sender_net"),
+        keys(Kind::SenderNet, &["203.0.113.0/24"])
+    );
+    assert_eq!(shingles("received_ip"), keys(Kind::ReceivedIp, &ips));
+}

@@ -1,11 +1,35 @@
-//! The sending side of one Received header: the IP literal and the name of the host that
-//! connected. Only the `from` clause (before ` by `) speaks about the sender, in the styles real
-//! MTAs write:
+//! The sending side of one Received header: the address that connected and the name of the host.
+//! Only the `from` clause (before ` by `) speaks about the sender. In it, the receiving MTA writes
+//! the address it saw in a parenthesized comment, while the word after `from` is most often the
+//! client's HELO, a claim: a spammer greets with any `[a.b.c.d]` literal it likes. The address
+//! is therefore the first IP literal inside a comment (`helo=`, `HELO x` and `ident=` values left
+//! out, `user@` idents stripped); only when no comment holds one is it an IP outside the
+//! comments (Exim without rDNS, bare `from 1.2.3.4`): the last `[...]` literal there, else the
+//! first bare one (`from 198.51.100.1 [192.0.2.1] by`: the HELO first). The styles of real MTAs:
 //!
-//! - Postfix, Sendmail: `from helo.example (rdns.example [192.0.2.1])`, `[IPv6:2001:db8::1]`
-//! - Exim: `from [192.0.2.1] (helo=x)`, `from host ([2001:db8::1] helo=x)`
-//! - qmail: `from unknown (HELO x) (198.51.100.7)`
-//! - bare: `from 192.0.2.1 by ...`
+//! - Postfix: `from helo (rdns [192.0.2.1])`, rdns `unknown` when it did not verify,
+//!   `[IPv6:2001:db8::1]`; forged: `from [198.51.100.1] (unknown [192.0.2.1])`
+//! - Sendmail: `from helo (rdns [192.0.2.1])`, `from helo ([192.0.2.1])`,
+//!   `from helo (user@rdns [192.0.2.1] (may be forged))`, `(user@[192.0.2.1])`, `[IPv6:…]`
+//! - Exim: `from rdns ([192.0.2.1]:port helo=x ident=y)`, `from rdns ([192.0.2.1])`; without
+//!   rDNS the address comes first: `from [192.0.2.1] (helo=x)`, `from [192.0.2.1]:port
+//!   (helo=[198.51.100.1])`, `from [2001:db8::1] (port=587 helo=x)`
+//! - qmail: `from rdns (HELO helo) (192.0.2.1)`, `from unknown (HELO x) (user@192.0.2.1)`,
+//!   `from helo (192.0.2.1)`; netqmail and qmail-ldap `([192.0.2.1])`; the HELO may be a bare
+//!   address or sanitized to `?192.0.2.1?`
+//! - Microsoft Exchange / Office 365: `from helo (192.0.2.1) by … with Microsoft SMTP Server`,
+//!   `(2603:10b6:a03:1::17)`, zone ids (`fe80::1%11`)
+//! - Gmail: `from helo (rdns. [192.0.2.1]) by mx.google.com with ESMTPS`
+//! - Courier: `from helo (rdns [::ffff:192.0.2.1]) (AUTH: …)`, rdns `softdnserr`,
+//!   `from helo ([::ffff:192.0.2.1])`, `from rdns (HELO x) ([::ffff:192.0.2.1])`
+//! - also ZMailer `([192.0.2.1]:25 "EHLO x")`, CommuniGate `from [192.0.2.1] (account u HELO x)`,
+//!   XMail `(192.0.2.1:23198)`, fetchmail, MDaemon and SMTPD32 `from helo [192.0.2.1] by …`,
+//!   bare `from 192.0.2.1 by …`
+//!
+//! IPv4-mapped IPv6 addresses (`::ffff:192.0.2.1`) become the IPv4 address. The host is the name
+//! in the HELO position, else the HELO name of a `helo=` / `HELO` value, else the verified rDNS
+//! name before the address (`unknown` and `softdnserr` are no names, nor is anything without a
+//! letter, such as a literal or qmail's `?192.0.2.1?`).
 //!
 //! mail-parser's own Received parser costs more than the rest of MIME parsing together, and
 //! this is all the pipeline needs of it.
@@ -15,104 +39,321 @@ use std::net::IpAddr;
 /// The sending IP and host name of a Received header's text (without the field name).
 pub fn sender(text: &str) -> Option<(IpAddr, Option<String>)> {
     let text = text.trim_start();
-    let lower_prefix = text.get(..5).map(str::to_ascii_lowercase);
-    if lower_prefix.as_deref() != Some("from ") {
+    let b = text.as_bytes();
+    if b.len() < 5 || !b[..4].eq_ignore_ascii_case(b"from") || !b[4].is_ascii_whitespace() {
         return None;
     }
     let clause = &text[5..];
-    let end = by_clause(clause).unwrap_or(clause.len());
-    let clause = &clause[..end];
-    let host_token = clause
-        .split(|c: char| c.is_whitespace() || c == '(')
-        .find(|t| !t.is_empty())
-        .unwrap_or_default();
-    let ip = bracketed_ip(clause, b'[', b']')
-        .or_else(|| bracketed_ip(clause, b'(', b')'))
-        .or_else(|| parse_ip(host_token))?;
-    let host = host_token
-        .trim_matches(|c| c == '[' || c == ']')
-        .to_ascii_lowercase();
-    let host = (!host.is_empty() && parse_ip(&host).is_none() && host != "unknown")
-        .then_some(host)
-        .or_else(|| helo_name(clause));
-    Some((ip, host))
+    let clause = &clause[..by_clause(clause).unwrap_or(clause.len())];
+    let hop = Hop::parse(clause);
+    let ip = (hop.connection.map(|(ip, _)| ip))
+        .or(hop.outside_bracketed)
+        .or(hop.outside_bare)?;
+    let host = (hop.first)
+        .or_else(|| hop.helo.and_then(name))
+        .or_else(|| hop.connection.and_then(|(_, rdns)| rdns.and_then(name)))
+        .map(str::to_ascii_lowercase);
+    Some((crate::entities::canonical_ip(ip), host))
 }
 
-/// The name after `HELO ` / `EHLO ` (qmail) or `helo=` (Exim) in the from clause.
-fn helo_name(clause: &str) -> Option<String> {
-    let at = ["(helo ", "(ehlo ", "helo="]
-        .iter()
-        .find_map(|k| find_ci(clause, k).map(|i| i + k.len()))?;
-    let name: String = clause[at..]
-        .chars()
-        .take_while(|c| !c.is_whitespace() && !matches!(c, ')' | ']' | ';'))
-        .collect();
-    (!name.is_empty()).then(|| name.to_ascii_lowercase())
+/// What the from clause says, as written.
+#[derive(Default)]
+struct Hop<'a> {
+    /// The name in the first word, when it is outside the comments and no address: the HELO
+    /// (Postfix, Sendmail, Exchange, Gmail, Courier) or the rDNS name (Exim, qmail).
+    first: Option<&'a str>,
+    /// A `helo=` (Exim) or `HELO x` (qmail, Courier, CommuniGate) value.
+    helo: Option<&'a str>,
+    /// The first address in a comment, with the rDNS word written just before it.
+    connection: Option<(IpAddr, Option<&'a str>)>,
+    /// The last `[...]` address outside the comments: the one the MTA wrote in `from helo
+    /// [192.0.2.1] by` (fetchmail, MDaemon, SMTPD32), where the HELO may be a literal too.
+    outside_bracketed: Option<IpAddr>,
+    /// The first bare address outside the comments (`from 192.0.2.1 by`).
+    outside_bare: Option<IpAddr>,
 }
 
-/// The first IP literal between `open` and `close`, looking at each bracket's last word (so
-/// `(rdns.example [192.0.2.1])` and `(198.51.100.7)` both work).
-fn bracketed_ip(clause: &str, open: u8, close: u8) -> Option<IpAddr> {
-    let mut rest = clause;
-    // (memchr: `str::find` of a char costs ~170 instructions a call on these short clauses)
-    while let Some(start) = memchr::memchr(open, rest.as_bytes()) {
-        let after = &rest[start + 1..];
-        let end = memchr::memchr(close, after.as_bytes()).unwrap_or(after.len());
-        let inner = &after[..end];
-        let found = inner
-            .split(|c: char| c.is_whitespace() || c == '[' || c == ']' || c == '(' || c == ')')
-            .filter(|w| !w.is_empty())
-            .find_map(parse_ip);
-        if found.is_some() {
-            return found;
+impl<'a> Hop<'a> {
+    fn parse(clause: &'a str) -> Self {
+        let mut hop = Hop::default();
+        // the current comment (0: outside), the word's place in it, and its first word
+        let (mut comment, mut index, mut lead) = (0, 0, None);
+        let mut helo_next = false;
+        for (n, (word, c)) in Words::new(clause).enumerate() {
+            if c != comment {
+                (comment, index, lead, helo_next) = (c, 0, None, false);
+            } else {
+                index += 1;
+            }
+            if c == 0 {
+                match word.literal() {
+                    Some((ip, _)) if word.open.is_some() => hop.outside_bracketed = Some(ip),
+                    Some((ip, _)) => {
+                        hop.outside_bare.get_or_insert(ip);
+                    }
+                    None if n == 0 => hop.first = clean_name(word.address_part()),
+                    None => {}
+                }
+                continue;
+            }
+            let text = word.text;
+            if helo_next {
+                helo_next = false;
+                hop.helo.get_or_insert(text);
+                continue;
+            }
+            if text.eq_ignore_ascii_case("helo") || text.eq_ignore_ascii_case("ehlo") {
+                helo_next = true;
+                continue;
+            }
+            if let Some(value) = strip_prefix_ci(text, "helo=") {
+                hop.helo.get_or_insert(value);
+                continue;
+            }
+            if strip_prefix_ci(text, "ident=").is_some() {
+                continue;
+            }
+            if hop.connection.is_none() {
+                if let Some((ip, attached)) = word.literal() {
+                    // `(rdns [ip])`, `(rdns. [ip])`, `(unknown[ip])`: the name the MTA found
+                    let rdns = attached.or(if index == 1 { lead } else { None });
+                    hop.connection = Some((ip, rdns));
+                    if hop.first.is_some() {
+                        break; // the common case: nothing more is needed
+                    }
+                    continue;
+                }
+            }
+            if index == 0 {
+                lead = Some(text);
+            }
         }
-        rest = after.get(end + 1..).unwrap_or_default();
+        hop
     }
-    None
 }
 
-fn parse_ip(word: &str) -> Option<IpAddr> {
-    let word = word.trim_matches(|c| matches!(c, '[' | ']' | '(' | ')' | ';' | ','));
-    // An IP literal starts with a digit, a hex digit of IPv6, ':' or "IPv6:"; most words don't.
-    let first = *word.as_bytes().first()?;
-    if !(first.is_ascii_hexdigit() || first == b':' || first == b'I' || first == b'i') {
-        return None;
+/// The words of a from clause, each with the number of the top-level comment it sits in (0:
+/// outside any). Words end at white space, parentheses, `,`, `;` and `"`; brackets stay in the
+/// word (`[192.0.2.1]:25`, `helo=[192.0.2.1]`).
+struct Words<'a> {
+    text: &'a str,
+    at: usize,
+    depth: u32,
+    comments: u32,
+}
+
+impl<'a> Words<'a> {
+    fn new(text: &'a str) -> Self {
+        Words {
+            text,
+            at: 0,
+            depth: 0,
+            comments: 0,
+        }
     }
-    let word = word
+}
+
+impl<'a> Iterator for Words<'a> {
+    type Item = (Word<'a>, u32);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.text.as_bytes();
+        while let Some(&c) = b.get(self.at) {
+            match BYTES[c as usize] {
+                SPACE => {}
+                OPEN => {
+                    self.comments += u32::from(self.depth == 0);
+                    self.depth += 1;
+                }
+                CLOSE => self.depth = self.depth.saturating_sub(1),
+                _ => break,
+            }
+            self.at += 1;
+        }
+        // the word, noting its marks on the way (most words are names: no second look)
+        let start = self.at;
+        let (mut after_at, mut open, mut colon) = (0, None, false);
+        while let Some(&c) = b.get(self.at) {
+            match BYTES[c as usize] {
+                WORD => {}
+                AT => (after_at, open, colon) = (self.at - start + 1, None, false),
+                BRACKET => {
+                    open.get_or_insert(self.at - start - after_at);
+                }
+                COLON => colon = true,
+                _ => break,
+            }
+            self.at += 1;
+        }
+        (self.at > start).then(|| {
+            let comment = if self.depth == 0 { 0 } else { self.comments };
+            let text = &self.text[start..self.at];
+            let word = Word {
+                text,
+                after_at,
+                open,
+                colon,
+            };
+            (word, comment)
+        })
+    }
+}
+
+const WORD: u8 = 0;
+const AT: u8 = 1;
+const BRACKET: u8 = 2;
+const COLON: u8 = 3;
+const SPACE: u8 = 4;
+const OPEN: u8 = 5;
+const CLOSE: u8 = 6;
+
+/// What each byte is to `Words`: part of a word (some of them marks), a separator, or a
+/// parenthesis.
+static BYTES: [u8; 256] = {
+    let mut t = [WORD; 256];
+    let mut i = 0;
+    while i < 256 {
+        let c = i as u8;
+        if c.is_ascii_whitespace() || c == b',' || c == b';' || c == b'"' {
+            t[i] = SPACE;
+        }
+        i += 1;
+    }
+    t[b'@' as usize] = AT;
+    t[b'[' as usize] = BRACKET;
+    t[b':' as usize] = COLON;
+    t[b'(' as usize] = OPEN;
+    t[b')' as usize] = CLOSE;
+    t
+};
+
+/// A word with the marks an address needs: where the part after the last `@` starts (an ident
+/// before it is the client's word: qmail `(user@192.0.2.1)`, Sendmail `(user@[192.0.2.1])`),
+/// and in that part the first `[` and whether there is a `:`.
+#[derive(Clone, Copy)]
+struct Word<'a> {
+    text: &'a str,
+    after_at: usize,
+    open: Option<usize>,
+    colon: bool,
+}
+
+impl<'a> Word<'a> {
+    /// A word met outside `Words` (a HELO value, an rDNS word): its marks looked for.
+    fn of(text: &'a str) -> Self {
+        let after_at = text.bytes().rposition(|c| c == b'@').map_or(0, |i| i + 1);
+        let rest = &text.as_bytes()[after_at..];
+        Word {
+            text,
+            after_at,
+            open: rest.iter().position(|&c| c == b'['),
+            colon: rest.contains(&b':'),
+        }
+    }
+
+    fn address_part(&self) -> &'a str {
+        &self.text[self.after_at..]
+    }
+
+    /// The address the word writes, with the name attached before a `[`
+    /// (`unknown[192.0.2.1]`): `192.0.2.1`, `[192.0.2.1]`, `[192.0.2.1]:25`, `192.0.2.1:25`,
+    /// `[IPv6:2001:db8::1]`, `2001:db8::1`, `fe80::1%11`, `user@192.0.2.1`, `user@[192.0.2.1]`.
+    fn literal(&self) -> Option<(IpAddr, Option<&'a str>)> {
+        let part = self.address_part();
+        match self.open {
+            Some(0) => bracketed(part).map(|ip| (ip, None)),
+            // `unknown[192.0.2.1]`, `<unknown.domain>[192.0.2.1]`
+            Some(open) => bracketed(&part[open..]).map(|ip| (ip, Some(&part[..open]))),
+            // IPv4 starts with a digit; IPv6 has a ':'. Most words are neither.
+            None if self.colon || part.as_bytes().first().is_some_and(u8::is_ascii_digit) => {
+                address(part).map(|ip| (ip, None))
+            }
+            None => None,
+        }
+    }
+}
+
+/// The address in `[...]` at the start of `word`, whatever follows the `]` (a port).
+fn bracketed(word: &str) -> Option<IpAddr> {
+    let inner = &word[1..];
+    address(&inner[..inner.bytes().position(|c| c == b']').unwrap_or(inner.len())])
+}
+
+/// An address as text, with an `IPv6:` prefix, a zone id or an IPv4 port.
+fn address(text: &str) -> Option<IpAddr> {
+    let text = text
         .get(..5)
         .filter(|p| p.eq_ignore_ascii_case("ipv6:"))
-        .map_or(word, |_| &word[5..]);
-    let word = &word[..memchr::memchr(b'%', word.as_bytes()).unwrap_or(word.len())]; // zone ids
-    word.parse().ok()
-}
-
-/// Where the ` by ` clause starts: the whitespace before a "by" word.
-fn by_clause(clause: &str) -> Option<usize> {
-    let b = clause.as_bytes();
-    memchr::memchr2_iter(b'b', b'B', b).find_map(|i| {
-        let before = i.checked_sub(1).map(|j| b[j])?;
-        let word = b.get(i..i + 3)?;
-        (before.is_ascii_whitespace()
-            && word[1].eq_ignore_ascii_case(&b'y')
-            && word[2].is_ascii_whitespace())
-        .then_some(i - 1)
+        .map_or(text, |_| &text[5..]);
+    let Some(colon) = text.bytes().rposition(|c| c == b':') else {
+        return text.parse().ok().map(IpAddr::V4);
+    };
+    let zone = text.bytes().position(|c| c == b'%').unwrap_or(text.len());
+    text[..zone].parse().ok().map(IpAddr::V6).or_else(|| {
+        // XMail's `192.0.2.1:23198`
+        let port = &text[colon + 1..];
+        (!port.is_empty() && port.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| text[..colon].parse().ok().map(IpAddr::V4))
+            .flatten()
     })
 }
 
-/// Position of an ASCII `needle` in `haystack`, ignoring ASCII case.
-fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
-    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
-    let first = *n.first()?;
-    let (lower, upper) = (first.to_ascii_lowercase(), first.to_ascii_uppercase());
-    let mut from = 0;
-    while let Some(i) = memchr::memchr2(lower, upper, h.get(from..)?) {
-        let at = from + i;
-        if h.len() - at >= n.len() && h[at..at + n.len()].eq_ignore_ascii_case(n) {
-            return Some(at);
+/// The host name in a word: without an ident (`user@`), brackets or a trailing dot; `None` for
+/// an address, a placeholder (`unknown`, Courier's `softdnserr`) or a word without a letter
+/// (qmail writes a forged `[192.0.2.1]` as `?192.0.2.1?`).
+fn name(text: &str) -> Option<&str> {
+    let word = Word::of(text);
+    word.literal()
+        .is_none()
+        .then(|| clean_name(word.address_part()))
+        .flatten()
+}
+
+/// `name` of the part after `@` of a word known to be no address.
+fn clean_name(name: &str) -> Option<&str> {
+    let name = name
+        .trim_matches(|c| matches!(c, '[' | ']' | '<' | '>'))
+        .trim_end_matches('.');
+    let placeholder = ["unknown", "softdnserr", "softdnserror"]
+        .iter()
+        .any(|p| name.eq_ignore_ascii_case(p));
+    (!placeholder && name.bytes().any(|c| c.is_ascii_alphabetic())).then_some(name)
+}
+
+fn strip_prefix_ci<'w>(word: &'w str, prefix: &str) -> Option<&'w str> {
+    word.get(..prefix.len())
+        .filter(|p| p.eq_ignore_ascii_case(prefix))
+        .map(|_| &word[prefix.len()..])
+}
+
+/// Where the ` by ` clause starts: the whitespace before a "by" word outside the comments (a
+/// qmail HELO may hold spaces: `(HELO by the way)`), else before the first "by" word.
+fn by_clause(clause: &str) -> Option<usize> {
+    let b = clause.as_bytes();
+    let (mut first, mut depth, mut counted) = (None, 0u32, 0);
+    for i in memchr::memchr2_iter(b'b', b'B', b) {
+        let Some(before) = i.checked_sub(1).map(|j| b[j]) else {
+            continue;
+        };
+        let is_by = before.is_ascii_whitespace()
+            && b.get(i + 1).is_some_and(|c| c.eq_ignore_ascii_case(&b'y'))
+            && b.get(i + 2).is_some_and(u8::is_ascii_whitespace);
+        if !is_by {
+            continue;
         }
-        from = at + 1;
+        for j in memchr::memchr2_iter(b'(', b')', &b[counted..i]) {
+            depth = match b[counted + j] {
+                b'(' => depth + 1,
+                _ => depth.saturating_sub(1),
+            };
+        }
+        counted = i;
+        if depth == 0 {
+            return Some(i - 1);
+        }
+        first.get_or_insert(i - 1);
     }
-    None
+    first
 }
 
 #[cfg(test)]
@@ -175,5 +416,296 @@ mod tests {
             ip("from phobos [127.0.0.1] by localhost"),
             Some("127.0.0.1".into())
         );
+    }
+
+    /// One hop of each MTA's format whose client greeted with a forged address literal (and
+    /// some honest ones), with the address and host the parser must give.
+    #[test]
+    fn forged_helo_literals_lose_to_the_connection_address() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            // Postfix
+            (
+                "from [198.51.100.1] (unknown [203.0.113.9])\r\n\tby mx.example.org (Postfix) with ESMTP id 4VkXyZ1a2b",
+                "203.0.113.9",
+                None,
+            ),
+            (
+                "from [198.51.100.1] (mail.example.net [203.0.113.9])\r\n\t(using TLSv1.3 with cipher TLS_AES_256_GCM_SHA384 (256/256 bits))\r\n\t(No client certificate requested)\r\n\tby mx.example.org (Postfix) with ESMTPS id 4Vk",
+                "203.0.113.9",
+                Some("mail.example.net"),
+            ),
+            (
+                "from [IPv6:2001:db8::bad] (mail.example.net [IPv6:2001:db8:5::9]) by mx.example.org (Postfix)",
+                "2001:db8:5::9",
+                Some("mail.example.net"),
+            ),
+            (
+                "from [198.51.100.1] (unknown [IPv6:2001:db8:5::a]) by mx.example.org (Postfix)",
+                "2001:db8:5::a",
+                None,
+            ),
+            // Sendmail
+            (
+                "from [198.51.100.2] (host.example.net [203.0.113.10] (may be forged)) by mx.example.org (8.17.1/8.17.1) with ESMTP id 44MAF",
+                "203.0.113.10",
+                Some("host.example.net"),
+            ),
+            (
+                "from [198.51.100.2] ([203.0.113.11]) by mx.example.org (8.17.1/8.17.1) with SMTP id 44MAF",
+                "203.0.113.11",
+                None,
+            ),
+            (
+                "from [IPv6:2001:db8::bad] (eve@dsl.example.net [IPv6:2001:db8:6::2]) by mx.example.org (8.17.1/8.17.1)",
+                "2001:db8:6::2",
+                Some("dsl.example.net"),
+            ),
+            (
+                "from [198.51.100.3] (198.51.100.3@[203.0.113.12]) by mx.example.org (8.11.6/8.11.6) with SMTP id h8B",
+                "203.0.113.12",
+                None,
+            ),
+            // Exim: the address outside the parentheses when there is no rDNS name
+            (
+                "from [203.0.113.13] (helo=[198.51.100.4])\r\n\tby mx.example.org with esmtp (Exim 4.96)\r\n\tid 1s9AbC-000Qx1-2D",
+                "203.0.113.13",
+                None,
+            ),
+            (
+                "from [203.0.113.14]:52144 (helo=[198.51.100.4]) by mx.example.org with esmtp (Exim 4.96)",
+                "203.0.113.14",
+                None,
+            ),
+            (
+                "from [2001:db8:7::3] (port=52144 helo=[IPv6:2001:db8::bad]) by mx.example.org with esmtp (Exim 4.96)",
+                "2001:db8:7::3",
+                None,
+            ),
+            (
+                "from [203.0.113.17] (helo=198.51.100.7) by mx.example.org with smtp (Exim 4.96)",
+                "203.0.113.17",
+                None,
+            ),
+            (
+                "from mail.example.net ([203.0.113.15]:41234 helo=[198.51.100.5]) by mx.example.org with esmtps (Exim 4.96)",
+                "203.0.113.15",
+                Some("mail.example.net"),
+            ),
+            (
+                "from dsl.example.net ([2001:db8:8::4] helo=[IPv6:2001:db8::bad] ident=[198.51.100.6]) by mx.example.org with esmtp (Exim 4.96)",
+                "2001:db8:8::4",
+                Some("dsl.example.net"),
+            ),
+            // qmail
+            (
+                "from unknown (HELO [198.51.100.8]) (203.0.113.18)\r\n  by mx.example.org with SMTP; 22 May 2024 10:15:25 -0000",
+                "203.0.113.18",
+                None,
+            ),
+            (
+                "from unknown (HELO 198.51.100.8) (203.0.113.19) by mx.example.org with SMTP",
+                "203.0.113.19",
+                None,
+            ),
+            (
+                "from dsl.example.net (HELO ?198.51.100.8?) (198.51.100.8@203.0.113.20) by mx.example.org with SMTP",
+                "203.0.113.20",
+                Some("dsl.example.net"),
+            ),
+            (
+                "from unknown (HELO [IPv6:2001:db8::bad]) (2001:db8:9::5) by mx.example.org with SMTP",
+                "2001:db8:9::5",
+                None,
+            ),
+            (
+                "from unknown (HELO [198.51.100.8]) ([203.0.113.21]) by mx.example.org (qmail-ldap-1.03) with SMTP",
+                "203.0.113.21",
+                None,
+            ),
+            (
+                "from 198.51.100.9 (203.0.113.22) by mx.example.org with SMTP",
+                "203.0.113.22",
+                None,
+            ),
+            // Microsoft Exchange / Office 365
+            (
+                "from [198.51.100.10] (203.0.113.23) by BN8NAM12FT011.mail.protection.outlook.com (10.13.182.159) with Microsoft SMTP Server (version=TLS1_2, cipher=TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384) id 15.20.7587.21 via Frontend Transport",
+                "203.0.113.23",
+                None,
+            ),
+            (
+                "from [IPv6:2001:db8::bad] (2603:10b6:a03:1::17) by BY5PR.namprd.prod.outlook.com (2603:10b6:a03:2::5) with Microsoft SMTP Server",
+                "2603:10b6:a03:1::17",
+                None,
+            ),
+            (
+                "from EX01.corp.example ([fe80::1%11]) by EX02.corp.example ([fe80::2%11]) with mapi id 14.03.0123.003",
+                "fe80::1",
+                Some("ex01.corp.example"),
+            ),
+            // Gmail
+            (
+                "from [192.168.1.2] (dsl.example.net. [203.0.113.25])\r\n        by smtp.gmail.com with ESMTPSA id x1sm123",
+                "203.0.113.25",
+                Some("dsl.example.net"),
+            ),
+            (
+                "from [198.51.100.11] (mail.example.net. [2001:db8:a::6]) by mx.google.com with ESMTPS id a2si456",
+                "2001:db8:a::6",
+                Some("mail.example.net"),
+            ),
+            // Courier
+            (
+                "from [192.168.2.4] (softdnserr [::ffff:203.0.113.26])\r\n  (AUTH: CRAM-MD5 eve@example.net, )\r\n  by mail.example.org with ESMTPSA",
+                "203.0.113.26",
+                None,
+            ),
+            (
+                "from [198.51.100.12] ([::ffff:203.0.113.27]) by mail.example.org with ESMTP; Wed, 22 May 2024 10:15:25 +0200",
+                "203.0.113.27",
+                None,
+            ),
+            (
+                "from unknown (HELO [198.51.100.12]) ([::ffff:203.0.113.28]) (AUTH: LOGIN eve, TLS: TLSv1/SSLv3,256bits,AES256-SHA) by mail.example.org with ESMTPSA",
+                "203.0.113.28",
+                None,
+            ),
+            (
+                "from [IPv6:2001:db8::bad] ([2001:db8:b::7]) by mail.example.org with ESMTP",
+                "2001:db8:b::7",
+                None,
+            ),
+            // ZMailer, CommuniGate, XMail
+            (
+                "from [198.51.100.13] ([203.0.113.29]:18952 \"EHLO [198.51.100.13]\")\r\n\tby vger.example.org with ESMTP id S2002",
+                "203.0.113.29",
+                None,
+            ),
+            (
+                "from [198.51.100.13] ([203.0.113.29]:18952 \"EHLO box.example.net\") by vger.example.org with ESMTP",
+                "203.0.113.29",
+                Some("box.example.net"),
+            ),
+            (
+                "from [203.0.113.30] (account eve HELO [198.51.100.14]) by mail.example.org (CommuniGate Pro SMTP 6.3) with ESMTPA id 1",
+                "203.0.113.30",
+                None,
+            ),
+            (
+                "from list.example.net (203.0.113.32:23198) by mx.example.org with [XMail 1.20 ESMTP Server] id <S72E>",
+                "203.0.113.32",
+                Some("list.example.net"),
+            ),
+            (
+                "from acecomms [203.0.113.33] by mx.example.org [192.0.2.99] with SMTP (MDaemon.PRO.v5.0.6.R)",
+                "203.0.113.33",
+                Some("acecomms"),
+            ),
+            (
+                "from 198.51.100.15 [203.0.113.35] by mx.example.org with ESMTP (SMTPD32-7.11) id AA1D",
+                "203.0.113.35",
+                None,
+            ),
+            (
+                "from [198.51.100.15] [203.0.113.36] by mx.example.org [192.0.2.99] with SMTP (MDaemon.PRO.v5.0.6.R)",
+                "203.0.113.36",
+                None,
+            ),
+            (
+                "from old.example.net (<unknown.domain>[203.0.113.34]) by mx.example.org (rwcrmhc53) with SMTP",
+                "203.0.113.34",
+                Some("old.example.net"),
+            ),
+        ];
+        for &(text, want_ip, want_host) in cases {
+            let (ip, host) = sender(text).unwrap_or_else(|| panic!("no sender: {text}"));
+            assert_eq!(ip.to_string(), want_ip, "{text}");
+            assert_eq!(host.as_deref(), want_host, "{text}");
+        }
+    }
+
+    /// Header-like junk never panics (the parser slices text at the bytes it looked for), and
+    /// a host it returns is a name.
+    #[test]
+    fn random_clauses_do_not_panic() {
+        use crate::testing::{pick, xorshift};
+        let pieces: Vec<&str> =
+            "from | |\t|\r\n\t|(|)|[|]|@|:|%|.|,|;|\"|IPv6:|ipv6|::|ffff|192.0.2.1\
+            |2001:db8::1|25|helo=|HELO |ident=| by |unknown|é|ß|\u{1F600}|host.example|b|y"
+                .split('|')
+                .collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..20_000 {
+            let n = 1 + xorshift(&mut x) % 24;
+            let text = format!("from {}", pick(&mut x, &pieces, n));
+            if let Some((_, Some(host))) = sender(&text) {
+                let letter = host.bytes().any(|c| c.is_ascii_alphabetic());
+                assert!(letter && host == host.to_ascii_lowercase(), "{text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn ipv4_mapped_addresses_become_ipv4() {
+        for text in [
+            "from h (h [::ffff:192.0.2.5]) by x",
+            "from h (h [IPv6:::ffff:192.0.2.5]) by x",
+            "from unknown (HELO h) (::ffff:192.0.2.5) by x",
+        ] {
+            assert_eq!(ip(text).as_deref(), Some("192.0.2.5"), "{text}");
+        }
+    }
+
+    #[test]
+    fn host_is_the_helo_then_the_rdns_name() {
+        let host = |text| sender(text).and_then(|(_, h)| h);
+        // the HELO name, even when it differs from the rDNS name
+        assert_eq!(
+            host("from helo.example (rdns.example [192.0.2.1]) by x").as_deref(),
+            Some("helo.example")
+        );
+        // a forged literal: the verified name, never the literal
+        assert_eq!(
+            host("from [198.51.100.1] (Rdns.Example. [192.0.2.1]) by x").as_deref(),
+            Some("rdns.example")
+        );
+        assert_eq!(host("from [198.51.100.1] (unknown [192.0.2.1]) by x"), None);
+        // qmail: the rDNS name first, the HELO when there is none
+        assert_eq!(
+            host("from softdnserror (HELO two) (192.0.2.1) by x").as_deref(),
+            Some("two")
+        );
+        // Sendmail's ident and IDENT: prefixes are not part of the name
+        assert_eq!(
+            host("from [198.51.100.1] (IDENT:root@rdns.example [192.0.2.1]) by x").as_deref(),
+            Some("rdns.example")
+        );
+        // a port after the literal does not make it a name
+        assert_eq!(host("from [203.0.113.5]:25 by e"), None);
+        // CommuniGate's account name is no rDNS name
+        assert_eq!(
+            host("from [203.0.113.30] (account eve [203.0.113.30] verified) by x"),
+            None
+        );
+    }
+
+    #[test]
+    fn comments_without_an_address_fall_back_to_the_host_position() {
+        assert_eq!(
+            ip("from [203.0.113.5] (port=25 helo=x) (ident=192.0.2.9) by e").as_deref(),
+            Some("203.0.113.5")
+        );
+        assert_eq!(
+            ip("from [10.128.128.81]:50999 (HELO x.example) by fsav ([10.128.128.74]:25)")
+                .as_deref(),
+            Some("10.128.128.81")
+        );
+        assert_eq!(ip("from unknown (HELO x) by e"), None);
+        // a " by " inside a comment (a qmail that keeps the spaces of a HELO) is no by clause
+        assert_eq!(
+            ip("from unknown (HELO by the way) (203.0.113.31) by mx.example.org").as_deref(),
+            Some("203.0.113.31")
+        );
+        assert_eq!(ip("from Unknown/Local ([?.?.?.?]) by mailcity.com"), None);
     }
 }
