@@ -381,26 +381,30 @@ fn learned_state_survives_sigterm_and_kill9() {
     );
 }
 
+/// A daemon serving one rule file of `text`.
+fn daemon_with_rule(dir: &Path, text: &str) -> Daemon {
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(rules.join("rule.lua"), text).unwrap();
+    Daemon::start(
+        dir,
+        Options {
+            rules: Some(rules),
+            ..Options::default()
+        },
+    )
+}
+
 #[test]
 fn request_headers_reach_the_rules_and_the_queue_id_every_log_line() {
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("rules");
-    std::fs::create_dir_all(&rules).unwrap();
-    std::fs::write(
-        rules.join("env.lua"),
+    let d = daemon_with_rule(
+        dir.path(),
         "rule { name = 'ENV', score = 0, check = function(msg)\n\
            local e = msg:envelope()\n\
            log.warn('rule sees %s', tostring(e.user))\n\
            return true, e.ip, e.helo, e.hostname, e.user, e.mail_from, e.rcpt[1], e.queue_id,\n\
              e.deliver_to, tostring(msg:envelope() == e), msg:queue_id() end }\n",
-    )
-    .unwrap();
-    let d = Daemon::start(
-        dir.path(),
-        Options {
-            rules: Some(rules),
-            ..Options::default()
-        },
     );
     let headers = [
         ("IP", "192.0.2.44"),
@@ -446,21 +450,11 @@ fn request_headers_reach_the_rules_and_the_queue_id_every_log_line() {
 fn learning_does_not_count_as_mail_arriving() {
     // A rule's rate limit counts mail; a learn is feedback about mail already counted.
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("rules");
-    std::fs::create_dir_all(&rules).unwrap();
-    std::fs::write(
-        rules.join("rl.lua"),
+    let d = daemon_with_rule(
+        dir.path(),
         "rule { name = 'RATE', score = 0, check = function(msg)\n\
            local n = ratelimit('sender', 'one', 100, 3600)\n\
            return true, tostring(n) end }\n",
-    )
-    .unwrap();
-    let d = Daemon::start(
-        dir.path(),
-        Options {
-            rules: Some(rules),
-            ..Options::default()
-        },
     );
     let count = |d: &Daemon| {
         let v = d.post("/checkv2", &[], &read(HAM)).json();

@@ -956,37 +956,42 @@ mod tests {
         assert_eq!(d.store().lookup_many(&[key(2_000)]), unique);
     }
 
-    #[test]
-    fn committed_increments_are_in_the_file_without_a_flush_or_drop() {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = Arc::new(ManualClock::new(T0));
-        // The flusher would write within the hour: only `commit` can have written.
+    /// A durable store whose flusher would write only within the hour: what reaches the file
+    /// meanwhile is what `commit` wrote.
+    fn open_commit_only(dir: &Path, clock: &Arc<ManualClock>) -> Durable {
         let slow = PersistConfig {
             flush_ms: 3_600_000,
             ..persist()
         };
-        let (d, _) = Durable::open(dir.path(), &config(), &slow, clock.clone(), false).unwrap();
+        Durable::open(dir, &config(), &slow, clock.clone(), false)
+            .unwrap()
+            .0
+    }
+
+    /// As a killed process: no flush, no final sync, no snapshot (the flusher thread leaks).
+    fn kill(d: Durable) {
+        std::mem::forget(d);
+    }
+
+    #[test]
+    fn committed_increments_are_in_the_file_without_a_flush_or_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(T0));
+        let d = open_commit_only(dir.path(), &clock);
         write_some(&d, &clock, 200);
         let before = load(&d, 50);
         d.committer().commit().unwrap();
-        // As a killed process: no flush, no final sync, no snapshot.
-        let (store, committer) = (d.store().clone(), d.committer());
-        std::mem::forget(d);
+        kill(d);
         let (d2, recovery) = open(dir.path(), &clock, false).unwrap();
         assert!(recovery.wal_records > 0);
         assert_eq!(load(&d2, 50), before);
-        drop((store, committer));
     }
 
     #[test]
     fn commits_waiting_together_share_one_write() {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::new(T0));
-        let slow = PersistConfig {
-            flush_ms: 3_600_000,
-            ..persist()
-        };
-        let (d, _) = Durable::open(dir.path(), &config(), &slow, clock.clone(), false).unwrap();
+        let d = open_commit_only(dir.path(), &clock);
         let callers = 8;
         // Hold the WAL as a write in progress would; the callers queue behind it.
         let held = d.wal.lock();
@@ -1007,14 +1012,12 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(d.committer().counts(), (callers, 1), "one write for all");
-        let (store, committer) = (d.store().clone(), d.committer());
-        std::mem::forget(d);
+        kill(d);
         let (d2, _) = open(dir.path(), &clock, false).unwrap();
         for (i, c) in load(&d2, callers).iter().enumerate() {
             let last = c.windows.len() - 1;
             assert_eq!(c.windows[last][Counter::Complaint as usize], 1, "key {i}");
         }
-        drop((store, committer));
     }
 
     #[test]
