@@ -11,7 +11,9 @@
 #     within MAX_503_MS (default 1000; scan_timeout_ms is 10,000), and /metrics counts no scan
 #     timeout;
 #   - right after wrk ends, a message posted every 50 ms gets a normal 200 (a JSON verdict)
-#     within RECOVER_MS (default 1000).
+#     within RECOVER_MS (default 1000);
+#   - the log (RUST_LOG=info) stays short: fewer than MAX_LOG_LINES lines (default 1000), not
+#     a line per refused request.
 #
 # It prints the figures and exits non-zero if any check fails. Client and server share the
 # machine. Leaves its files in $BENCH_DIR (default /tmp/shrike-bench): overload.log (the
@@ -26,6 +28,7 @@ conns=${2:-512}
 rss_limit_mb=${RSS_LIMIT_MB:-1024}
 max_503_ms=${MAX_503_MS:-1000}
 recover_ms=${RECOVER_MS:-1000}
+max_log_lines=${MAX_LOG_LINES:-1000}
 port=${OVERLOAD_PORT:-21334}
 work=${BENCH_DIR:-/tmp/shrike-bench}
 corpus="${SHRIKE_CORPUS:-../shared/corpus/spamassassin-dev.tar.gz}"
@@ -42,7 +45,7 @@ if [ -z "$bin" ]; then
     bin="${CARGO_TARGET_DIR:-target}/release/shrike"
 fi
 rm -rf "$work/overload-data"
-"$bin" serve --http "127.0.0.1:$port" --milter off --data "$work/overload-data" \
+RUST_LOG=info "$bin" serve --http "127.0.0.1:$port" --milter off --data "$work/overload-data" \
     2> "$work/overload.log" &
 pid=$!
 sampler=
@@ -130,11 +133,13 @@ if [ "$pbusy" -gt 0 ]; then
 fi
 late=$(awk -v max="$max_503_ms" '$1 > max' "$work/overload-probe-503" | wc -l)
 pbare=$(awk '$1 == 503 && $3 == "-"' "$work/overload-probe" | wc -l)
+pnone=$(awk '$1 != 200 && $1 != 503' "$work/overload-probe" | wc -l)
+[ "$pnone" = 0 ] || fail+=("$pnone probe requests got neither 200 nor 503 (000: no reply)")
 [ "$pbusy" -gt 0 ] || fail+=("the probe got no 503: the load did not overload the daemon")
 [ "$late" = 0 ] || fail+=("$late probe 503s slower than $max_503_ms ms")
 [ "$pbare" = 0 ] || fail+=("$pbare probe 503s without Retry-After")
 timeouts=$(metric shrike_scan_timeouts_total)
-echo "daemon counters: busy $(metric shrike_busy_total), scan timeouts $timeouts, scans $(curl -s "$url/metrics" | awk '/^shrike_scans_total/ {s += $2} END {print s}')"
+echo "daemon counters: busy $(metric shrike_busy_total), scan timeouts $timeouts, scans $(curl -s "$url/metrics" | awk '/^shrike_scans_total/ {s += $NF} END {print s}')"
 [ "$timeouts" = 0 ] || fail+=("$timeouts scans answered only at scan_timeout_ms")
 
 if [ -n "$recovered" ]; then
@@ -159,7 +164,9 @@ fi
 if grep -qi 'panic' "$work/overload.log"; then
     fail+=("panic in the log: $(grep -i -m1 panic "$work/overload.log")")
 fi
-echo "log: $(wc -c < "$work/overload.log") bytes, $(grep -c 'WARN' "$work/overload.log" || true) WARN lines, $(grep -c 'ERROR' "$work/overload.log" || true) ERROR lines"
+log_lines=$(wc -l < "$work/overload.log")
+echo "log: $log_lines lines, $(wc -c < "$work/overload.log") bytes, $(grep -c 'WARN' "$work/overload.log" || true) WARN, $(grep -c 'ERROR' "$work/overload.log" || true) ERROR"
+[ "$log_lines" -lt "$max_log_lines" ] || fail+=("the log has $log_lines lines (limit $max_log_lines)")
 
 if [ ${#fail[@]} -gt 0 ]; then
     printf 'FAIL: %s\n' "${fail[@]}"
