@@ -238,6 +238,41 @@ fn limits_busy_queue_and_timeouts() {
 }
 
 #[test]
+fn a_connection_over_the_limit_gets_an_immediate_503_with_retry_after() {
+    // Two connections allowed: two idle clients hold them (hyper would wait 30 s for their
+    // request heads), and a third connection is answered 503 at once, not closed unanswered.
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some("[http]\nmax_connections = 2\n".into()),
+            ..Options::default()
+        },
+    );
+    // (the readiness probe's connection has closed, and its permit is back, by now)
+    std::thread::sleep(Duration::from_millis(200));
+    let held: Vec<_> = (0..2)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", d.http)).unwrap())
+        .collect();
+    // Connections are accepted in the order they were made: by the time the daemon takes the
+    // third, the first two hold the permits.
+    let start = Instant::now();
+    let r = daemon::http(d.http, "POST", "/checkv2", &[], &read(HAM)).unwrap();
+    let took = start.elapsed();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(r.text().contains("too many connections"), "{}", r.text());
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    assert!(d.log_text().contains("connection limit reached"));
+
+    // Once a held connection closes, requests are served again.
+    drop(held);
+    wait_until("a 200 after the held connections closed", || {
+        daemon::http(d.http, "POST", "/checkv2", &[], &read(HAM)).is_ok_and(|r| r.status == 200)
+    });
+}
+
+#[test]
 fn reload_by_sighup_and_post_keeps_old_rules_on_error() {
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules");

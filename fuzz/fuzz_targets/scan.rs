@@ -2,8 +2,10 @@
 //! to text, entities, shingles, store lookups, the embedded default rules (Lua, through the
 //! `msg` view) and the verdict, as a scan worker of the daemon runs them.
 //!
-//! Input: one envelope byte, then the raw message. Envelope bits choose whether a client IP,
-//! HELO, MAIL FROM and recipients (taken from the message's first bytes) are present. The
+//! Input: one envelope byte, then the raw message. Envelope bits choose whether a client IP
+//! (bit 0), HELO (1), MAIL FROM (2), the client's host name and authenticated user (3), the
+//! queue id and Deliver-To (4) and 0-7 recipients (bits 5-7) are present, all taken from the
+//! message's first bytes. The
 //! target checks that nothing panics, that the verdict's score is a finite number, and that
 //! the store updates the scan asks for name only this message's shingles.
 #![no_main]
@@ -45,6 +47,10 @@ fuzz_target!(|data: &[u8]| {
         helo: (bits & 2 != 0).then(|| word(0)),
         mail_from: (bits & 4 != 0).then(|| format!("{}@{}", word(1), word(2))),
         rcpt_to: (0..(bits >> 5)).map(|i| format!("{}@x.test", word(3 + i as usize))).collect(),
+        hostname: (bits & 8 != 0).then(|| format!("{}.example", word(10))),
+        user: (bits & 8 != 0).then(|| word(11)),
+        queue_id: (bits & 16 != 0).then(|| word(12)),
+        deliver_to: (bits & 16 != 0).then(|| format!("{}@x.test", word(13))),
     };
     WORKER.with(|w| {
         let (worker, config) = &mut *w.borrow_mut();

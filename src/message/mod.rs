@@ -783,6 +783,28 @@ mod tests {
         parse_bytes(s.as_bytes(), &Limits::default())
     }
 
+    /// Found by the `scan` fuzz target (minimized): a message/rfc822 part holding another,
+    /// empty one, closed by the outer boundary. mail-parser's state machine loses the part's
+    /// parent there and a `debug_assert!` fired (vendor patch 7 removes it); shrike then
+    /// scanned the message as text (`parser_panic`). Test builds compile mail-parser without
+    /// debug assertions (Cargo.toml), the fuzz build with them: there the seed
+    /// `fuzz/seeds/scan/regress-nested-rfc822` replays this input.
+    #[test]
+    fn nested_empty_rfc822_parts_do_not_panic_the_mime_parser() {
+        let raw = "Content-Type:multipart;boundary=outer-b1\n\n\
+                   --outer-b1Content-Type:message/rfc822\n\n\
+                   Content-Type:message/rfc822\n\n\n--outer-b1--";
+        for raw in [raw.to_string(), raw.replace('\n', "\r\n")] {
+            let m = parse_str(&raw);
+            assert!(
+                !m.anomalies.contains(Anomaly::ParserPanic),
+                "{:?}",
+                m.anomalies.as_slice()
+            );
+            assert!(m.mime.is_some());
+        }
+    }
+
     /// The vendored mail-parser's single-byte decoder (vendor/README.md): ASCII runs copied
     /// whole, other bytes through the charset's table, as before the patch.
     #[test]

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
-use super::listen::{accept_loop, Listener, Stream};
+use super::listen::{accept_loop, Listener, LogThrottle, Stream};
 use super::metrics::{counter_header, gauge, label};
 use super::pool::{PoolError, ScanRequest};
 use super::{spam_headers, Daemon};
@@ -40,7 +40,7 @@ pub struct HttpConfig {
     pub listen: String,
     /// Largest message accepted (beyond: 413).
     pub max_body_bytes: usize,
-    /// Open connections; more are closed at once.
+    /// Open connections; more get 503 with `Retry-After: 1` and are closed.
     pub max_connections: usize,
     /// Largest request head (request line and headers).
     pub max_header_bytes: usize,
@@ -78,18 +78,43 @@ pub async fn run(
     stop: watch::Receiver<bool>,
 ) {
     let stop_each = stop.clone();
-    accept_loop(listener, limit, stop, "HTTP", move |stream, peer| {
-        daemon.metrics.http_connections.fetch_add(1, Relaxed);
-        let (daemon, stop) = (daemon.clone(), stop_each.clone());
-        async move {
-            match stream {
-                Stream::Tcp(s) => serve_connection(s, peer, daemon, stop).await,
-                Stream::Unix(s) => serve_connection(s, peer, daemon, stop).await,
+    let refusal = over_limit_reply();
+    accept_loop(
+        listener,
+        limit,
+        stop,
+        "HTTP",
+        Some(refusal),
+        move |stream, peer| {
+            daemon.metrics.http_connections.fetch_add(1, Relaxed);
+            let (daemon, stop) = (daemon.clone(), stop_each.clone());
+            async move {
+                match stream {
+                    Stream::Tcp(s) => serve_connection(s, peer, daemon, stop).await,
+                    Stream::Unix(s) => serve_connection(s, peer, daemon, stop).await,
+                }
             }
-        }
-    })
+        },
+    )
     .await;
 }
+
+/// What a connection over `max_connections` gets before it is closed: a 503 with Retry-After,
+/// as a full queue answers, rather than a closed socket.
+fn over_limit_reply() -> Bytes {
+    let body = error_body("too many connections");
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into()
+}
+
+/// The warning for a check refused because the queue is full, at most once per this interval:
+/// under overload there are thousands a second (each counted in `shrike_busy_total`).
+static BUSY_LOG: std::sync::LazyLock<LogThrottle> =
+    std::sync::LazyLock::new(|| LogThrottle::new(Duration::from_secs(10)));
 
 async fn serve_connection<S>(
     io: S,
@@ -243,11 +268,23 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         Ok(a) => a,
         Err(e) => {
             match e {
-                PoolError::Busy => daemon.metrics.busy.fetch_add(1, Relaxed),
-                PoolError::Timeout => daemon.metrics.timeouts.fetch_add(1, Relaxed),
-                PoolError::Stopped => 0,
-            };
-            tracing::warn!(error = %e, "check not scanned");
+                PoolError::Busy => {
+                    daemon.metrics.busy.fetch_add(1, Relaxed);
+                    if let Some(held) = BUSY_LOG.allow() {
+                        tracing::warn!(
+                            error = %e,
+                            refused_since_last_line = held,
+                            "check not scanned"
+                        );
+                    }
+                }
+                PoolError::Timeout | PoolError::Stopped => {
+                    if e == PoolError::Timeout {
+                        daemon.metrics.timeouts.fetch_add(1, Relaxed);
+                    }
+                    tracing::warn!(error = %e, "check not scanned");
+                }
+            }
             return pool_error(e);
         }
     };

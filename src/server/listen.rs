@@ -2,17 +2,20 @@
 //! a connection limit and a stop signal.
 //!
 //! Owns: binding (a stale unix socket file is replaced; the new one is open to every local user,
-//! as an MTA runs as another user), TCP_NODELAY on accepted sockets, and the connection permits
-//! the shutdown waits for.
+//! as an MTA runs as another user), TCP_NODELAY on accepted sockets, the connection permits
+//! the shutdown waits for, and what a connection over the limit gets.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use anyhow::Context;
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 /// Where a server listens, as given on the command line or in the config.
@@ -90,18 +93,25 @@ impl Listener {
     }
 }
 
-/// Accepts until `stop` turns true. Each connection takes a permit of `limit` (over the limit
-/// it is closed at once) and runs `serve` on its own task, holding the permit until it ends.
+/// Accepts until `stop` turns true. Each connection takes a permit of `limit` and runs `serve`
+/// on its own task, holding the permit until it ends. A connection over the limit gets
+/// `refusal` (HTTP: a 503 with Retry-After) and is closed; with no `refusal` (milter: the MTA
+/// applies its default action), or while as many refusals as the limit are still lingering,
+/// it is closed at once.
 pub async fn accept_loop<F, Fut>(
     listener: Listener,
     limit: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
     what: &'static str,
+    refusal: Option<Bytes>,
     serve: F,
 ) where
     F: Fn(Stream, Option<SocketAddr>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    // As many connections over the limit may be answered at a time as the limit allows in.
+    let refusing = Arc::new(Semaphore::new(limit.available_permits().clamp(16, 4096)));
+    let refused_log = LogThrottle::new(LOG_INTERVAL);
     loop {
         let accepted = tokio::select! {
             _ = stop.changed() => break,
@@ -117,10 +127,16 @@ pub async fn accept_loop<F, Fut>(
             }
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
-            tracing::warn!(
-                ?peer,
-                "{what}: connection limit reached; closing a new connection"
-            );
+            if let Some(held) = refused_log.allow() {
+                tracing::warn!(
+                    ?peer,
+                    refused_since_last_line = held,
+                    "{what}: connection limit reached; refusing new connections"
+                );
+            }
+            if let (Some(reply), Ok(slot)) = (&refusal, refusing.clone().try_acquire_owned()) {
+                tokio::spawn(refuse(stream, reply.clone(), slot));
+            }
             continue;
         };
         // `conn` ⊃ `scan` ⊃ `rule`: every line a connection causes says where it came from.
@@ -133,4 +149,94 @@ pub async fn accept_loop<F, Fut>(
 async fn hold(permit: OwnedSemaphorePermit, task: impl Future<Output = ()>) {
     task.await;
     drop(permit);
+}
+
+/// How long an answered connection over the limit is kept to read what its client sends.
+const LINGER: Duration = Duration::from_secs(1);
+/// At most one warning a connection limit per this interval.
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Writes `reply` to a connection over the limit and closes it. Closing a socket with unread
+/// request bytes makes the kernel send a reset, which can reach the client before it has read
+/// the reply, so the connection stops writing and then reads and drops what arrives, until the
+/// client closes or `LINGER` passes (nginx's lingering close).
+async fn refuse(stream: Stream, reply: Bytes, slot: OwnedSemaphorePermit) {
+    let _ = tokio::time::timeout(LINGER, async {
+        match stream {
+            Stream::Tcp(s) => answer_and_close(s, &reply).await,
+            Stream::Unix(s) => answer_and_close(s, &reply).await,
+        }
+    })
+    .await;
+    drop(slot);
+}
+
+async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    reply: &[u8],
+) -> std::io::Result<()> {
+    s.write_all(reply).await?;
+    s.shutdown().await?;
+    let mut sink = [0u8; 4096];
+    while s.read(&mut sink).await? > 0 {}
+    Ok(())
+}
+
+/// Lets an event that can repeat thousands of times a second under overload (a refused
+/// connection, a 503) reach the log once per interval, counting the ones held back between.
+pub struct LogThrottle {
+    start: Instant,
+    interval_ms: u64,
+    /// Milliseconds since `start` from which the next event is logged.
+    next_ms: AtomicU64,
+    held: AtomicU64,
+}
+
+impl LogThrottle {
+    pub fn new(interval: Duration) -> LogThrottle {
+        LogThrottle {
+            start: Instant::now(),
+            interval_ms: interval.as_millis().max(1) as u64,
+            next_ms: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(events held back since the last one logged)` when this one is to be logged.
+    pub fn allow(&self) -> Option<u64> {
+        let now = self.start.elapsed().as_millis() as u64;
+        let next = self.next_ms.load(Relaxed);
+        if now >= next
+            && self
+                .next_ms
+                .compare_exchange(next, now + self.interval_ms, Relaxed, Relaxed)
+                .is_ok()
+        {
+            Some(self.held.swap(0, Relaxed))
+        } else {
+            self.held.fetch_add(1, Relaxed);
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_throttled_log_lets_one_event_through_per_interval_and_counts_the_rest() {
+        let t = LogThrottle::new(Duration::from_millis(200));
+        assert_eq!(t.allow(), Some(0), "the first event is logged");
+        for _ in 0..1000 {
+            assert_eq!(t.allow(), None);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(
+            t.allow(),
+            Some(1000),
+            "the next line says how many were held back"
+        );
+        assert_eq!(t.allow(), None);
+    }
 }

@@ -526,7 +526,7 @@ pub async fn run(
     stop: watch::Receiver<bool>,
 ) {
     let stop_each = stop.clone();
-    accept_loop(listener, limit, stop, "milter", move |stream, _| {
+    accept_loop(listener, limit, stop, "milter", None, move |stream, _| {
         daemon.metrics.milter_connections.fetch_add(1, Relaxed);
         let (daemon, stop) = (daemon.clone(), stop_each.clone());
         async move {

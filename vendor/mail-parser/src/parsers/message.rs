@@ -419,14 +419,16 @@ impl MessageParser {
                                     part.body = PartType::Message(message);
                                 }
                             } else {
-                                debug_assert!(false, "Invalid part ID, could not find message.");
+                                // shrike (vendor/README.md, patch 7): upstream has debug_assert!(false, "Invalid part ID, could not find message.")
+                                // here; a crafted message reaches it, and release builds recover, so debug builds do too.
                             }
 
                             message = prev_message;
                             prev_state.mime_boundary = state.mime_boundary;
                             state = prev_state;
                         } else {
-                            debug_assert!(false, "Failed to restore parent message. Aborting.");
+                            // shrike (vendor/README.md, patch 7): upstream has debug_assert!(false, "Failed to restore parent message. Aborting.")
+                            // here; a crafted message reaches it, and release builds recover, so debug builds do too.
                             break 'outer;
                         }
                     }
@@ -482,7 +484,8 @@ impl MessageParser {
                             // This part has no boundary, update end offset
                             part.offset_end = stream.offset() as u32;
                         } else {
-                            debug_assert!(false, "Invalid part ID, could not find multipart.");
+                            // shrike (vendor/README.md, patch 7): upstream has debug_assert!(false, "Invalid part ID, could not find multipart.")
+                            // here; a crafted message reaches it, and release builds recover, so debug builds do too.
                         }
 
                         break 'outer;
@@ -531,7 +534,8 @@ impl MessageParser {
                         part.body = PartType::Message(message);
                     }
                 } else {
-                    debug_assert!(false, "Invalid part ID, could not find message.");
+                    // shrike (vendor/README.md, patch 7): upstream has debug_assert!(false, "Invalid part ID, could not find message.")
+                    // here; a crafted message reaches it, and release builds recover, so debug builds do too.
                 }
 
                 message = prev_message;
@@ -541,7 +545,8 @@ impl MessageParser {
                     part.body = PartType::Multipart(state.sub_part_ids);
                 }
             } else {
-                debug_assert!(false, "This should not have happened.");
+                // shrike (vendor/README.md, patch 7): upstream has debug_assert!(false, "This should not have happened.")
+                // here; a crafted message reaches it, and release builds recover, so debug builds do too.
             }
             state = prev_state;
         }
