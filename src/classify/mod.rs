@@ -273,9 +273,12 @@ impl Classifier {
 
     /// The checksum `save` wrote at the end of a snapshot file (what a journal marker names).
     pub fn file_crc(path: &Path) -> Option<u32> {
-        let bytes = std::fs::read(path).ok()?;
-        let tail = bytes.get(bytes.len().checked_sub(4)?..)?;
-        Some(u32::from_le_bytes(tail.try_into().ok()?))
+        use std::io::{Seek, SeekFrom};
+        let mut f = std::fs::File::open(path).ok()?;
+        f.seek(SeekFrom::End(-4)).ok()?;
+        let mut tail = [0u8; 4];
+        f.read_exact(&mut tail).ok()?;
+        Some(u32::from_le_bytes(tail))
     }
 
     /// Writes the model to `path` atomically (a temporary file, fsync, rename). With a journal

@@ -27,7 +27,7 @@ local function refuse(name)
       .. ": tables shared between rule files are read-only", level or 2)
   end
 end
--- A view of a table whose values are functions and numbers (the libraries).
+-- A view of `t`: reads go to `t` itself (the libraries' functions and numbers).
 local function readonly(t, name)
   local view = setmetatable({}, {
     __index = t, __newindex = refuse(name), __metatable = false,
@@ -44,13 +44,8 @@ local function readonly_deep(t, name, seen)
   local done = seen[t]
   if done then return done end
   local shadow = setmetatable({}, { __index = t })
-  local view = setmetatable({}, {
-    __index = shadow, __newindex = refuse(name), __metatable = false,
-    __pairs = function() return next, shadow, nil end,
-    __len = function() return #shadow end,
-  })
+  local view = readonly(shadow, name)
   seen[t] = view
-  VIEWS[view] = name
   for k, v in next, t do
     if type(v) == "table" then
       v = readonly_deep(v, type(k) == "string" and name .. "." .. k or name .. "[]", seen)

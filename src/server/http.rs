@@ -358,52 +358,44 @@ async fn learn(
         Ok(b) => b,
         Err(r) => return r,
     };
-    let learned = daemon.pool.learn(raw, counter, daemon.scan_timeout()).await;
-    // A learn is a user's explicit feedback: its increments reach the WAL before the 200.
-    let learned = match learned {
-        Ok(l) => {
-            if let Some(e) = &l.journal_error {
-                tracing::error!(error = %e, "learn not written to the classifier's journal");
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &format!("learn not written to the classifier's journal: {e}"),
-                );
-            }
-            let committer = daemon.committer.clone();
-            match tokio::task::spawn_blocking(move || committer.commit()).await {
-                Ok(Ok(())) => Ok(l),
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "learn not written to the WAL");
-                    return error(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &format!("learn not written to the WAL: {e}"),
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "WAL commit task failed");
-                    return error(StatusCode::INTERNAL_SERVER_ERROR, "learn not written");
-                }
-            }
-        }
-        Err(e) => Err(e),
-    };
-    match learned {
-        Ok(l) => json(
-            StatusCode::OK,
-            serde_json::json!({
-                "success": true,
-                "class": if counter == Counter::Rescue { "ham" } else { "spam" },
-                "keys": l.keys,
-                "message-id": l.message_id,
-            })
-            .to_string(),
-        ),
+    let l = match daemon.pool.learn(raw, counter, daemon.scan_timeout()).await {
+        Ok(l) => l,
         Err(e) => {
             if e == PoolError::Busy {
                 daemon.metrics.busy.fetch_add(1, Relaxed);
             }
-            pool_error(e)
+            return pool_error(e);
         }
+    };
+    if let Err(e) = durable(daemon, &l).await {
+        tracing::error!(error = %e, "learn not made durable");
+        return error(StatusCode::INTERNAL_SERVER_ERROR, &e);
+    }
+    json(
+        StatusCode::OK,
+        serde_json::json!({
+            "success": true,
+            "class": if counter == Counter::Rescue { "ham" } else { "spam" },
+            "keys": l.keys,
+            "message-id": l.message_id,
+        })
+        .to_string(),
+    )
+}
+
+/// A learn is a user's explicit feedback: before its 200, its classifier training must be in
+/// the journal (the worker wrote it) and its increments in the WAL (written here, off the
+/// I/O threads).
+async fn durable(daemon: &Daemon, l: &super::pool::LearnReply) -> Result<(), String> {
+    if let Some(e) = &l.journal_error {
+        return Err(format!(
+            "learn not written to the classifier's journal: {e}"
+        ));
+    }
+    let committer = daemon.committer.clone();
+    match tokio::task::spawn_blocking(move || committer.commit()).await {
+        Ok(result) => result.map_err(|e| format!("learn not written to the WAL: {e}")),
+        Err(e) => Err(format!("learn not written to the WAL: {e}")),
     }
 }
 

@@ -928,28 +928,18 @@ impl Store {
         let now = self.now();
         let id = self.layout.bucket_id(now);
         let period = period_secs.max(1);
-        let since = now.saturating_sub(period);
-        let finest = &self.layout.resolutions[0];
         let mut shard = self.shards[self.shard_of(unique.hash)].lock();
         let pair_hash = table_hash(pair.hash, pair.kind, pair.namespace);
+        // Counted in the last period: a bucket of the pair in that window, as windows are read.
         let counted_recently = shard
             .table
             .find(pair_hash, matches(&pair))
             .is_some_and(|e| {
                 e.buckets(&shard.arena).as_slice().iter().any(|b| {
-                    if b.counts[Counter::Seen as usize] == 0 {
-                        return false;
-                    }
-                    match self.layout.settle(b.resolution as usize, b.id, now) {
-                        // A coarser bucket holds only counts older than the finest
-                        // resolution keeps (a day by default): recent only for a longer period.
-                        Some((r, at)) if r == 0 || period > finest.keep_secs => {
-                            let end =
-                                self.layout.start(r, at) + self.layout.resolutions[r].bucket_secs;
-                            end > since
-                        }
-                        _ => false,
-                    }
+                    b.counts[Counter::Seen as usize] > 0
+                        && self
+                            .settled(b, now)
+                            .is_some_and(|at| at.in_window(period, now))
                 })
             });
         if counted_recently {
