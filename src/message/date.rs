@@ -42,6 +42,19 @@ pub fn received_time_bytes(value: &[u8]) -> Option<i64> {
     parse_strict(date.trim()).or_else(|| parse_loose(&date))
 }
 
+/// The time stamp of a Received header's value as mail-parser's Received parser reads it, Unix
+/// seconds (not checked for an impossible day or time). `shrike replay` has placed messages in
+/// time by this reading from the start, and it differs from `received_time`'s in edge cases
+/// (two-digit years, zone names other than GMT, hours past 23, spelled-out months all read
+/// otherwise or not at all): kept so that replay's arrival times do not move. The two agree
+/// on every message of the dev corpus.
+pub fn received_time_mail_parser(value: &[u8]) -> Option<i64> {
+    match mail_parser::parsers::MessageStream::new(value).parse_received() {
+        mail_parser::HeaderValue::Received(r) => r.date.map(|d| d.to_timestamp()),
+        _ => None,
+    }
+}
+
 /// The pattern of `parse_loose`.
 static DATE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(
@@ -436,6 +449,39 @@ mod tests {
                 b"from a; 22 Aug 2002 18:26:25 \xff"
             ))
         );
+    }
+
+    /// Where replay's reading of a Received stamp and the rules' part: each caller keeps its own.
+    #[test]
+    fn replay_reads_received_stamps_as_mail_parser_does() {
+        let both = |stamp: &str| {
+            let value = format!("from x by y; {stamp}\r\n");
+            (
+                received_time_mail_parser(value.as_bytes()),
+                received_time(&value),
+            )
+        };
+        let t = 1_030_968_000; // 2 Sep 2002 12:00:00 UTC
+        assert_eq!(both("Mon, 2 Sep 2002 12:00:00 +0000"), (Some(t), Some(t)));
+        assert_eq!(
+            both("Mon, 2 Sep 2002 12:00 +0000 (GMT)"),
+            (Some(t), Some(t))
+        );
+        // mail-parser ignores the zone name; the rules read EDT as -0400
+        assert_eq!(
+            both("2 Sep 2002 12:00:00 EDT"),
+            (Some(t), Some(t + 4 * 3600))
+        );
+        // a two-digit year is 19xx to mail-parser, 2002 to the rules
+        let (replay, rules) = both("2 Sep 02 12:00:00 +0000");
+        assert!(replay.is_some_and(|r| r < 0), "{replay:?}");
+        assert_eq!(rules, Some(t));
+        // an impossible hour: mail-parser counts on, the rules refuse the stamp
+        assert_eq!(
+            both("2 Sep 2002 25:00:00 +0000"),
+            (Some(t + 13 * 3600), None)
+        );
+        assert_eq!(both("no date"), (None, None));
     }
 
     #[test]
