@@ -130,9 +130,14 @@ pub struct IpEntity {
 
 impl IpEntity {
     fn new(ip: IpAddr, source: IpSource, hop: Option<usize>, host: Option<String>) -> IpEntity {
-        let domain = host
-            .as_ref()
-            .and_then(|h| registrable_domain(&h.to_ascii_lowercase()));
+        // (Received hosts come lower-cased; only a HELO from the envelope may need a copy)
+        let domain = host.as_deref().and_then(|h| {
+            if h.bytes().any(|b| b.is_ascii_uppercase()) {
+                registrable_domain(&h.to_ascii_lowercase())
+            } else {
+                registrable_domain(h)
+            }
+        });
         IpEntity {
             private: is_private(ip),
             ip,
