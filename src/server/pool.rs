@@ -16,8 +16,9 @@ use tokio::sync::oneshot;
 
 use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
-use crate::scan::{ScanWorker, Scanner, StageTimes, Verdict};
+use crate::scan::{ScanWorker, Scanner, StageTimes};
 use crate::store::Counter;
+use crate::verdict::Verdict;
 
 /// A message to scan.
 #[derive(Debug, Clone, Default)]
