@@ -171,4 +171,43 @@ mod tests {
                 .unwrap();
         assert!(bad.validate().unwrap_err().to_string().contains("store"));
     }
+
+    /// Every check still refuses what it refused before the checks moved into their modules,
+    /// with the same message.
+    #[test]
+    fn each_section_is_checked_with_a_message_naming_the_option() {
+        for (toml, message) in [
+            ("[limits]\nmax_depth = 0", "limits.max_depth must be greater than 0"),
+            ("[limits]\nmax_message_bytes = 0", "limits.max_message_bytes must be greater than 0"),
+            ("[verdict]\ngreylist = nan", "verdict thresholds must be finite numbers"),
+            (
+                "[verdict]\nadd_header = 20.0",
+                "verdict thresholds must satisfy greylist <= add_header <= reject",
+            ),
+            (
+                "[verdict]\ncount_ham_below = 7.0",
+                "verdict.count_ham_below must not exceed count_spam_at",
+            ),
+            ("[engine]\nrule_cpu_ms = 0", "engine budgets and memory limit must be greater than 0"),
+            ("[scan]\nunique_period_secs = 0", "scan.unique_period_secs must be greater than 0"),
+            ("[store]\nmax_keys = 0", "store.max_keys must be greater than 0"),
+            ("[store]\nshards = 3", "store.shards must be 0 or a power of two"),
+            ("[server]\nscan_timeout_ms = 0", "server.scan_timeout_ms must be greater than 0"),
+            ("[http]\nmax_body_bytes = 0", "http.max_body_bytes must be greater than 0"),
+            (
+                "[milter]\nreject_reply = \"450 no\"",
+                "milter.reject_reply must be one line starting with a 5xx SMTP code, got \"450 no\"",
+            ),
+            ("[milter]\nmax_packet_bytes = 1000", "milter.max_packet_bytes must hold a 64 KiB body chunk"),
+            ("[classifier]\ntable_bits = 30", "classifier.table_bits must be 16..=26, got 30"),
+            (
+                "[classifier]\nalpha = 0.0",
+                "classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)",
+            ),
+        ] {
+            let c: Config = toml::from_str(toml).unwrap();
+            let e = c.validate().expect_err(toml).to_string();
+            assert_eq!(e, format!("invalid config: {message}"), "{toml}");
+        }
+    }
 }

@@ -517,7 +517,8 @@ enum Part {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::milter::Decoder;
+    use crate::proto::milter::{encode, encode_command, Decoder, ReplyDecoder};
+    use crate::verdict::SymbolHit;
 
     /// Postfix 3.7's side of two real connections (three messages), captured on the wire.
     const POSTFIX: &[u8] = include_bytes!("../../../tests/data/milter/postfix-3msgs-mta.bin");
@@ -726,5 +727,243 @@ mod tests {
         assert_eq!(e.user.as_deref(), Some("alice"));
         assert_eq!(e.hostname.as_deref(), Some("mx.sender.example"));
         assert_eq!(e.client_ip, Some("192.0.2.9".parse().unwrap()));
+    }
+
+    /// Postfix's offer: everything.
+    const OFFER: OptNeg = OptNeg {
+        version: 6,
+        actions: 0x1ff,
+        protocol: 0x1f_ffff,
+    };
+
+    fn verdict(action: Action, score: f64) -> Verdict {
+        let mut v = Verdict {
+            score,
+            action,
+            required_score: Some(15.0),
+            generation: 3,
+            ..Verdict::default()
+        };
+        v.symbols.insert(
+            "SOME_SYMBOL".into(),
+            SymbolHit {
+                name: "SOME_SYMBOL".into(),
+                score,
+                description: None,
+                options: vec![],
+            },
+        );
+        v
+    }
+
+    /// One message through a session as bytes: the MTA's packets in, the filter's packets out,
+    /// with `answer` as the verdict at end of message (`None`: no verdict came).
+    fn converse(commands: &[Command], answer: Option<&Verdict>, policy: &Policy) -> Vec<Reply> {
+        let mut wire = Vec::new();
+        for c in commands {
+            encode_command(c, &mut wire);
+        }
+        let mut decoder = Decoder::new(1 << 20);
+        decoder.feed(&wire);
+        let mut session = Session::default();
+        let mut out = Vec::new();
+        while let Some(cmd) = decoder.next_command().unwrap() {
+            match session.command(cmd, 1 << 20).unwrap() {
+                Step::Quiet => {}
+                Step::Reply(r) => encode(&r, &mut out),
+                Step::Scan(_) => {
+                    for r in session.verdict(answer, policy, 6.0) {
+                        encode(&r, &mut out);
+                    }
+                }
+                Step::Close => break,
+            }
+        }
+        let mut replies = ReplyDecoder::new(1 << 20);
+        replies.feed(&out);
+        let mut all = Vec::new();
+        while let Some(r) = replies.next_reply().unwrap() {
+            all.push(r);
+        }
+        replies.finish().unwrap();
+        all
+    }
+
+    /// A message with a subject and a forged X-Spam-Flag, as Postfix sends it.
+    fn message(offer: OptNeg) -> Vec<Command> {
+        vec![
+            Command::OptNeg(offer),
+            Command::Connect {
+                hostname: b"mx.sender.example".to_vec(),
+                family: b'4',
+                port: 25,
+                address: b"192.0.2.9".to_vec(),
+            },
+            Command::Helo(b"mx.sender.example".to_vec()),
+            Command::Mail(vec![b"<a@sender.example>".to_vec()]),
+            Command::Rcpt(vec![b"<b@rcpt.example>".to_vec()]),
+            Command::Data,
+            Command::Header {
+                name: b"Subject".to_vec(),
+                value: b" cheap pills".to_vec(),
+            },
+            Command::Header {
+                name: b"X-Spam-Flag".to_vec(),
+                value: b" NO".to_vec(),
+            },
+            Command::EndOfHeaders,
+            Command::Body(b"buy now\r\n".to_vec()),
+            Command::EndOfMessage(vec![]),
+            Command::Quit,
+        ]
+    }
+
+    #[test]
+    fn negotiated_session_answers_only_at_end_of_message() {
+        let replies = converse(
+            &message(OFFER),
+            Some(&verdict(Action::AddHeader, 7.0)),
+            &Policy::default(),
+        );
+        let Reply::OptNeg(agreed) = &replies[0] else {
+            panic!("{replies:?}")
+        };
+        assert_eq!(agreed.actions, WANT_ACTIONS);
+        assert_eq!(agreed.protocol, WANT_PROTOCOL);
+        // With every no-reply bit, the next packets are the end-of-message replies: the forged
+        // header removed, our three headers added (values with their leading space), accept.
+        assert_eq!(
+            replies[1],
+            Reply::ChangeHeader {
+                index: 1,
+                name: "X-Spam-Flag".into(),
+                value: String::new(),
+            }
+        );
+        let added: Vec<&str> = replies[2..5]
+            .iter()
+            .map(|r| match r {
+                Reply::AddHeader { name, value } => {
+                    assert!(value.starts_with(' '), "{value:?}");
+                    name.as_str()
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(added, ["X-Spam-Score", "X-Spam-Status", "X-Spam-Symbols"]);
+        assert_eq!(replies[5..], [Reply::Accept]);
+    }
+
+    #[test]
+    fn without_no_reply_bits_every_step_gets_a_continue() {
+        let offer = OptNeg {
+            protocol: 0,
+            ..OFFER
+        };
+        let replies = converse(&message(offer), None, &Policy::default());
+        // Connect, HELO, MAIL, RCPT, DATA, two headers, end of headers, one body chunk.
+        let continues = replies.iter().filter(|r| **r == Reply::Continue).count();
+        assert_eq!(continues, 9, "{replies:?}");
+        // No verdict: the fallback, a tempfail with the configured text.
+        assert_eq!(
+            replies.last(),
+            Some(&Reply::ReplyCode(Policy::default().fallback_reply))
+        );
+    }
+
+    #[test]
+    fn each_action_gets_its_replies_under_the_policy() {
+        let p = Policy::default();
+        let last = |action, policy: &Policy| {
+            converse(&message(OFFER), Some(&verdict(action, 9.0)), policy).split_off(1)
+        };
+        assert_eq!(
+            last(Action::Reject, &p),
+            [Reply::ReplyCode(p.reject_reply.clone())]
+        );
+        for tempfail in [Action::SoftReject, Action::Greylist] {
+            assert_eq!(
+                last(tempfail, &p),
+                [Reply::ReplyCode(p.tempfail_reply.clone())]
+            );
+        }
+        assert_eq!(last(Action::Discard, &p), [Reply::Discard]);
+        let quarantine = last(Action::Quarantine, &p);
+        assert_eq!(
+            quarantine[0],
+            Reply::Quarantine("shrike: spam score 9.00".into())
+        );
+        assert_eq!(quarantine.last(), Some(&Reply::Accept));
+        // Discard and quarantine do what the policy says.
+        let strict = Policy {
+            on_discard: Disposal::Reject,
+            on_quarantine: Disposal::Accept,
+            add_headers: false,
+            ..Policy::default()
+        };
+        assert_eq!(
+            last(Action::Discard, &strict),
+            [Reply::ReplyCode(strict.reject_reply.clone())]
+        );
+        assert_eq!(last(Action::Quarantine, &strict), [Reply::Accept]);
+        // Rewrite subject changes the first Subject, keeping its leading space.
+        let rewritten = last(Action::RewriteSubject, &strict);
+        assert_eq!(
+            rewritten,
+            [
+                Reply::ChangeHeader {
+                    index: 1,
+                    name: "Subject".into(),
+                    value: " ***SPAM*** cheap pills".into(),
+                },
+                Reply::Accept
+            ]
+        );
+        // Without a verdict: the fallback.
+        for (fallback, reply) in [
+            (
+                Fallback::Tempfail,
+                Reply::ReplyCode(p.fallback_reply.clone()),
+            ),
+            (Fallback::Accept, Reply::Accept),
+            (Fallback::Reject, Reply::ReplyCode(p.reject_reply.clone())),
+        ] {
+            let policy = Policy {
+                fallback,
+                ..Policy::default()
+            };
+            assert_eq!(converse(&message(OFFER), None, &policy)[1..], [reply]);
+        }
+    }
+
+    #[test]
+    fn policy_replies_must_be_smtp_codes_of_their_class() {
+        assert!(Policy::default().validate().is_ok());
+        let bad = Policy {
+            tempfail_reply: "550 5.7.1 no".into(),
+            ..Policy::default()
+        };
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "milter.tempfail_reply must be one line starting with a 4xx SMTP code, got \"550 5.7.1 no\""
+        );
+        let two_lines = Policy {
+            reject_reply: "550 a\r\n550 b".into(),
+            ..Policy::default()
+        };
+        assert!(two_lines.validate().is_err());
+    }
+
+    #[test]
+    fn an_unusable_offer_is_an_error() {
+        let mut s = Session::default();
+        let old = OptNeg {
+            version: 1,
+            ..OFFER
+        };
+        assert_eq!(
+            s.command(Command::OptNeg(old), 100).unwrap_err(),
+            MilterError::VersionTooOld(1)
+        );
     }
 }
