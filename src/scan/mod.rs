@@ -1,8 +1,11 @@
 //! One message end to end: parse → entities → shingles → store reads → rules → verdict →
 //! store updates, and the JSON report of `shrike scan`.
 //!
-//! Owns: the order of the pipeline stages, the verdict (score, thresholds, forced actions), what
-//! the store records for a message, and the report. Never touches: wire formats, sockets.
+//! Owns: the order of the pipeline stages, how the rules' hits become a verdict (score, forced
+//! actions, thresholds; the types are `crate::verdict`'s), what the store records for a message,
+//! the report, and `ScanSettings` (the options a scanner takes) with their checks. Never
+//! touches: wire formats, sockets, the configuration file (`crate::config` composes
+//! `ScanSettings`; this module does not know it).
 
 pub mod ruletest;
 
