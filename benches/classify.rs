@@ -26,8 +26,13 @@ fn classify(c: &mut Criterion) {
     let store: Arc<dyn ReputationStore> =
         Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());
     let model = Arc::new(Classifier::new(&config.classifier));
-    let scanner = Scanner::with_classifier(&config, RuleLocation::Embedded, store, model.clone())
-        .expect("rules load");
+    let scanner = Scanner::with_classifier(
+        &config.scan_settings(),
+        RuleLocation::Embedded,
+        store,
+        model.clone(),
+    )
+    .expect("rules load");
     let limits = scanner.limits().clone();
     let envelope = Envelope::default();
     let inputs: Vec<_> = corpus.iter().map(|m| prepare(&m.raw, &limits)).collect();

@@ -23,7 +23,7 @@ fn scanner(location: RuleLocation) -> Arc<Scanner> {
     let config = Config::default();
     let store: Arc<dyn ReputationStore> =
         Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());
-    Scanner::new(&config, location, store).expect("rules load")
+    Scanner::new(&config.scan_settings(), location, store).expect("rules load")
 }
 
 fn rules(c: &mut Criterion) {

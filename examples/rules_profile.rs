@@ -45,7 +45,8 @@ fn main() {
     let config = Config::default();
     let store: Arc<dyn ReputationStore> =
         Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());
-    let scanner = Scanner::new(&config, location, Arc::clone(&store)).expect("rules load");
+    let scanner =
+        Scanner::new(&config.scan_settings(), location, Arc::clone(&store)).expect("rules load");
     let mut worker = scanner.worker();
     let env = Envelope::default();
     let inputs: Vec<_> = corpus

@@ -26,7 +26,8 @@ fn main() {
     let config = Config::default();
     let store: Arc<dyn ReputationStore> =
         Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());
-    let scanner = Scanner::new(&config, location, Arc::clone(&store)).expect("rules load");
+    let scanner =
+        Scanner::new(&config.scan_settings(), location, Arc::clone(&store)).expect("rules load");
     let mut worker = scanner.worker();
     // Build the Lua state before measuring, as the daemon's workers do before it reports ready
     // (before, the first message's rules paid the ~10 ms state build: the maximum below).

@@ -1,18 +1,24 @@
 //! Typed configuration: serde + TOML, embedded defaults, validation.
 //!
-//! Owns: the shape of `shrike.toml` and its defaults. Never touches: sockets, Lua.
+//! Owns: the shape of `shrike.toml`: which section holds which module's options, reading the
+//! file, and running each module's checks. The option types, their defaults and their checks
+//! live in the modules they configure (`scan`, `verdict`, `engine`, `classify`, `store`,
+//! `server`, `proto::milter`); this module sits above them and composes them, and only
+//! `main.rs`, `server` and `replay` know it. Never touches: sockets, Lua.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::classify::ClassifierConfig;
 use crate::engine::EngineConfig;
 use crate::message::Limits;
-use crate::scan::{ScanConfig, VerdictConfig};
+use crate::scan::{ScanSettings, TrafficConfig};
 use crate::server::http::HttpConfig;
 use crate::server::milter::MilterConfig;
 use crate::server::ServerConfig;
-use crate::store::{PersistConfig, StoreConfig};
+use crate::store::{PersistConfig, StoreConfig, StoreError};
+use crate::verdict::VerdictConfig;
 
 /// The whole configuration. Every field has a default, so an empty file is valid.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -29,7 +35,7 @@ pub struct Config {
     /// Action thresholds and what the store counts as spam or ham.
     pub verdict: VerdictConfig,
     /// Store namespace and unique-count period of the scanned traffic.
-    pub scan: ScanConfig,
+    pub scan: TrafficConfig,
     /// The daemon: workers, queue, state directory, shutdown.
     pub server: ServerConfig,
     /// The HTTP listener and its limits.
@@ -37,7 +43,7 @@ pub struct Config {
     /// The milter listener, its limits and what each action does to the MTA.
     pub milter: MilterConfig,
     /// The online classifier: table size, FTRL parameters, cold start, autolearn.
-    pub classifier: crate::classify::ClassifierConfig,
+    pub classifier: ClassifierConfig,
 }
 
 /// Why a configuration could not be used.
@@ -54,7 +60,15 @@ pub enum ConfigError {
         source: toml::de::Error,
     },
     #[error("invalid config: {0}")]
-    Invalid(String),
+    Scan(crate::scan::SettingsError),
+    #[error("invalid config: store: {0}")]
+    StoreLayout(StoreError),
+    #[error("invalid config: store.max_keys must be greater than 0")]
+    StoreMaxKeys,
+    #[error("invalid config: store.shards must be 0 or a power of two")]
+    StoreShards,
+    #[error("invalid config: {0}")]
+    Server(crate::server::SettingsError),
 }
 
 impl Config {
@@ -72,57 +86,30 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks values that parse but make no sense.
+    /// What a scanner is configured by.
+    pub fn scan_settings(&self) -> ScanSettings {
+        ScanSettings {
+            limits: self.limits.clone(),
+            verdict: self.verdict.clone(),
+            traffic: self.scan.clone(),
+            engine: self.engine.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
+
+    /// Checks values that parse but make no sense: each module's own checks, and the store's
+    /// (whose section has no checks of its own beyond `Store::new`'s).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let l = &self.limits;
-        for (name, value) in [
-            ("limits.max_message_bytes", l.max_message_bytes),
-            ("limits.max_parts", l.max_parts),
-            ("limits.max_depth", l.max_depth),
-            ("limits.max_text_bytes", l.max_text_bytes),
-        ] {
-            if value == 0 {
-                return Err(ConfigError::Invalid(format!(
-                    "{name} must be greater than 0"
-                )));
-            }
-        }
-        crate::store::Layout::new(&self.store.resolutions)
-            .map_err(|e| ConfigError::Invalid(format!("store: {e}")))?;
+        self.scan_settings().validate().map_err(ConfigError::Scan)?;
+        crate::store::Layout::new(&self.store.resolutions).map_err(ConfigError::StoreLayout)?;
         if self.store.max_keys == 0 {
-            return Err(ConfigError::Invalid(
-                "store.max_keys must be greater than 0".into(),
-            ));
-        }
-        self.verdict.validate().map_err(ConfigError::Invalid)?;
-        let e = &self.engine;
-        if e.rule_cpu_ms == 0 || e.message_cpu_ms == 0 || e.memory_limit_mb == 0 {
-            return Err(ConfigError::Invalid(
-                "engine budgets and memory limit must be greater than 0".into(),
-            ));
-        }
-        if self.scan.unique_period_secs == 0 {
-            return Err(ConfigError::Invalid(
-                "scan.unique_period_secs must be greater than 0".into(),
-            ));
+            return Err(ConfigError::StoreMaxKeys);
         }
         if self.store.shards != 0 && !self.store.shards.is_power_of_two() {
-            return Err(ConfigError::Invalid(
-                "store.shards must be 0 or a power of two".into(),
-            ));
+            return Err(ConfigError::StoreShards);
         }
-        if self.server.scan_timeout_ms == 0 {
-            return Err(ConfigError::Invalid(
-                "server.scan_timeout_ms must be greater than 0".into(),
-            ));
-        }
-        if self.http.max_body_bytes == 0 {
-            return Err(ConfigError::Invalid(
-                "http.max_body_bytes must be greater than 0".into(),
-            ));
-        }
-        self.milter.validate().map_err(ConfigError::Invalid)?;
-        self.classifier.validate().map_err(ConfigError::Invalid)?;
+        crate::server::validate(&self.server, &self.http, &self.milter)
+            .map_err(ConfigError::Server)?;
         Ok(())
     }
 }
@@ -183,5 +170,44 @@ mod tests {
             toml::from_str("[store]\nresolutions = [{ bucket_secs = 60, keep_secs = 90 }]\n")
                 .unwrap();
         assert!(bad.validate().unwrap_err().to_string().contains("store"));
+    }
+
+    /// Every check still refuses what it refused before the checks moved into their modules,
+    /// with the same message.
+    #[test]
+    fn each_section_is_checked_with_a_message_naming_the_option() {
+        for (toml, message) in [
+            ("[limits]\nmax_depth = 0", "limits.max_depth must be greater than 0"),
+            ("[limits]\nmax_message_bytes = 0", "limits.max_message_bytes must be greater than 0"),
+            ("[verdict]\ngreylist = nan", "verdict thresholds must be finite numbers"),
+            (
+                "[verdict]\nadd_header = 20.0",
+                "verdict thresholds must satisfy greylist <= add_header <= reject",
+            ),
+            (
+                "[verdict]\ncount_ham_below = 7.0",
+                "verdict.count_ham_below must not exceed count_spam_at",
+            ),
+            ("[engine]\nrule_cpu_ms = 0", "engine budgets and memory limit must be greater than 0"),
+            ("[scan]\nunique_period_secs = 0", "scan.unique_period_secs must be greater than 0"),
+            ("[store]\nmax_keys = 0", "store.max_keys must be greater than 0"),
+            ("[store]\nshards = 3", "store.shards must be 0 or a power of two"),
+            ("[server]\nscan_timeout_ms = 0", "server.scan_timeout_ms must be greater than 0"),
+            ("[http]\nmax_body_bytes = 0", "http.max_body_bytes must be greater than 0"),
+            (
+                "[milter]\nreject_reply = \"450 no\"",
+                "milter.reject_reply must be one line starting with a 5xx SMTP code, got \"450 no\"",
+            ),
+            ("[milter]\nmax_packet_bytes = 1000", "milter.max_packet_bytes must hold a 64 KiB body chunk"),
+            ("[classifier]\ntable_bits = 30", "classifier.table_bits must be 16..=26, got 30"),
+            (
+                "[classifier]\nalpha = 0.0",
+                "classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)",
+            ),
+        ] {
+            let c: Config = toml::from_str(toml).unwrap();
+            let e = c.validate().expect_err(toml).to_string();
+            assert_eq!(e, format!("invalid config: {message}"), "{toml}");
+        }
     }
 }

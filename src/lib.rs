@@ -14,6 +14,7 @@ pub mod shingle;
 pub mod store;
 #[cfg(test)]
 mod testing;
+pub mod verdict;
 
 /// mimalloc for every binary that links the library (the daemon, the CLI, benches, examples and
 /// tests), so they measure the same allocator: a scan allocates and frees many small objects

@@ -234,7 +234,7 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
         ..Envelope::default()
     };
     let location = args.rules.map_or(RuleLocation::Embedded, RuleLocation::Dir);
-    let scanner = Scanner::in_memory(config, location).map_err(anyhow::Error::msg)?;
+    let scanner = Scanner::in_memory(&config.scan_settings(), &config.store, location)?;
     let mut worker = scanner.worker();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -307,13 +307,9 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .map_or(RuleLocation::Embedded, rule_location);
     let (a, b) = match args.compare_rules.clone() {
-        None => (
-            replay::run(config, rules_a, &corpus, &feedback).map_err(anyhow::Error::msg)?,
-            None,
-        ),
+        None => (replay::run(config, rules_a, &corpus, &feedback)?, None),
         Some(dir) => {
-            let (a, b) = replay::run_pair(config, rules_a, rule_location(dir), &corpus, &feedback)
-                .map_err(anyhow::Error::msg)?;
+            let (a, b) = replay::run_pair(config, rules_a, rule_location(dir), &corpus, &feedback)?;
             (a, Some(b))
         }
     };
@@ -356,7 +352,8 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
 
 fn rules_check(config: &Config, dir: PathBuf, tests: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let location = RuleLocation::Dir(dir.clone());
-    let scanner = match Scanner::in_memory(config, location.clone()) {
+    let settings = config.scan_settings();
+    let scanner = match Scanner::in_memory(&settings, &config.store, location.clone()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("shrike: {}: {e}", dir.display());
@@ -377,7 +374,7 @@ fn rules_check(config: &Config, dir: PathBuf, tests: Option<PathBuf>) -> anyhow:
     let Some(tests) = tests else {
         return Ok(ExitCode::SUCCESS);
     };
-    let results = match ruletest::run_dir(config, &location, &tests) {
+    let results = match ruletest::run_dir(&settings, &config.store, &location, &tests) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("shrike: {e}");

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shrike::config::Config;
-use shrike::engine::{Action, RuleLocation};
+use shrike::engine::RuleLocation;
 use shrike::message::{prepare, Envelope};
-use shrike::scan::{Scanner, Verdict};
+use shrike::scan::Scanner;
 use shrike::store::{Counter, ManualClock, ReputationStore, Store};
+use shrike::verdict::{Action, Verdict};
 
 const MSG: &[u8] = b"From: Bob <bob@example.com>\r\nTo: alice@example.net\r\n\
 Subject: Hello there\r\nMessage-ID: <1@example.com>\r\nDate: Thu, 19 Nov 2026 10:00:00 +0000\r\n\
@@ -25,7 +26,12 @@ fn write(dir: &Path, name: &str, text: &str) {
 fn scanner_with(dir: &Path, config: &Config) -> Arc<Scanner> {
     let store: Arc<dyn ReputationStore> =
         Arc::new(Store::new(&config.store, Arc::new(ManualClock::new(1_800_000_000))).unwrap());
-    Scanner::new(config, RuleLocation::Dir(dir.to_path_buf()), store).expect("rules load")
+    Scanner::new(
+        &config.scan_settings(),
+        RuleLocation::Dir(dir.to_path_buf()),
+        store,
+    )
+    .expect("rules load")
 }
 
 fn rules(text: &str) -> (tempfile::TempDir, Arc<Scanner>) {
@@ -52,7 +58,7 @@ fn load_error(text: &str) -> String {
         .unwrap(),
     );
     Scanner::new(
-        &Config::default(),
+        &Config::default().scan_settings(),
         RuleLocation::Dir(dir.path().to_path_buf()),
         store,
     )
@@ -1263,7 +1269,12 @@ fn embedded_default_rules_load() {
         )
         .unwrap(),
     );
-    let s = Scanner::new(&Config::default(), RuleLocation::Embedded, store).expect("defaults load");
+    let s = Scanner::new(
+        &Config::default().scan_settings(),
+        RuleLocation::Embedded,
+        store,
+    )
+    .expect("defaults load");
     let g = s.engine().generation();
     assert!(
         g.rules.len() >= 20,

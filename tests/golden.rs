@@ -8,7 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use shrike::message::{prepare, Envelope, Limits};
-use shrike::scan::{analyze, Verdict};
+use shrike::scan::analyze;
+use shrike::verdict::Verdict;
 
 fn report_json(name: &str, raw: &[u8]) -> serde_json::Value {
     let input = prepare(raw, &Limits::default());

@@ -5,7 +5,8 @@ mod common;
 
 use proptest::prelude::*;
 use shrike::message::{prepare, Envelope, Limits};
-use shrike::scan::{analyze, Verdict};
+use shrike::scan::analyze;
+use shrike::verdict::Verdict;
 
 fn check(raw: &[u8]) {
     let limits = Limits {

@@ -13,8 +13,13 @@ fn default_rules_pass_their_tests_and_every_symbol_is_tested_both_ways() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let location = RuleLocation::Dir(root.join("rules"));
     let config = Config::default();
-    let results =
-        ruletest::run_dir(&config, &location, &root.join("tests/rules")).expect("rules load");
+    let results = ruletest::run_dir(
+        &config.scan_settings(),
+        &config.store,
+        &location,
+        &root.join("tests/rules"),
+    )
+    .expect("rules load");
     assert!(results.len() >= 10, "rule tests found: {}", results.len());
     let failures: Vec<String> = results
         .iter()
@@ -38,7 +43,7 @@ fn default_rules_pass_their_tests_and_every_symbol_is_tested_both_ways() {
         )
         .unwrap(),
     );
-    let scanner = shrike::scan::Scanner::new(&config, location, store).unwrap();
+    let scanner = shrike::scan::Scanner::new(&config.scan_settings(), location, store).unwrap();
     let generation = scanner.engine().generation();
     let (mut hit, mut miss) = (BTreeSet::new(), BTreeSet::new());
     for r in &results {

@@ -29,7 +29,7 @@ thread_local! {
         let store: Arc<dyn ReputationStore> = Arc::new(
             Store::new(&store_config, Arc::new(ManualClock::new(1_800_000_000))).unwrap(),
         );
-        let scanner = Scanner::new(&config, RuleLocation::Embedded, store).expect("rules load");
+        let scanner = Scanner::new(&config.scan_settings(), RuleLocation::Embedded, store).expect("rules load");
         (scanner.worker(), config)
     });
 }

@@ -63,17 +63,24 @@ impl Default for ClassifierConfig {
     }
 }
 
+/// Why the `[classifier]` options cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClassifierConfigError {
+    #[error("classifier.table_bits must be 16..=26, got {0}")]
+    TableBits(u32),
+    #[error("classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)")]
+    Parameters,
+}
+
 impl ClassifierConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), ClassifierConfigError> {
         if !(16..=26).contains(&self.table_bits) {
-            return Err(format!(
-                "classifier.table_bits must be 16..=26, got {}",
-                self.table_bits
-            ));
+            return Err(ClassifierConfigError::TableBits(self.table_bits));
         }
         let params = [self.alpha, self.beta, self.l1, self.l2];
         if params.iter().any(|p| !p.is_finite() || *p < 0.0) || self.alpha == 0.0 {
-            return Err("classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)".into());
+            return Err(ClassifierConfigError::Parameters);
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ pub mod lists;
 mod phrases;
 mod preempt;
 mod rawtable;
+mod settings;
 pub mod source;
 mod state;
 pub mod view;
@@ -26,10 +27,13 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::store::ReputationStore;
+// Engine-internal name: the rest of shrike imports it from `crate::verdict`.
+use crate::verdict::Action;
 
+pub use settings::{EngineConfig, EngineConfigError};
 pub use source::RuleLocation;
 pub use state::{RuleRunner, PROFILED_RULE};
 pub use view::MessageData;
@@ -40,97 +44,6 @@ pub const RULE_ERROR: &str = "RULE_ERROR";
 pub const RULE_TIMEOUT: &str = "RULE_TIMEOUT";
 /// Store key type of `ratelimit()` counters (outside the shingle type table).
 pub const RATELIMIT_KIND: u16 = 1_000;
-
-/// What to do with a message, in rspamd's vocabulary (plus shrike's `discard` and
-/// `quarantine`). Ordered by severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Action {
-    #[serde(rename = "no action")]
-    NoAction,
-    #[serde(rename = "greylist")]
-    Greylist,
-    #[serde(rename = "add header")]
-    AddHeader,
-    #[serde(rename = "rewrite subject")]
-    RewriteSubject,
-    #[serde(rename = "soft reject")]
-    SoftReject,
-    /// Accept and file into quarantine (the MTA holds it).
-    #[serde(rename = "quarantine")]
-    Quarantine,
-    /// Shadow ban: tell the sender the message was accepted, then drop it.
-    #[serde(rename = "discard")]
-    Discard,
-    #[serde(rename = "reject")]
-    Reject,
-}
-
-impl Action {
-    pub const ALL: [Action; 8] = [
-        Action::NoAction,
-        Action::Greylist,
-        Action::AddHeader,
-        Action::RewriteSubject,
-        Action::SoftReject,
-        Action::Quarantine,
-        Action::Discard,
-        Action::Reject,
-    ];
-
-    /// rspamd's string (with spaces).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::NoAction => "no action",
-            Action::Greylist => "greylist",
-            Action::AddHeader => "add header",
-            Action::RewriteSubject => "rewrite subject",
-            Action::SoftReject => "soft reject",
-            Action::Quarantine => "quarantine",
-            Action::Discard => "discard",
-            Action::Reject => "reject",
-        }
-    }
-
-    /// Parses rspamd's strings; `_` may stand for the space.
-    pub fn parse(s: &str) -> Option<Action> {
-        let s = s.trim().replace('_', " ");
-        Action::ALL.into_iter().find(|a| a.as_str() == s)
-    }
-}
-
-/// Limits and knobs of the Lua side.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EngineConfig {
-    /// CPU time one rule may use per message (and a rule file's top-level code at load), ms.
-    pub rule_cpu_ms: u64,
-    /// CPU time all rules of one message together may use, ms.
-    pub message_cpu_ms: u64,
-    /// Memory limit of each Lua state, MiB.
-    pub memory_limit_mb: usize,
-    /// Compiled regular expressions cached per Lua state.
-    pub regex_cache: usize,
-    /// Log lines rules may write per second and state; more are counted and dropped.
-    pub log_lines_per_sec: u32,
-    /// Bytes of HTML source `msg:html()` returns at most.
-    pub max_html_bytes: usize,
-    /// Quiet period after a change in a watched rule directory before reloading, ms.
-    pub reload_debounce_ms: u64,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            rule_cpu_ms: 20,
-            message_cpu_ms: 100,
-            memory_limit_mb: 64,
-            regex_cache: 512,
-            log_lines_per_sec: 20,
-            max_html_bytes: 1024 * 1024,
-            reload_debounce_ms: 200,
-        }
-    }
-}
 
 /// Why a rule set could not be loaded. Messages carry file and line where Lua gives them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -396,25 +309,5 @@ impl Engine {
 
     pub(crate) fn namespace(&self) -> u8 {
         self.namespace
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn actions_parse_and_order() {
-        assert_eq!(Action::parse("add header"), Some(Action::AddHeader));
-        assert_eq!(Action::parse("soft_reject"), Some(Action::SoftReject));
-        assert_eq!(Action::parse("bogus"), None);
-        assert!(Action::Reject > Action::Discard && Action::Discard > Action::AddHeader);
-        for a in Action::ALL {
-            assert_eq!(Action::parse(a.as_str()), Some(a));
-            assert_eq!(
-                serde_json::to_string(&a).unwrap(),
-                format!("\"{}\"", a.as_str())
-            );
-        }
     }
 }

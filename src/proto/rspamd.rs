@@ -11,7 +11,7 @@ use http::HeaderMap;
 use serde::Serialize;
 
 use crate::message::Envelope;
-use crate::scan::{Action, SymbolHit, Verdict};
+use crate::verdict::{Action, SymbolHit, Verdict};
 
 /// What the request headers of `/checkv2` say about the message.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use crate::classify::Class;
 use crate::config::Config;
-use crate::engine::{Action, RuleLocation};
+use crate::engine::{LoadError, RuleLocation};
 use crate::message::prepare;
 use crate::scan::Scanner;
 use crate::shingle::hash_bytes;
-use crate::store::{Counter, ManualClock, Store};
+use crate::store::{Counter, ManualClock, Store, StoreError};
+use crate::verdict::Action;
 
 pub use corpus::{Arrival, Corpus, Item, Label};
 
@@ -126,6 +127,20 @@ impl EventKind {
     }
 }
 
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("creating the store: {0}")]
+    Store(StoreError),
+    #[error("{0}")]
+    Rules(LoadError),
+    #[error("the second replay panicked")]
+    Panicked,
+    /// The replay of the second rule set (`--compare-rules`) failed.
+    #[error("--compare-rules: {0}")]
+    Second(Box<ReplayError>),
+}
+
 /// Replays `corpus` through the rules at `rules` with a fresh store on a simulated clock.
 /// Each message is scanned at its arrival time and its verdict recorded; feedback about it
 /// applies later (test, then train). The error names what failed to load.
@@ -134,17 +149,16 @@ pub fn run(
     rules: RuleLocation,
     corpus: &Corpus,
     feedback: &Feedback,
-) -> Result<Lane, String> {
+) -> Result<Lane, ReplayError> {
     let start_time = corpus.items.first().map_or(0, |i| i.arrival);
     let clock = Arc::new(ManualClock::new(start_time));
     let mut store_config = config.store.clone();
     if store_config.shards == 0 {
         store_config.shards = REPLAY_SHARDS;
     }
-    let store = Arc::new(
-        Store::new(&store_config, clock.clone()).map_err(|e| format!("creating the store: {e}"))?,
-    );
-    let scanner = Scanner::new(config, rules, store.clone()).map_err(|e| e.to_string())?;
+    let store = Arc::new(Store::new(&store_config, clock.clone()).map_err(ReplayError::Store)?);
+    let scanner =
+        Scanner::new(&config.scan_settings(), rules, store.clone()).map_err(ReplayError::Rules)?;
     let mut worker = scanner.worker();
     let mut sweeper = SimulatedSweeper {
         store: &store,
@@ -265,14 +279,15 @@ pub fn run_pair(
     b: RuleLocation,
     corpus: &Corpus,
     feedback: &Feedback,
-) -> Result<(Lane, Lane), String> {
+) -> Result<(Lane, Lane), ReplayError> {
     std::thread::scope(|s| {
         let other = s.spawn(|| run(config, b, corpus, feedback));
         let first = run(config, a, corpus, feedback);
-        let second = other
-            .join()
-            .unwrap_or_else(|_| Err("the second replay panicked".into()));
-        Ok((first?, second.map_err(|e| format!("--compare-rules: {e}"))?))
+        let second = other.join().unwrap_or(Err(ReplayError::Panicked));
+        Ok((
+            first?,
+            second.map_err(|e| ReplayError::Second(Box::new(e)))?,
+        ))
     })
 }
 

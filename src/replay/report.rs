@@ -11,9 +11,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{Corpus, Feedback, Label, Lane, Outcome};
-use crate::engine::Action;
-use crate::scan::VerdictConfig;
 use crate::store::Counter;
+use crate::verdict::{Action, VerdictConfig};
 
 /// Score thresholds of the threshold table, besides the configured ones.
 const SCORE_GRID: [f64; 11] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0];

@@ -1,8 +1,11 @@
 //! One message end to end: parse → entities → shingles → store reads → rules → verdict →
 //! store updates, and the JSON report of `shrike scan`.
 //!
-//! Owns: the order of the pipeline stages, the verdict (score, thresholds, forced actions), what
-//! the store records for a message, and the report. Never touches: wire formats, sockets.
+//! Owns: the order of the pipeline stages, how the rules' hits become a verdict (score, forced
+//! actions, thresholds; the types are `crate::verdict`'s), what the store records for a message,
+//! the report, and `ScanSettings` (the options a scanner takes) with their checks. Never
+//! touches: wire formats, sockets, the configuration file (`crate::config` composes
+//! `ScanSettings`; this module does not know it).
 
 pub mod ruletest;
 
@@ -11,196 +14,151 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::classify::{Class, Classifier, Features};
-use crate::engine::{self, Engine, LoadError, MessageData, RuleLocation, RuleOutcome, RuleRunner};
+use crate::classify::{Class, Classifier, ClassifierConfig, ClassifierConfigError, Features};
+use crate::engine::{
+    self, Engine, EngineConfig, EngineConfigError, LoadError, MessageData, RuleLocation,
+    RuleOutcome, RuleRunner,
+};
 use crate::entities::{self, AttachmentEntity, Entities};
 use crate::message::{self, Anomalies, Envelope, Limits, ParsedMessage, Prepared};
 use crate::shingle::{self, Kind, Shingle};
 use crate::store::{
-    Counter, Increment, ReputationStore, Store, StoreKey, SystemClock, WindowCounts, COUNTERS,
+    Counter, Increment, ReputationStore, Store, StoreConfig, StoreError, StoreKey, SystemClock,
+    WindowCounts, COUNTERS,
 };
+use crate::verdict::{Action, SymbolHit, Verdict, VerdictConfig, VerdictConfigError};
 
-pub use crate::engine::Action;
-
-/// One symbol in a verdict.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SymbolHit {
-    pub name: String,
-    pub score: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    pub options: Vec<String>,
+/// Everything a scanner is configured by: the configuration's `[limits]`, `[verdict]`,
+/// `[scan]`, `[engine]` and `[classifier]` sections (`Config::scan_settings` composes them).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScanSettings {
+    /// Limits on the work done per message.
+    pub limits: Limits,
+    /// Action thresholds and what the store counts as spam or ham.
+    pub verdict: VerdictConfig,
+    /// Store namespace and unique-count period of the scanned traffic.
+    pub traffic: TrafficConfig,
+    /// Lua limits: CPU budgets, memory, caches.
+    pub engine: EngineConfig,
+    /// The online classifier.
+    pub classifier: ClassifierConfig,
 }
 
-/// The outcome of a scan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Verdict {
-    pub score: f64,
-    pub action: Action,
-    pub symbols: BTreeMap<String, SymbolHit>,
-    /// Hits of rules in shadow or test mode: counted and reported, not applied.
-    pub shadow: BTreeMap<String, SymbolHit>,
-    /// The score at which the message is rejected (rspamd's `required_score`).
-    pub required_score: Option<f64>,
-    /// The rule-set generation that judged it (0: no rules ran).
-    pub generation: u64,
-    /// The classifier's spam probability, when a rule asked and the model had an opinion.
-    pub probability: Option<f64>,
+/// Why scan settings cannot be used. Each message names the option.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{0} must be greater than 0")]
+    Zero(&'static str),
+    #[error(transparent)]
+    Verdict(#[from] VerdictConfigError),
+    #[error(transparent)]
+    Engine(#[from] EngineConfigError),
+    #[error(transparent)]
+    Classifier(#[from] ClassifierConfigError),
 }
 
-impl Default for Verdict {
-    fn default() -> Self {
-        Verdict {
-            score: 0.0,
-            action: Action::NoAction,
-            symbols: BTreeMap::new(),
-            shadow: BTreeMap::new(),
-            required_score: None,
-            generation: 0,
-            probability: None,
+impl ScanSettings {
+    /// Checks values that parse but make no sense, in the order of the sections.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let l = &self.limits;
+        for (name, value) in [
+            ("limits.max_message_bytes", l.max_message_bytes),
+            ("limits.max_parts", l.max_parts),
+            ("limits.max_depth", l.max_depth),
+            ("limits.max_text_bytes", l.max_text_bytes),
+        ] {
+            if value == 0 {
+                return Err(SettingsError::Zero(name));
+            }
         }
-    }
-}
-
-/// Score thresholds of the actions, and what the store counts as spam or ham.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct VerdictConfig {
-    pub reject: f64,
-    /// Optional: a score at which to answer with a temporary failure.
-    pub soft_reject: Option<f64>,
-    /// Optional: a score at which to mark the subject.
-    pub rewrite_subject: Option<f64>,
-    pub add_header: f64,
-    pub greylist: f64,
-    /// A verdict scoring at least this is recorded as spam in the reputation store.
-    pub count_spam_at: f64,
-    /// A verdict scoring below this is recorded as ham (in between: only seen).
-    pub count_ham_below: f64,
-}
-
-impl Default for VerdictConfig {
-    fn default() -> Self {
-        VerdictConfig {
-            reject: 15.0,
-            soft_reject: None,
-            rewrite_subject: None,
-            add_header: 6.0,
-            greylist: 4.0,
-            count_spam_at: 6.0,
-            count_ham_below: 2.0,
+        self.verdict.validate()?;
+        self.engine.validate()?;
+        if self.traffic.unique_period_secs == 0 {
+            return Err(SettingsError::Zero("scan.unique_period_secs"));
         }
-    }
-}
-
-impl VerdictConfig {
-    /// The action a score earns by thresholds alone.
-    pub fn action_for(&self, score: f64) -> Action {
-        let at = |t: Option<f64>| t.is_some_and(|t| score >= t);
-        if score >= self.reject {
-            Action::Reject
-        } else if at(self.soft_reject) {
-            Action::SoftReject
-        } else if at(self.rewrite_subject) {
-            Action::RewriteSubject
-        } else if score >= self.add_header {
-            Action::AddHeader
-        } else if score >= self.greylist {
-            Action::Greylist
-        } else {
-            Action::NoAction
-        }
-    }
-
-    /// Checks the thresholds are numbers and in order.
-    pub fn validate(&self) -> Result<(), String> {
-        let all = [
-            Some(self.reject),
-            self.soft_reject,
-            self.rewrite_subject,
-            Some(self.add_header),
-            Some(self.greylist),
-            Some(self.count_spam_at),
-            Some(self.count_ham_below),
-        ];
-        if all.iter().flatten().any(|t| !t.is_finite()) {
-            return Err("verdict thresholds must be finite numbers".into());
-        }
-        if !(self.greylist <= self.add_header && self.add_header <= self.reject) {
-            return Err("verdict thresholds must satisfy greylist <= add_header <= reject".into());
-        }
-        if self.count_ham_below > self.count_spam_at {
-            return Err("verdict.count_ham_below must not exceed count_spam_at".into());
-        }
+        self.classifier.validate()?;
         Ok(())
     }
-
-    /// Score, action and symbols from the rules' hits.
-    pub fn verdict(&self, outcome: &RuleOutcome, generation: &engine::Generation) -> Verdict {
-        let mut v = Verdict {
-            required_score: Some(self.reject),
-            generation: outcome.generation,
-            probability: outcome.probability,
-            ..Verdict::default()
-        };
-        let mut forced: Option<Action> = None;
-        for hit in &outcome.hits {
-            let description = generation
-                .symbols
-                .get(&hit.symbol)
-                .map(|&(r, s)| generation.rules[r].symbols[s].description.clone())
-                .filter(|d| !d.is_empty());
-            let entry = SymbolHit {
-                name: hit.symbol.clone(),
-                score: hit.score,
-                description,
-                options: hit.options.clone(),
-            };
-            if hit.shadow {
-                v.shadow.insert(hit.symbol.clone(), entry);
-                continue;
-            }
-            v.score += hit.score;
-            if let Some(a) = hit.action {
-                forced = Some(forced.map_or(a, |f| f.max(a)));
-            }
-            v.symbols.insert(hit.symbol.clone(), entry);
-        }
-        for (symbol, list) in [
-            (engine::RULE_ERROR, &outcome.errors),
-            (engine::RULE_TIMEOUT, &outcome.timeouts),
-        ] {
-            if !list.is_empty() {
-                v.symbols.insert(
-                    symbol.to_string(),
-                    SymbolHit {
-                        name: symbol.to_string(),
-                        score: 0.0,
-                        description: None,
-                        options: list.iter().map(|(r, e)| format!("{r}: {e}")).collect(),
-                    },
-                );
-            }
-        }
-        v.score = (v.score * 1e4).round() / 1e4;
-        v.action = forced.unwrap_or_else(|| self.action_for(v.score));
-        v
-    }
 }
 
-/// Where a scan's statistics go.
+/// Why an in-memory scanner could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum InMemoryError {
+    #[error("creating the store: {0}")]
+    Store(#[source] StoreError),
+    #[error(transparent)]
+    Rules(#[from] LoadError),
+}
+
+/// Score, action and symbols from the rules' hits, the action by `thresholds` unless a symbol
+/// forced one.
+pub fn verdict(
+    thresholds: &VerdictConfig,
+    outcome: &RuleOutcome,
+    generation: &engine::Generation,
+) -> Verdict {
+    let mut v = Verdict {
+        required_score: Some(thresholds.reject),
+        generation: outcome.generation,
+        probability: outcome.probability,
+        ..Verdict::default()
+    };
+    let mut forced: Option<Action> = None;
+    for hit in &outcome.hits {
+        let description = generation
+            .symbols
+            .get(&hit.symbol)
+            .map(|&(r, s)| generation.rules[r].symbols[s].description.clone())
+            .filter(|d| !d.is_empty());
+        let entry = SymbolHit {
+            name: hit.symbol.clone(),
+            score: hit.score,
+            description,
+            options: hit.options.clone(),
+        };
+        if hit.shadow {
+            v.shadow.insert(hit.symbol.clone(), entry);
+            continue;
+        }
+        v.score += hit.score;
+        if let Some(a) = hit.action {
+            forced = Some(forced.map_or(a, |f| f.max(a)));
+        }
+        v.symbols.insert(hit.symbol.clone(), entry);
+    }
+    for (symbol, list) in [
+        (engine::RULE_ERROR, &outcome.errors),
+        (engine::RULE_TIMEOUT, &outcome.timeouts),
+    ] {
+        if !list.is_empty() {
+            v.symbols.insert(
+                symbol.to_string(),
+                SymbolHit {
+                    name: symbol.to_string(),
+                    score: 0.0,
+                    description: None,
+                    options: list.iter().map(|(r, e)| format!("{r}: {e}")).collect(),
+                },
+            );
+        }
+    }
+    v.score = (v.score * 1e4).round() / 1e4;
+    v.action = forced.unwrap_or_else(|| thresholds.action_for(v.score));
+    v
+}
+/// `[scan]`: where a scan's statistics go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ScanConfig {
+pub struct TrafficConfig {
     /// Store namespace of this traffic (e.g. 0 inbound, 1 outbound).
     pub namespace: u8,
     /// Period of the distinct-recipient counts (paired shingles), seconds.
     pub unique_period_secs: u64,
 }
 
-impl Default for ScanConfig {
+impl Default for TrafficConfig {
     fn default() -> Self {
-        ScanConfig {
+        TrafficConfig {
             namespace: 0,
             unique_period_secs: 86_400,
         }
@@ -220,7 +178,7 @@ pub struct Updates {
 pub struct Scanner {
     limits: Limits,
     verdict: VerdictConfig,
-    scan: ScanConfig,
+    traffic: TrafficConfig,
     engine: Arc<Engine>,
     store: Arc<dyn ReputationStore>,
     classifier: Arc<Classifier>,
@@ -264,17 +222,17 @@ pub struct StageTimes {
 impl Scanner {
     /// Loads the rules and wires them to the store.
     pub fn new(
-        config: &crate::config::Config,
+        settings: &ScanSettings,
         rules: RuleLocation,
         store: Arc<dyn ReputationStore>,
     ) -> Result<Arc<Scanner>, LoadError> {
-        let classifier = Arc::new(Classifier::new(&config.classifier));
-        Scanner::with_classifier(config, rules, store, classifier)
+        let classifier = Arc::new(Classifier::new(&settings.classifier));
+        Scanner::with_classifier(settings, rules, store, classifier)
     }
 
     /// As `new`, with a classifier restored from a snapshot.
     pub fn with_classifier(
-        config: &crate::config::Config,
+        settings: &ScanSettings,
         rules: RuleLocation,
         store: Arc<dyn ReputationStore>,
         classifier: Arc<Classifier>,
@@ -285,15 +243,15 @@ impl Scanner {
             .position(|&w| w == 7 * 86_400)
             .unwrap_or(windows.len().saturating_sub(1));
         let engine = Engine::new(
-            config.engine.clone(),
+            settings.engine.clone(),
             rules,
             Arc::clone(&store),
-            config.scan.namespace,
+            settings.traffic.namespace,
         )?;
         Ok(Arc::new(Scanner {
-            limits: config.limits.clone(),
-            verdict: config.verdict.clone(),
-            scan: config.scan.clone(),
+            limits: settings.limits.clone(),
+            verdict: settings.verdict.clone(),
+            traffic: settings.traffic.clone(),
             engine,
             store,
             classifier,
@@ -301,15 +259,15 @@ impl Scanner {
         }))
     }
 
-    /// A scanner over a fresh in-memory store on the system clock: offline scans and rule
-    /// tests. The error says what failed (the store configuration or the rules).
+    /// A scanner over a fresh in-memory store (configured by `store`) on the system clock:
+    /// offline scans and rule tests.
     pub fn in_memory(
-        config: &crate::config::Config,
+        settings: &ScanSettings,
+        store: &StoreConfig,
         rules: RuleLocation,
-    ) -> Result<Arc<Scanner>, String> {
-        let store = Store::new(&config.store, Arc::new(SystemClock))
-            .map_err(|e| format!("creating the store: {e}"))?;
-        Scanner::new(config, rules, Arc::new(store)).map_err(|e| e.to_string())
+    ) -> Result<Arc<Scanner>, InMemoryError> {
+        let store = Store::new(store, Arc::new(SystemClock)).map_err(InMemoryError::Store)?;
+        Ok(Scanner::new(settings, rules, Arc::new(store))?)
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -363,7 +321,7 @@ impl Scanner {
     /// The store key of a shingle in this scanner's namespace.
     pub fn key(&self, s: &Shingle) -> StoreKey {
         StoreKey {
-            namespace: self.scan.namespace,
+            namespace: self.traffic.namespace,
             kind: s.kind.id(),
             hash: s.hash,
         }
@@ -376,7 +334,7 @@ impl Scanner {
         }
         for &(pair, unique) in &updates.pairs {
             self.store
-                .increment_unique(pair, unique, self.scan.unique_period_secs);
+                .increment_unique(pair, unique, self.traffic.unique_period_secs);
         }
     }
 
@@ -509,8 +467,8 @@ impl ScanWorker {
         // Descriptions come from the generation that judged the message, even if a reload
         // swapped in another one meanwhile.
         let verdict = match self.rules.generation() {
-            Some(generation) => sc.verdict.verdict(&outcome, generation),
-            None => sc.verdict.verdict(&outcome, &sc.engine.generation()),
+            Some(generation) => verdict(&sc.verdict, &outcome, generation),
+            None => verdict(&sc.verdict, &outcome, &sc.engine.generation()),
         };
         let times = StageTimes {
             analyze: analyzed - start,

@@ -5,12 +5,12 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::classify::Class;
-use crate::config::Config;
-use crate::engine::{Action, RuleLocation};
+use crate::engine::RuleLocation;
 use crate::message::{prepare, Envelope};
-use crate::store::Counter;
+use crate::store::{Counter, StoreConfig};
+use crate::verdict::Action;
 
-use super::Scanner;
+use super::{InMemoryError, ScanSettings, Scanner};
 
 /// Most prior scans a test may ask for.
 pub const MAX_REPEAT: usize = 10_000;
@@ -43,8 +43,39 @@ Subject: claim your free prize now\nMessage-ID: <p1@prizes.example>\n\n\
 Congratulations! You have been selected to claim a free prize. Act now, click\n\
 http://prizes.example/claim and enter your card number to receive it today.\n";
 
+/// Why a test file cannot be parsed; each names the line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("line {line}: no blank line between directives and the message")]
+    NoBlankLine { line: usize },
+    #[error("line {line}: {word} needs a count up to {MAX_REPEAT}")]
+    Count { line: usize, word: String },
+    #[error("line {line}: unknown action {arg:?}")]
+    Action { line: usize, arg: String },
+    #[error("line {line}: bad IP {arg:?}: {error}")]
+    Ip {
+        line: usize,
+        arg: String,
+        error: std::net::AddrParseError,
+    },
+    #[error("line {line}: unknown directive {word:?}")]
+    Directive { line: usize, word: String },
+    #[error("the message is empty")]
+    EmptyMessage,
+}
+
+/// Why no test could run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{}: {error}", dir.display())]
+    ReadDir { dir: PathBuf, error: std::io::Error },
+    /// The store configuration or the rule set.
+    #[error(transparent)]
+    Scanner(#[from] InMemoryError),
+}
+
 /// Parses a test file; errors name the line.
-pub fn parse(text: &[u8]) -> Result<RuleTest, String> {
+pub fn parse(text: &[u8]) -> Result<RuleTest, ParseError> {
     let mut t = RuleTest::default();
     let mut pos = 0;
     let mut line_no = 0;
@@ -59,9 +90,7 @@ pub fn parse(text: &[u8]) -> Result<RuleTest, String> {
             break;
         }
         if end >= text.len() {
-            return Err(format!(
-                "line {line_no}: no blank line between directives and the message"
-            ));
+            return Err(ParseError::NoBlankLine { line: line_no });
         }
         pos = next;
         if line.starts_with('#') {
@@ -69,26 +98,31 @@ pub fn parse(text: &[u8]) -> Result<RuleTest, String> {
         }
         let (word, arg) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
         let arg = arg.trim();
-        let count = || -> Result<usize, String> {
+        let count = || -> Result<usize, ParseError> {
             arg.parse::<usize>()
                 .ok()
                 .filter(|n| *n <= MAX_REPEAT)
-                .ok_or_else(|| format!("line {line_no}: {word} needs a count up to {MAX_REPEAT}"))
+                .ok_or_else(|| ParseError::Count {
+                    line: line_no,
+                    word: word.to_string(),
+                })
         };
         match word {
             "expect" => t.expect.push(arg.to_string()),
             "expect-not" => t.expect_not.push(arg.to_string()),
             "action" => {
-                t.action = Some(
-                    Action::parse(arg)
-                        .ok_or_else(|| format!("line {line_no}: unknown action {arg:?}"))?,
-                )
+                t.action = Some(Action::parse(arg).ok_or_else(|| ParseError::Action {
+                    line: line_no,
+                    arg: arg.to_string(),
+                })?)
             }
             "ip" => {
-                t.envelope.client_ip = Some(
-                    arg.parse::<IpAddr>()
-                        .map_err(|e| format!("line {line_no}: bad IP {arg:?}: {e}"))?,
-                )
+                t.envelope.client_ip =
+                    Some(arg.parse::<IpAddr>().map_err(|error| ParseError::Ip {
+                        line: line_no,
+                        arg: arg.to_string(),
+                        error,
+                    })?)
             }
             "helo" => t.envelope.helo = Some(arg.to_string()),
             "from" => t.envelope.mail_from = Some(arg.to_string()),
@@ -100,11 +134,16 @@ pub fn parse(text: &[u8]) -> Result<RuleTest, String> {
             "train-spam" => t.train_spam = count()?,
             "train-ham" => t.train_ham = count()?,
             "train-background" => t.train_background = count()?,
-            _ => return Err(format!("line {line_no}: unknown directive {word:?}")),
+            _ => {
+                return Err(ParseError::Directive {
+                    line: line_no,
+                    word: word.to_string(),
+                })
+            }
         }
     }
     if t.message.is_empty() {
-        return Err("the message is empty".into());
+        return Err(ParseError::EmptyMessage);
     }
     Ok(t)
 }
@@ -117,14 +156,19 @@ pub struct TestResult {
     pub failures: Vec<String>,
 }
 
-/// Runs every `*.test` in `dir` against the rules at `rules`.
+/// Runs every `*.test` in `dir` against the rules at `rules`, each with a fresh in-memory store
+/// configured by `store`.
 pub fn run_dir(
-    config: &Config,
+    settings: &ScanSettings,
+    store: &StoreConfig,
     rules: &RuleLocation,
     dir: &Path,
-) -> Result<Vec<TestResult>, String> {
+) -> Result<Vec<TestResult>, RunError> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .map_err(|error| RunError::ReadDir {
+            dir: dir.to_path_buf(),
+            error,
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "test"))
         .collect();
@@ -133,8 +177,8 @@ pub fn run_dir(
     for file in files {
         let failures = match std::fs::read(&file) {
             Ok(text) => match parse(&text) {
-                Ok(test) => run_one(config, rules, &test)?,
-                Err(e) => vec![e],
+                Ok(test) => run_one(settings, store, rules, &test)?,
+                Err(e) => vec![e.to_string()],
             },
             Err(e) => vec![e.to_string()],
         };
@@ -143,15 +187,17 @@ pub fn run_dir(
     Ok(results)
 }
 
-/// Runs one test; the `Err` is a rule-set load error (no test can run).
+/// Runs one test; the `Err` is a store or rule-set load error (no test can run). The `Ok` lists
+/// the test's failures.
 pub fn run_one(
-    config: &Config,
+    settings: &ScanSettings,
+    store: &StoreConfig,
     rules: &RuleLocation,
     test: &RuleTest,
-) -> Result<Vec<String>, String> {
-    let scanner = Scanner::in_memory(config, rules.clone())?;
+) -> Result<Vec<String>, InMemoryError> {
+    let scanner = Scanner::in_memory(settings, store, rules.clone())?;
     let mut worker = scanner.worker();
-    let input = prepare(&test.message, &config.limits);
+    let input = prepare(&test.message, &settings.limits);
     for _ in 0..test.seen {
         let s = worker.scan(&input, &test.envelope);
         scanner.apply(&s.updates);
@@ -167,15 +213,15 @@ pub fn run_one(
         (test.rescue, Counter::Rescue),
     ] {
         if n > 0 {
-            let analysis = super::analyze(&input, &test.envelope, &config.limits);
+            let analysis = super::analyze(&input, &test.envelope, &settings.limits);
             for _ in 0..n {
                 scanner.learn(&analysis, counter);
             }
         }
     }
     // Classifier training repeats a message on purpose, so it bypasses the once-per-message rule.
-    let stock_ham = prepare(STOCK_HAM, &config.limits);
-    let stock_spam = prepare(STOCK_SPAM, &config.limits);
+    let stock_ham = prepare(STOCK_HAM, &settings.limits);
+    let stock_spam = prepare(STOCK_SPAM, &settings.limits);
     for (n, input, class) in [
         (test.train_background, &stock_ham, Class::Ham),
         (test.train_background, &stock_spam, Class::Spam),
@@ -250,6 +296,7 @@ mod tests {
         assert!(parse(b"expect A\nSubject: x\n").is_err());
         assert!(parse(b"bogus 1\n\nSubject: x\n")
             .unwrap_err()
+            .to_string()
             .contains("line 1"));
         assert!(parse(b"seen many\n\nx\n").is_err());
     }

@@ -26,8 +26,9 @@ use tokio::sync::{watch, Semaphore};
 use super::listen::{accept_loop, Listener, LogThrottle, Stream};
 use super::metrics::{counter_header, gauge, label};
 use super::pool::{PoolError, ScanRequest};
-use super::{spam_headers, Daemon};
+use super::Daemon;
 use crate::engine::RuleCounters;
+use crate::proto::headers::spam_headers;
 use crate::proto::rspamd::{check_reply, error_body, CheckRequest, ReplyExtras};
 use crate::shingle::{self, Kind};
 use crate::store::{Counter, StoreKey, COUNTERS};
@@ -369,7 +370,7 @@ async fn learn(
     };
     if let Err(e) = durable(daemon, &l).await {
         tracing::error!(error = %e, "learn not made durable");
-        return error(StatusCode::INTERNAL_SERVER_ERROR, &e);
+        return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string());
     }
     json(
         StatusCode::OK,
@@ -383,19 +384,26 @@ async fn learn(
     )
 }
 
+/// Why an acknowledged learn might not survive a restart.
+#[derive(Debug, thiserror::Error)]
+enum NotDurable {
+    #[error("learn not written to the classifier's journal: {0}")]
+    Journal(String),
+    #[error("learn not written to the WAL: {0}")]
+    Wal(String),
+}
+
 /// A learn is a user's explicit feedback: before its 200, its classifier training must be in
 /// the journal (the worker wrote it) and its increments in the WAL (written here, off the
 /// I/O threads).
-async fn durable(daemon: &Daemon, l: &super::pool::LearnReply) -> Result<(), String> {
+async fn durable(daemon: &Daemon, l: &super::pool::LearnReply) -> Result<(), NotDurable> {
     if let Some(e) = &l.journal_error {
-        return Err(format!(
-            "learn not written to the classifier's journal: {e}"
-        ));
+        return Err(NotDurable::Journal(e.clone()));
     }
     let committer = daemon.committer.clone();
     match tokio::task::spawn_blocking(move || committer.commit()).await {
-        Ok(result) => result.map_err(|e| format!("learn not written to the WAL: {e}")),
-        Err(e) => Err(format!("learn not written to the WAL: {e}")),
+        Ok(result) => result.map_err(|e| NotDurable::Wal(e.to_string())),
+        Err(e) => Err(NotDurable::Wal(e.to_string())),
     }
 }
 
@@ -416,7 +424,7 @@ async fn reload(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> R
             StatusCode::UNPROCESSABLE_ENTITY,
             serde_json::json!({
                 "success": false,
-                "error": e,
+                "error": e.to_string(),
                 "generation": daemon.scanner.engine().generation().id,
             })
             .to_string(),
@@ -449,15 +457,15 @@ fn health(daemon: &Daemon) -> Reply {
 
 fn stat(daemon: &Daemon) -> String {
     let m = &daemon.metrics;
-    let actions: BTreeMap<&str, u64> = crate::scan::Action::ALL
+    let actions: BTreeMap<&str, u64> = crate::verdict::Action::ALL
         .iter()
         .enumerate()
         .map(|(i, a)| (a.as_str(), m.scans[i].load(Relaxed)))
         .collect();
-    let spam: u64 = crate::scan::Action::ALL
+    let spam: u64 = crate::verdict::Action::ALL
         .iter()
         .enumerate()
-        .filter(|(_, a)| **a >= crate::scan::Action::AddHeader)
+        .filter(|(_, a)| **a >= crate::verdict::Action::AddHeader)
         .map(|(i, _)| m.scans[i].load(Relaxed))
         .sum();
     let scanned = m.total_scans();

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-use anyhow::Context;
+use super::ServeError;
+
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -52,30 +53,34 @@ pub enum Stream {
 }
 
 /// Binds `listen`; `what` names the server in errors.
-pub async fn bind(listen: &Listen, what: &str) -> anyhow::Result<Listener> {
+pub async fn bind(listen: &Listen, what: &'static str) -> Result<Listener, ServeError> {
     Ok(match listen {
         Listen::Tcp(addr) => Listener::Tcp(
             tokio::net::TcpListener::bind(addr)
                 .await
-                .with_context(|| format!("{what}: cannot listen on {addr}"))?,
+                .map_err(ServeError::io(format!("{what}: cannot listen on {addr}")))?,
         ),
         Listen::Unix(path) => Listener::Unix(bind_unix(path, what)?),
-        Listen::Off => anyhow::bail!("{what}: the listener is off"),
+        Listen::Off => return Err(ServeError::ListenerOff(what)),
     })
 }
 
-fn bind_unix(path: &Path, what: &str) -> anyhow::Result<tokio::net::UnixListener> {
+fn bind_unix(path: &Path, what: &str) -> Result<tokio::net::UnixListener, ServeError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_socket() {
-            std::fs::remove_file(path)
-                .with_context(|| format!("{what}: removing stale socket {}", path.display()))?;
+            std::fs::remove_file(path).map_err(ServeError::io(format!(
+                "{what}: removing stale socket {}",
+                path.display()
+            )))?;
         }
     }
-    let listener = tokio::net::UnixListener::bind(path)
-        .with_context(|| format!("{what}: cannot listen on unix:{}", path.display()))?;
+    let listener = tokio::net::UnixListener::bind(path).map_err(ServeError::io(format!(
+        "{what}: cannot listen on unix:{}",
+        path.display()
+    )))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .with_context(|| format!("{what}: chmod {}", path.display()))?;
+        .map_err(ServeError::io(format!("{what}: chmod {}", path.display())))?;
     Ok(listener)
 }
 

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::engine::Action;
+use crate::verdict::Action;
 
 /// Upper bounds of the latency buckets, seconds.
 const BUCKETS: [f64; 16] = [

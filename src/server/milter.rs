@@ -1,57 +1,29 @@
-//! The milter server: Sendmail milter protocol v6 sessions over TCP or a unix socket, for
-//! Postfix and Sendmail.
+//! The milter server: Sendmail milter protocol v6 over TCP or a unix socket, for Postfix and
+//! Sendmail.
 //!
-//! Owns: the per-connection session (negotiation, envelope, headers and body collected up to the
-//! message size limit, several messages per connection, abort and quit), and turning a verdict
-//! into milter replies: 550 on reject, 451 on soft reject and greylist, X-Spam-* headers (after
-//! removing forged ones) on the rest, discard and quarantine as configured, the fallback when no
-//! verdict came in time. Each batch of replies goes out in one write on a TCP_NODELAY socket,
-//! so no reply waits for the MTA's delayed ACK. The codec is `proto::milter`.
+//! Owns: the I/O of a milter connection: reading the socket into the codec's `Decoder`, feeding
+//! the decoded commands to a `proto::milter::session::Session`, handing each collected message
+//! to the scan workers and the verdict (or its absence, after the scan timeout) back to the
+//! session, and writing the replies. Each batch of replies goes out in one write on a
+//! TCP_NODELAY socket, so no reply waits for the MTA's delayed ACK. Also the `[milter]` options.
+//! What a command means and which replies a verdict earns is the session's (`proto::milter`).
 
-use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
 use super::listen::{accept_loop, Listener, Stream};
-use super::pool::{PoolError, ScanReply, ScanRequest};
-use super::{is_spam_header, spam_headers, Daemon};
-use crate::message::Envelope;
-use crate::proto::milter::{actions, encode, negotiate, protocol, Command, Decoder, OptNeg, Reply};
-use crate::scan::Action;
+use super::pool::{PoolError, ScanRequest};
+use super::Daemon;
+use crate::proto::milter::session::{Disposal, Fallback, Policy, PolicyError, Session, Step};
+use crate::proto::milter::{encode, Decoder, MilterError};
 
-/// What the MTA is told when no verdict is available (queue full, timeout, worker failure).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fallback {
-    /// 451 4.7.1: the sender retries later (the default: nothing is lost).
-    Tempfail,
-    /// Let the message through unscanned.
-    Accept,
-    /// 550 5.7.1.
-    Reject,
-}
-
-/// What the MTA does for a verdict of `discard` or `quarantine`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Disposal {
-    /// Tell the sender it was accepted, then drop it.
-    Discard,
-    /// Accept into the MTA's hold queue.
-    Quarantine,
-    /// 550 5.7.1.
-    Reject,
-    /// Deliver with the X-Spam-* headers.
-    Accept,
-}
-
-/// `[milter]`.
+/// `[milter]`: the listener and its limits (here), and what each verdict does to the MTA (the
+/// session's [`Policy`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MilterConfig {
@@ -83,439 +55,72 @@ pub struct MilterConfig {
 
 impl Default for MilterConfig {
     fn default() -> Self {
+        let policy = Policy::default();
         MilterConfig {
             listen: "127.0.0.1:11332".into(),
             max_connections: 1024,
             read_timeout_secs: 600,
             max_packet_bytes: crate::proto::milter::DEFAULT_MAX_PACKET,
-            fallback: Fallback::Tempfail,
-            on_discard: Disposal::Discard,
-            on_quarantine: Disposal::Quarantine,
-            reject_reply: "550 5.7.1 Spam message rejected".into(),
-            tempfail_reply: "451 4.7.1 Try again later".into(),
-            fallback_reply: "451 4.7.1 Service temporarily unavailable, try again later".into(),
-            add_headers: true,
-            subject_prefix: "***SPAM*** ".into(),
+            fallback: policy.fallback,
+            on_discard: policy.on_discard,
+            on_quarantine: policy.on_quarantine,
+            reject_reply: policy.reject_reply,
+            tempfail_reply: policy.tempfail_reply,
+            fallback_reply: policy.fallback_reply,
+            add_headers: policy.add_headers,
+            subject_prefix: policy.subject_prefix,
         }
     }
 }
 
+/// Why the `[milter]` options cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MilterConfigError {
+    #[error(transparent)]
+    Reply(#[from] PolicyError),
+    #[error("milter.max_packet_bytes must hold a 64 KiB body chunk")]
+    PacketLimit,
+}
+
 impl MilterConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, value, class) in [
-            ("milter.reject_reply", &self.reject_reply, '5'),
-            ("milter.tempfail_reply", &self.tempfail_reply, '4'),
-            ("milter.fallback_reply", &self.fallback_reply, '4'),
-        ] {
-            let b = value.as_bytes();
-            let ok = b.len() >= 3
-                && b[0] == class as u8
-                && b[1].is_ascii_digit()
-                && b[2].is_ascii_digit()
-                && (b.len() == 3 || b[3] == b' ')
-                && !value.contains(['\r', '\n', '\0']);
-            if !ok {
-                return Err(format!(
-                    "{name} must be one line starting with a {class}xx SMTP code, got {value:?}"
-                ));
-            }
+    /// What the sessions answer for each verdict.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            fallback: self.fallback,
+            on_discard: self.on_discard,
+            on_quarantine: self.on_quarantine,
+            reject_reply: self.reject_reply.clone(),
+            tempfail_reply: self.tempfail_reply.clone(),
+            fallback_reply: self.fallback_reply.clone(),
+            add_headers: self.add_headers,
+            subject_prefix: self.subject_prefix.clone(),
         }
+    }
+
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), MilterConfigError> {
+        self.policy().validate()?;
         if self.max_packet_bytes < 65_536 + 16 {
-            return Err("milter.max_packet_bytes must hold a 64 KiB body chunk".into());
+            return Err(MilterConfigError::PacketLimit);
         }
         Ok(())
     }
 }
 
-/// The actions and protocol steps we ask of the MTA: add and change headers, quarantine; no
-/// reply to anything but end of message (the NR_* bits), header values with their leading
-/// space, and no UNKNOWN commands.
-pub const WANT_ACTIONS: u32 = actions::ADDHDRS | actions::CHGHDRS | actions::QUARANTINE;
-pub const WANT_PROTOCOL: u32 = protocol::NR_CONN
-    | protocol::NR_HELO
-    | protocol::NR_MAIL
-    | protocol::NR_RCPT
-    | protocol::NR_DATA
-    | protocol::NR_UNKN
-    | protocol::NR_EOH
-    | protocol::NR_HDR
-    | protocol::NR_BODY
-    | protocol::SKIP
-    | protocol::HDR_LEADSPC
-    | protocol::NOUNKNOWN;
-
-/// Distinct macro names a session keeps.
-const MAX_MACROS: usize = 256;
-
-/// What the session wants next.
-#[derive(Debug)]
-pub enum Step {
-    /// Nothing to send.
-    Quiet,
-    Reply(Reply),
-    /// End of message: scan this, then call `Session::verdict`.
-    Scan(ScanRequest),
-    /// The MTA said goodbye.
-    Close,
-}
-
-/// One milter connection's state. Sans-IO: fed commands, it returns steps.
-#[derive(Debug, Default)]
-pub struct Session {
-    negotiated: Option<OptNeg>,
-    macros: FxHashMap<String, String>,
-    client_ip: Option<IpAddr>,
-    helo: Option<String>,
-    mail_from: Option<String>,
-    rcpts: Vec<String>,
-    /// The header block as received, CRLF line ends.
-    head: Vec<u8>,
-    /// Occurrences per lower-case X-Spam-* header name (for CHGHDR indexes).
-    header_counts: FxHashMap<String, u32>,
-    /// X-Spam-* headers that came with the message: (name, index among its name).
-    forged: Vec<(String, u32)>,
-    subject: Option<String>,
-    body: Vec<u8>,
-    /// Bytes dropped beyond the message size limit.
-    dropped: u64,
-    in_message: bool,
-    /// Queue id (macro `i`), for the log.
-    queue_id: Option<String>,
-}
-
-/// A session keeps head and body buffers up to this capacity between messages.
-const KEEP_CAPACITY: usize = 256 * 1024;
-
-fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn bare_address(arg: &[u8]) -> Option<String> {
-    let a = lossy(arg);
-    let a = a
-        .trim()
-        .trim_start_matches('<')
-        .trim_end_matches('>')
-        .trim();
-    (!a.is_empty()).then(|| a.to_owned())
-}
-
-impl Session {
-    fn has_protocol(&self, bit: u32) -> bool {
-        self.negotiated.is_some_and(|n| n.protocol & bit != 0)
-    }
-
-    fn has_action(&self, bit: u32) -> bool {
-        self.negotiated.is_some_and(|n| n.actions & bit != 0)
-    }
-
-    /// Continue, unless the MTA agreed not to wait for a reply to this step.
-    fn cont(&self, no_reply_bit: u32) -> Step {
-        if self.has_protocol(no_reply_bit) {
-            Step::Quiet
-        } else {
-            Step::Reply(Reply::Continue)
-        }
-    }
-
-    /// Whether a message is between MAIL and end of message.
-    pub fn in_message(&self) -> bool {
-        self.in_message
-    }
-
-    pub fn queue_id(&self) -> Option<&str> {
-        self.queue_id.as_deref()
-    }
-
-    fn reset_message(&mut self) {
-        self.mail_from = None;
-        self.rcpts.clear();
-        self.head.clear();
-        self.header_counts.clear();
-        self.forged.clear();
-        self.subject = None;
-        self.body.clear();
-        self.dropped = 0;
-        self.in_message = false;
-    }
-
-    /// Appends `pieces` to the head or body, up to `limit` bytes per message in all; the rest
-    /// is counted as dropped.
-    fn keep(&mut self, which: Part, pieces: &[&[u8]], limit: usize) {
-        for bytes in pieces {
-            let held = self.head.len() + self.body.len();
-            let take = bytes.len().min(limit.saturating_sub(held));
-            let target = match which {
-                Part::Head => &mut self.head,
-                Part::Body => &mut self.body,
-            };
-            target.extend_from_slice(&bytes[..take]);
-            self.dropped += (bytes.len() - take) as u64;
-        }
-    }
-
-    /// Handles one command. `limit` bounds the bytes kept per message.
-    pub fn command(&mut self, cmd: Command, limit: usize) -> Result<Step, String> {
-        Ok(match cmd {
-            Command::OptNeg(offer) => {
-                let reply =
-                    negotiate(&offer, WANT_ACTIONS, WANT_PROTOCOL).map_err(|e| e.to_string())?;
-                self.negotiated = Some(reply);
-                Step::Reply(Reply::OptNeg(reply))
-            }
-            Command::Macro { pairs, .. } => {
-                for (name, value) in pairs {
-                    let name = String::from_utf8_lossy(&name); // borrowed when valid UTF-8: no copy
-                    let name = name.trim_start_matches('{').trim_end_matches('}');
-                    // Postfix repeats `i` before every header: an unchanged value costs nothing.
-                    if self.macros.get(name).is_some_and(|v| v.as_bytes() == value) {
-                        continue;
-                    }
-                    let value = lossy(&value);
-                    if name == "i" {
-                        self.queue_id = Some(value.clone());
-                    }
-                    // Bounded: a hostile client cannot grow the session with new names.
-                    if self.macros.len() < MAX_MACROS || self.macros.contains_key(name) {
-                        self.macros.insert(name.to_owned(), value);
-                    }
-                }
-                Step::Quiet
-            }
-            Command::Connect {
-                hostname,
-                family,
-                address,
-                ..
-            } => {
-                self.client_ip = match family {
-                    b'4' | b'6' => {
-                        let a = lossy(&address);
-                        let a = a.trim().trim_start_matches('[').trim_end_matches(']');
-                        let a = a.strip_prefix("IPv6:").unwrap_or(a);
-                        a.parse().ok()
-                    }
-                    _ => None,
-                };
-                self.macros.insert("client_name".into(), lossy(&hostname));
-                self.cont(protocol::NR_CONN)
-            }
-            Command::Helo(name) => {
-                self.helo = Some(lossy(&name)).filter(|h| !h.is_empty());
-                self.cont(protocol::NR_HELO)
-            }
-            Command::Mail(args) => {
-                self.reset_message();
-                self.in_message = true;
-                self.mail_from = args.first().and_then(|a| bare_address(a));
-                self.cont(protocol::NR_MAIL)
-            }
-            Command::Rcpt(args) => {
-                if let Some(r) = args.first().and_then(|a| bare_address(a)) {
-                    if self.rcpts.len() < 10_000 {
-                        self.rcpts.push(r);
-                    }
-                }
-                self.cont(protocol::NR_RCPT)
-            }
-            Command::Data => self.cont(protocol::NR_DATA),
-            Command::Header { name, value } => {
-                if is_spam_header(&name) {
-                    // CHGHDR indexes count the headers of one name; only ours are ever removed.
-                    let name = lossy(&name);
-                    let n = self
-                        .header_counts
-                        .entry(name.to_ascii_lowercase())
-                        .or_insert(0);
-                    *n += 1;
-                    let index = *n;
-                    self.forged.push((name, index));
-                }
-                let leadspc = self.has_protocol(protocol::HDR_LEADSPC);
-                if self.subject.is_none() && name.eq_ignore_ascii_case(b"subject") {
-                    let v = if leadspc {
-                        value.strip_prefix(b" ").unwrap_or(&value)
-                    } else {
-                        &value[..]
-                    };
-                    self.subject = Some(lossy(v));
-                }
-                let separator: &[u8] = if leadspc { b":" } else { b": " };
-                self.keep(Part::Head, &[&name, separator, &value, b"\r\n"], limit);
-                self.cont(protocol::NR_HDR)
-            }
-            Command::EndOfHeaders => self.cont(protocol::NR_EOH),
-            Command::Body(chunk) => {
-                self.keep(Part::Body, &[&chunk], limit);
-                if self.has_protocol(protocol::NR_BODY) {
-                    Step::Quiet
-                } else if self.dropped > 0 && self.has_protocol(protocol::SKIP) {
-                    Step::Reply(Reply::Skip)
-                } else {
-                    Step::Reply(Reply::Continue)
-                }
-            }
-            Command::EndOfMessage(chunk) => {
-                self.keep(Part::Body, &[&chunk], limit);
-                if self.dropped > 0 {
-                    tracing::debug!(
-                        queue_id = self.queue_id.as_deref(),
-                        dropped = self.dropped,
-                        "message beyond the size limit; scanning its first part"
-                    );
-                }
-                // One allocation of the exact size; the session keeps its buffers (up to
-                // KEEP_CAPACITY each) for the next message instead of growing them from empty.
-                let mut raw = Vec::with_capacity(self.head.len() + 2 + self.body.len());
-                raw.extend_from_slice(&self.head);
-                raw.extend_from_slice(b"\r\n");
-                raw.extend_from_slice(&self.body);
-                for buf in [&mut self.head, &mut self.body] {
-                    buf.clear();
-                    if buf.capacity() > KEEP_CAPACITY {
-                        *buf = Vec::new();
-                    }
-                }
-                Step::Scan(ScanRequest {
-                    raw,
-                    envelope: Envelope {
-                        client_ip: self.client_ip,
-                        helo: self.helo.clone(),
-                        mail_from: self.mail_from.clone(),
-                        rcpt_to: self.rcpts.clone(),
-                        hostname: self
-                            .macros
-                            .get("client_name")
-                            .filter(|h| !h.is_empty() && !h.starts_with('[') && *h != "unknown")
-                            .cloned(),
-                        user: self
-                            .macros
-                            .get("auth_authen")
-                            .filter(|u| !u.is_empty())
-                            .cloned(),
-                        queue_id: self.queue_id.clone(),
-                        deliver_to: None,
-                    },
-                    lists: false,
-                })
-            }
-            Command::Abort => {
-                self.reset_message();
-                Step::Quiet
-            }
-            Command::Unknown(_) => self.cont(protocol::NR_UNKN),
-            Command::Quit => Step::Close,
-            Command::QuitNewConnection => {
-                // The MTA reuses the connection for a new SMTP session.
-                let negotiated = self.negotiated;
-                *self = Session::default();
-                self.negotiated = negotiated;
-                Step::Quiet
-            }
-        })
-    }
-
-    /// The end-of-message replies for a scan result; resets for the next message.
-    pub fn verdict(
-        &mut self,
-        result: &Result<ScanReply, PoolError>,
-        config: &MilterConfig,
-        add_header_at: f64,
-    ) -> Vec<Reply> {
-        let replies = match result {
-            Ok(answer) => self.replies_for(answer, config, add_header_at),
-            Err(_) => match config.fallback {
-                Fallback::Tempfail => vec![Reply::ReplyCode(config.fallback_reply.clone())],
-                Fallback::Accept => vec![Reply::Accept],
-                Fallback::Reject => vec![Reply::ReplyCode(config.reject_reply.clone())],
-            },
-        };
-        // The connection's state (negotiation, client, HELO, macros) stays for the next one,
-        // except the message's queue id: the next `i` counts as new even if it repeats it.
-        self.reset_message();
-        self.queue_id = None;
-        self.macros.remove("i");
-        replies
-    }
-
-    fn replies_for(
-        &self,
-        answer: &ScanReply,
-        config: &MilterConfig,
-        add_header_at: f64,
-    ) -> Vec<Reply> {
-        let v = &answer.verdict;
-        let disposal = match v.action {
-            Action::Reject => return vec![Reply::ReplyCode(config.reject_reply.clone())],
-            Action::SoftReject | Action::Greylist => {
-                return vec![Reply::ReplyCode(config.tempfail_reply.clone())]
-            }
-            Action::Discard => config.on_discard,
-            Action::Quarantine => config.on_quarantine,
-            _ => Disposal::Accept,
-        };
-        let mut out = Vec::new();
-        match disposal {
-            Disposal::Discard => return vec![Reply::Discard],
-            Disposal::Reject => return vec![Reply::ReplyCode(config.reject_reply.clone())],
-            Disposal::Quarantine if self.has_action(actions::QUARANTINE) => {
-                out.push(Reply::Quarantine(format!(
-                    "shrike: spam score {:.2}",
-                    v.score
-                )));
-            }
-            Disposal::Quarantine | Disposal::Accept => {}
-        }
-        let space = if self.has_protocol(protocol::HDR_LEADSPC) {
-            " "
-        } else {
-            ""
-        };
-        if config.add_headers && self.has_action(actions::CHGHDRS) {
-            // Highest index first, so the earlier indexes still point where they did.
-            for (name, index) in self.forged.iter().rev() {
-                out.push(Reply::ChangeHeader {
-                    index: *index,
-                    name: name.clone(),
-                    value: String::new(),
-                });
-            }
-        }
-        if v.action == Action::RewriteSubject {
-            let subject = format!(
-                "{space}{}{}",
-                config.subject_prefix,
-                self.subject.as_deref().unwrap_or("")
-            );
-            if self.subject.is_some() && self.has_action(actions::CHGHDRS) {
-                out.push(Reply::ChangeHeader {
-                    index: 1,
-                    name: "Subject".into(),
-                    value: subject,
-                });
-            } else if self.subject.is_none() && self.has_action(actions::ADDHDRS) {
-                out.push(Reply::AddHeader {
-                    name: "Subject".into(),
-                    value: subject,
-                });
-            }
-        }
-        if config.add_headers && self.has_action(actions::ADDHDRS) {
-            for (name, value) in spam_headers(v, add_header_at) {
-                out.push(Reply::AddHeader {
-                    name,
-                    value: format!("{space}{value}"),
-                });
-            }
-        }
-        out.push(Reply::Accept);
-        out
-    }
-}
-
-enum Part {
-    Head,
-    Body,
+/// Why a milter connection was closed other than by the MTA's goodbye.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("bad packet from the MTA: {0}")]
+    Packet(MilterError),
+    /// The MTA's option negotiation cannot be met.
+    #[error("{0}")]
+    Negotiation(MilterError),
+    #[error("writing to the MTA: {0}")]
+    Write(std::io::Error),
+    #[error("reading from the MTA: {0}")]
+    Read(std::io::Error),
+    #[error("no data from the MTA for {0:?}")]
+    Idle(Duration),
 }
 
 /// Serves MTA connections until `stop` turns true.
@@ -571,7 +176,7 @@ async fn connection<S>(
     mut io: S,
     daemon: &Daemon,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), String>
+) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Unpin + AckNow,
 {
@@ -579,6 +184,7 @@ where
     let limit = daemon.scanner.limits().max_message_bytes;
     let idle = Duration::from_secs(config.read_timeout_secs.max(1));
     let mut decoder = Decoder::new(config.max_packet_bytes);
+    let policy = config.policy();
     let mut session = Session::default();
     let mut out = Vec::with_capacity(512);
     let mut buf = vec![0u8; 64 * 1024];
@@ -589,9 +195,12 @@ where
             let cmd = match decoder.next_command() {
                 Ok(Some(cmd)) => cmd,
                 Ok(None) => break,
-                Err(e) => return Err(format!("bad packet from the MTA: {e}")),
+                Err(e) => return Err(ConnectionError::Packet(e)),
             };
-            match session.command(cmd, limit)? {
+            match session
+                .command(cmd, limit)
+                .map_err(ConnectionError::Negotiation)?
+            {
                 Step::Quiet => {}
                 Step::Reply(r) => encode(&r, &mut out),
                 Step::Close => {
@@ -600,8 +209,14 @@ where
                     }
                     return Ok(());
                 }
-                Step::Scan(request) => {
+                Step::Scan(collected) => {
                     let queue_id = session.queue_id().map(str::to_owned);
+                    // The milter needs no URL or address lists (those are for rspamd's reply).
+                    let request = ScanRequest {
+                        raw: collected.raw,
+                        envelope: collected.envelope,
+                        lists: false,
+                    };
                     let result = daemon.pool.scan(request, daemon.scan_timeout()).await;
                     daemon.metrics.milter_messages.fetch_add(1, Relaxed);
                     match &result {
@@ -626,7 +241,8 @@ where
                             );
                         }
                     }
-                    for r in session.verdict(&result, config, daemon.config.verdict.add_header) {
+                    let verdict = result.as_ref().ok().map(|a| &a.verdict);
+                    for r in session.verdict(verdict, &policy, daemon.config.verdict.add_header) {
                         encode(&r, &mut out);
                     }
                 }
@@ -636,7 +252,7 @@ where
             match io.write_all(&out).await {
                 Ok(()) => {}
                 Err(e) if went_away(&e) => return Ok(()),
-                Err(e) => return Err(format!("writing to the MTA: {e}")),
+                Err(e) => return Err(ConnectionError::Write(e)),
             }
             out.clear();
         }
@@ -648,8 +264,8 @@ where
                 Ok(Ok(n)) => n,
                 // A reset is the MTA going away (with our reply unread), not a protocol error.
                 Ok(Err(e)) if went_away(&e) => return Ok(()),
-                Ok(Err(e)) => return Err(format!("reading from the MTA: {e}")),
-                Err(_) => return Err(format!("no data from the MTA for {idle:?}")),
+                Ok(Err(e)) => return Err(ConnectionError::Read(e)),
+                Err(_) => return Err(ConnectionError::Idle(idle)),
             },
             _ = stop.changed(), if !stopping => {
                 stopping = true;
@@ -662,230 +278,5 @@ where
             return Ok(());
         }
         decoder.feed(&buf[..n]);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::proto::milter::Decoder;
-
-    /// Postfix 3.7's side of two real connections (three messages), captured on the wire.
-    const POSTFIX: &[u8] = include_bytes!("../../tests/data/milter/postfix-3msgs-mta.bin");
-
-    fn run(bytes: &[u8]) -> (Vec<Step>, Vec<Session>) {
-        let mut d = Decoder::new(1 << 20);
-        d.feed(bytes);
-        let mut steps = Vec::new();
-        let mut sessions = vec![Session::default()];
-        while let Some(cmd) = d.next_command().unwrap() {
-            if matches!(cmd, Command::OptNeg(_)) && sessions.last().unwrap().negotiated.is_some() {
-                sessions.push(Session::default());
-            }
-            let s = sessions.last_mut().unwrap();
-            let optneg = matches!(cmd, Command::OptNeg(_));
-            let step = s.command(cmd, 1 << 20).unwrap();
-            if optneg {
-                // The capture's filter (pymilter) negotiated NOUNKNOWN | SKIP only, and Postfix
-                // sent what followed accordingly: header values without their leading space,
-                // and a reply expected at every step.
-                s.negotiated = Some(OptNeg {
-                    version: 6,
-                    actions: WANT_ACTIONS,
-                    protocol: protocol::NOUNKNOWN | protocol::SKIP,
-                });
-            }
-            if let Step::Scan(_) = &step {
-                let answer = ScanReply {
-                    verdict: crate::scan::Verdict::default(),
-                    message_id: None,
-                    subject: String::new(),
-                    urls: vec![],
-                    emails: vec![],
-                    times: Default::default(),
-                    queued: Duration::ZERO,
-                };
-                let replies = s.verdict(&Ok(answer), &MilterConfig::default(), 6.0);
-                assert_eq!(replies.last(), Some(&Reply::Accept));
-            }
-            steps.push(step);
-        }
-        (steps, sessions)
-    }
-
-    #[test]
-    fn captured_postfix_conversation_gives_three_messages() {
-        let (steps, sessions) = run(POSTFIX);
-        let scans: Vec<&ScanRequest> = steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Scan(r) => Some(r),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(scans.len(), 3);
-        assert_eq!(sessions.len(), 2, "two connections");
-        // Without the no-reply bits every step but macros, abort and quit gets a continue.
-        let continues = steps
-            .iter()
-            .filter(|s| matches!(s, Step::Reply(Reply::Continue)))
-            .count();
-        assert!(continues > 20, "{continues}");
-        for scan in &scans {
-            assert_eq!(scan.envelope.client_ip, Some("127.0.0.1".parse().unwrap()));
-            assert!(!scan.envelope.rcpt_to.is_empty());
-            assert!(scan.envelope.mail_from.is_some());
-            let text = String::from_utf8_lossy(&scan.raw);
-            assert!(text.contains("\r\nSubject: "), "{text}");
-            assert!(text.contains("\r\n\r\n"), "{text}");
-            assert!(text.contains("\r\nMessage-ID: <"), "{text}");
-        }
-    }
-
-    #[test]
-    fn message_bytes_are_bounded_and_sessions_reset() {
-        let mut s = Session::default();
-        let offer = OptNeg {
-            version: 6,
-            actions: 0x1ff,
-            protocol: 0x1f_ffff,
-        };
-        s.command(Command::OptNeg(offer), 100).unwrap();
-        s.command(Command::Mail(vec![b"<a@b.example>".to_vec()]), 100)
-            .unwrap();
-        s.command(
-            Command::Header {
-                name: b"Subject".to_vec(),
-                value: b" hello".to_vec(),
-            },
-            100,
-        )
-        .unwrap();
-        for _ in 0..10 {
-            s.command(Command::Body(vec![b'x'; 50]), 100).unwrap();
-        }
-        let Step::Scan(req) = s.command(Command::EndOfMessage(vec![]), 100).unwrap() else {
-            panic!("no scan at end of message")
-        };
-        assert!(req.raw.len() <= 102, "{}", req.raw.len());
-        assert!(req.raw.starts_with(b"Subject: hello\r\n\r\n"));
-        assert_eq!(req.envelope.mail_from.as_deref(), Some("a@b.example"));
-        let replies = s.verdict(&Err(PoolError::Busy), &MilterConfig::default(), 6.0);
-        assert!(matches!(&replies[..], [Reply::ReplyCode(t)] if t.starts_with("451 ")));
-        assert!(!s.in_message());
-        // Too many distinct macro names are not kept.
-        for i in 0..1000 {
-            let pairs = vec![(format!("{{m{i}}}").into_bytes(), b"v".to_vec())];
-            s.command(Command::Macro { stage: b'C', pairs }, 100)
-                .unwrap();
-        }
-        assert!(s.macros.len() <= MAX_MACROS);
-    }
-
-    #[test]
-    fn buffers_are_reused_without_leftovers_and_big_ones_dropped() {
-        let mut s = Session::default();
-        let limit = 4 << 20;
-        let message = |s: &mut Session, subject: &[u8], body: usize| {
-            s.command(Command::Mail(vec![b"<a@b.example>".to_vec()]), limit)
-                .unwrap();
-            s.command(
-                Command::Header {
-                    name: b"Subject".to_vec(),
-                    value: subject.to_vec(),
-                },
-                limit,
-            )
-            .unwrap();
-            s.command(Command::Body(vec![b'x'; body]), limit).unwrap();
-            let Step::Scan(req) = s.command(Command::EndOfMessage(vec![]), limit).unwrap() else {
-                panic!("no scan at end of message")
-            };
-            s.verdict(&Err(PoolError::Busy), &MilterConfig::default(), 6.0);
-            req
-        };
-        let first = message(&mut s, b"first", 1000);
-        assert_eq!(first.raw.len(), "Subject: first\r\n\r\n".len() + 1000);
-        assert!(!first.lists, "the milter needs no URL or address lists");
-        assert!(s.body.capacity() >= 1000, "kept for the next message");
-        // The next message gets exactly its own bytes, from the kept buffers.
-        let second = message(&mut s, b"2nd", 10);
-        assert_eq!(second.raw, b"Subject: 2nd\r\n\r\nxxxxxxxxxx");
-        // A body over KEEP_CAPACITY is scanned whole, and its buffer is not kept.
-        let big = message(&mut s, b"big", KEEP_CAPACITY + 1);
-        assert_eq!(
-            big.raw.len(),
-            "Subject: big\r\n\r\n".len() + KEEP_CAPACITY + 1
-        );
-        assert!(s.body.capacity() <= KEEP_CAPACITY, "{}", s.body.capacity());
-        assert_eq!(
-            message(&mut s, b"after", 3).raw,
-            b"Subject: after\r\n\r\nxxx"
-        );
-    }
-
-    #[test]
-    fn queue_id_follows_the_i_macro_across_messages() {
-        let mut s = Session::default();
-        let i = |id: &str| Command::Macro {
-            stage: b'L',
-            pairs: vec![(b"i".to_vec(), id.as_bytes().to_vec())],
-        };
-        let mail = || Command::Mail(vec![b"<a@b.example>".to_vec()]);
-        s.command(mail(), 1000).unwrap();
-        for _ in 0..3 {
-            // Postfix sends `i` before every header; the repeats change nothing.
-            s.command(i("AAA111"), 1000).unwrap();
-            assert_eq!(s.queue_id(), Some("AAA111"));
-        }
-        s.command(Command::EndOfMessage(vec![]), 1000).unwrap();
-        s.verdict(&Err(PoolError::Busy), &MilterConfig::default(), 6.0);
-        assert_eq!(s.queue_id(), None, "cleared after the verdict");
-        // The next message on the connection has its own id ...
-        s.command(mail(), 1000).unwrap();
-        s.command(i("BBB222"), 1000).unwrap();
-        assert_eq!(s.queue_id(), Some("BBB222"));
-        s.command(Command::EndOfMessage(vec![]), 1000).unwrap();
-        s.verdict(&Err(PoolError::Busy), &MilterConfig::default(), 6.0);
-        // ... and a value equal to the stored macro still sets the cleared id.
-        s.command(mail(), 1000).unwrap();
-        s.command(i("BBB222"), 1000).unwrap();
-        assert_eq!(s.queue_id(), Some("BBB222"));
-    }
-
-    #[test]
-    fn the_envelope_carries_queue_id_user_and_client_name() {
-        let mut s = Session::default();
-        s.command(
-            Command::Connect {
-                hostname: b"mx.sender.example".to_vec(),
-                family: b'4',
-                port: 25,
-                address: b"192.0.2.9".to_vec(),
-            },
-            1000,
-        )
-        .unwrap();
-        s.command(
-            Command::Macro {
-                stage: b'M',
-                pairs: vec![
-                    (b"i".to_vec(), b"4F2A1C".to_vec()),
-                    (b"{auth_authen}".to_vec(), b"alice".to_vec()),
-                ],
-            },
-            1000,
-        )
-        .unwrap();
-        s.command(Command::Mail(vec![b"<a@b.example>".to_vec()]), 1000)
-            .unwrap();
-        let Step::Scan(req) = s.command(Command::EndOfMessage(vec![]), 1000).unwrap() else {
-            panic!("no scan at end of message")
-        };
-        let e = &req.envelope;
-        assert_eq!(e.queue_id.as_deref(), Some("4F2A1C"));
-        assert_eq!(e.user.as_deref(), Some("alice"));
-        assert_eq!(e.hostname.as_deref(), Some("mx.sender.example"));
-        assert_eq!(e.client_ip, Some("192.0.2.9".parse().unwrap()));
     }
 }

@@ -2,8 +2,9 @@
 //! pool, serves HTTP (rspamd's protocol plus shrike's endpoints) and milter, reloads on SIGHUP,
 //! and shuts down gracefully on SIGTERM/SIGINT.
 //!
-//! Owns: the listeners, the runtime, the shutdown order, and what the daemon tells the MTA
-//! (the X-Spam-* headers). Never touches: wire formats (`proto`), scoring (`scan`).
+//! Owns: the listeners, the runtime, the worker pool, the shutdown order, and the `[server]`,
+//! `[http]` and `[milter]` options. Never touches: wire formats and the milter session's logic
+//! (`proto`), scoring (`scan`).
 
 pub mod http;
 pub mod listen;
@@ -17,14 +18,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Semaphore};
 
+use crate::classify::SnapshotError;
 use crate::config::Config;
-use crate::engine::RuleLocation;
-use crate::scan::{Action, Scanner, Verdict};
-use crate::store::{Committer, Durable, ReputationStore, Store, Sweeper, SystemClock};
+use crate::engine::{LoadError, RuleLocation};
+use crate::scan::Scanner;
+use crate::store::{
+    Committer, Durable, PersistError, ReputationStore, Store, Sweeper, SystemClock,
+};
 use listen::Listen;
 use metrics::Metrics;
 use pool::Pool;
@@ -49,6 +52,79 @@ pub struct ServerConfig {
     pub sweep_cycle_secs: u64,
     /// At shutdown, how long open connections may take to finish their messages.
     pub shutdown_grace_secs: u64,
+}
+
+/// Why the `[server]`, `[http]` or `[milter]` options cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("server.scan_timeout_ms must be greater than 0")]
+    ScanTimeout,
+    #[error("http.max_body_bytes must be greater than 0")]
+    MaxBody,
+    #[error(transparent)]
+    Milter(#[from] milter::MilterConfigError),
+}
+
+/// Checks the daemon's sections: values that parse but make no sense.
+pub fn validate(
+    server: &ServerConfig,
+    http: &http::HttpConfig,
+    milter: &milter::MilterConfig,
+) -> Result<(), SettingsError> {
+    if server.scan_timeout_ms == 0 {
+        return Err(SettingsError::ScanTimeout);
+    }
+    if http.max_body_bytes == 0 {
+        return Err(SettingsError::MaxBody);
+    }
+    milter.validate()?;
+    Ok(())
+}
+
+/// Why the daemon could not start, or could not save its state at shutdown. Each message says
+/// which step failed; the underlying error is its source.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// An I/O step (`what` names it) failed.
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{dir} is in use by another shrike (lock held on {lock}); give each daemon its own --data"
+    )]
+    DataDirInUse { dir: String, lock: String },
+    #[error("opening the data directory {dir}")]
+    OpenData {
+        dir: String,
+        #[source]
+        source: PersistError,
+    },
+    #[error("loading the rules")]
+    Rules(#[source] LoadError),
+    #[error("loading the classifier (server.salvage moves it aside)")]
+    LoadClassifier(#[source] SnapshotError),
+    /// The rule directory cannot be watched.
+    #[error("{0}")]
+    Watch(String),
+    #[error("{0}: the listener is off")]
+    ListenerOff(&'static str),
+    #[error("neither HTTP nor milter is configured to listen")]
+    NoListener,
+    #[error("saving the classifier at shutdown")]
+    SaveClassifier(#[source] SnapshotError),
+    #[error("writing the final snapshot at shutdown")]
+    CloseData(#[source] PersistError),
+}
+
+impl ServeError {
+    /// An I/O error of the step `what`.
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeError {
+        let what = what.into();
+        move |source| ServeError::Io { what, source }
+    }
 }
 
 impl Default for ServerConfig {
@@ -87,132 +163,23 @@ impl Daemon {
         Duration::from_millis(self.config.server.scan_timeout_ms.max(1))
     }
 
-    /// Rebuilds the rules (SIGHUP, `POST /reload`); blocking.
-    pub fn reload(&self) -> Result<u64, String> {
-        match self.scanner.engine().reload() {
-            Ok(id) => {
-                tracing::info!(generation = id, "rules reloaded");
-                Ok(id)
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "rule reload failed; the previous rules keep serving");
-                Err(e.to_string())
-            }
-        }
+    /// Rebuilds the rules (SIGHUP, `POST /reload`); blocking. The engine logs the outcome once
+    /// (the new generation, or the error while the previous rules keep serving); the scan
+    /// workers switch to the new generation at their next scan without logging.
+    pub fn reload(&self) -> Result<u64, LoadError> {
+        self.scanner.engine().reload()
     }
-}
-
-/// The action thresholds in rspamd's names (the `thresholds` of a `/checkv2` reply).
-fn thresholds(v: &crate::scan::VerdictConfig) -> BTreeMap<&'static str, f64> {
-    let mut t = BTreeMap::new();
-    t.insert(Action::Reject.as_str(), v.reject);
-    t.insert(Action::AddHeader.as_str(), v.add_header);
-    t.insert(Action::Greylist.as_str(), v.greylist);
-    if let Some(s) = v.soft_reject {
-        t.insert(Action::SoftReject.as_str(), s);
-    }
-    if let Some(s) = v.rewrite_subject {
-        t.insert(Action::RewriteSubject.as_str(), s);
-    }
-    t
-}
-
-/// The X-Spam-* headers for a verdict: score, status and symbols (folded).
-pub fn spam_headers(verdict: &Verdict, add_header_at: f64) -> Vec<(String, String)> {
-    let spam = verdict.action >= Action::AddHeader;
-    let required = verdict.required_score.unwrap_or(add_header_at);
-    let mut symbols = String::with_capacity(32 * verdict.symbols.len());
-    let mut item = String::with_capacity(48);
-    let mut line = 0;
-    for (i, s) in verdict.symbols.values().enumerate() {
-        item.clear();
-        item.push_str(&s.name);
-        item.push('(');
-        push_score(&mut item, s.score);
-        item.push(')');
-        if i > 0 {
-            if line + item.len() > 70 {
-                symbols.push_str(",\n\t");
-                line = 0;
-            } else {
-                symbols.push_str(", ");
-                line += 2;
-            }
-        }
-        line += item.len();
-        symbols.push_str(&item);
-    }
-    let (mut score, mut required_text) = (String::new(), String::new());
-    push_score(&mut score, verdict.score);
-    push_score(&mut required_text, required);
-    let status = [
-        if spam { "Yes" } else { "No" },
-        ", score=",
-        &score,
-        " required=",
-        &required_text,
-        " action=",
-        verdict.action.as_str(),
-        " generation=",
-        itoa::Buffer::new().format(verdict.generation),
-    ]
-    .concat();
-    vec![
-        (
-            "X-Spam-Score".into(),
-            [&score, " / ", &required_text].concat(),
-        ),
-        ("X-Spam-Status".into(), status),
-        (
-            "X-Spam-Symbols".into(),
-            if symbols.is_empty() {
-                "none".into()
-            } else {
-                symbols
-            },
-        ),
-    ]
-}
-
-/// Appends `x` as `format!("{x:.2}")` would. Float formatting costs ~1,000 instructions a
-/// number and a verdict's headers hold one per symbol, so ordinary scores are written from the
-/// rounded integer (by `itoa`, not `core::fmt`); a value within a hair of a rounding tie, a negative one that rounds to
-/// zero ("-0.00") and a huge or non-finite one take the exact path.
-fn push_score(out: &mut String, x: f64) {
-    use std::fmt::Write as _;
-    let y = x * 100.0;
-    let r = y.round();
-    let near_tie = ((y - y.floor()) - 0.5).abs() < 1e-6;
-    if !y.is_finite() || y.abs() >= 1e9 || near_tie || (r == 0.0 && x.is_sign_negative()) {
-        let _ = write!(out, "{x:.2}");
-        return;
-    }
-    let n = r as i64;
-    if n < 0 {
-        out.push('-');
-    }
-    let a = n.unsigned_abs();
-    out.push_str(itoa::Buffer::new().format(a / 100));
-    out.push('.');
-    let cents = (a % 100) as u8;
-    out.push(char::from(b'0' + cents / 10));
-    out.push(char::from(b'0' + cents % 10));
-}
-
-/// Whether a header is one of ours, which a sender must not be able to forge.
-pub fn is_spam_header(name: &[u8]) -> bool {
-    name.get(..7)
-        .is_some_and(|p| p.eq_ignore_ascii_case(b"x-spam-"))
 }
 
 /// Runs the daemon until SIGTERM/SIGINT.
-pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
+pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let s = &config.server;
     let workers = if s.workers == 0 { cores } else { s.workers };
     let queue = if s.queue == 0 { workers * 64 } else { s.queue };
     // One socket thread per two cores (1–2): on a small machine the scan workers need the cores,
-    // and every extra socket thread adds wake-ups that preempt them (BENCHMARKS.md, stop 18).
+    // and every extra socket thread adds wake-ups that preempt them and cost scan throughput
+    // (measured under HTTP load; BENCHMARKS.md, the daemon's section).
     let io_threads = if s.io_threads == 0 {
         (cores / 2).clamp(1, 2)
     } else {
@@ -227,7 +194,10 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
         Arc::new(SystemClock),
         s.salvage,
     )
-    .with_context(|| format!("opening the data directory {}", s.data_dir.display()))?;
+    .map_err(|source| ServeError::OpenData {
+        dir: s.data_dir.display().to_string(),
+        source,
+    })?;
     tracing::info!(
         dir = %s.data_dir.display(),
         snapshot_keys = recovery.snapshot_keys,
@@ -237,25 +207,26 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     );
     let store = durable.store().clone();
     let sweeper = Sweeper::spawn(store.clone(), Duration::from_secs(s.sweep_cycle_secs))
-        .context("starting the sweeper")?;
+        .map_err(ServeError::io("starting the sweeper"))?;
     let shared: Arc<dyn ReputationStore> = store.clone();
     let classifier_path = s.data_dir.join(CLASSIFIER_FILE);
     let classifier = Arc::new(load_classifier(&config, &classifier_path, s.salvage)?);
     open_learn_journal(&config, &classifier, &classifier_path)?;
-    let scanner = Scanner::with_classifier(&config, rules, shared, classifier.clone())
-        .context("loading the rules")?;
+    let scanner =
+        Scanner::with_classifier(&config.scan_settings(), rules, shared, classifier.clone())
+            .map_err(ServeError::Rules)?;
     let classifier_snapshots = ClassifierSnapshots::spawn(
         classifier.clone(),
         classifier_path.clone(),
         config.persist.snapshot_secs,
         config.persist.fsync,
     )?;
-    let watcher = crate::engine::watch::watch(scanner.engine()).map_err(anyhow::Error::msg)?;
+    let watcher = crate::engine::watch::watch(scanner.engine()).map_err(ServeError::Watch)?;
     let metrics = Arc::new(Metrics::default());
     let pool = Pool::start(scanner.clone(), workers, queue, metrics.clone())
-        .context("starting the scan workers")?;
+        .map_err(ServeError::io("starting the scan workers"))?;
     let daemon = Arc::new(Daemon {
-        thresholds: thresholds(&config.verdict),
+        thresholds: config.verdict.thresholds(),
         config,
         scanner,
         store,
@@ -271,7 +242,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
         .thread_name("shrike-io")
         .enable_all()
         .build()
-        .context("starting the I/O runtime")?;
+        .map_err(ServeError::io("starting the I/O runtime"))?;
     let served = runtime.block_on(run(daemon.clone()));
     runtime.shutdown_timeout(Duration::from_secs(1));
 
@@ -284,10 +255,8 @@ pub fn serve(config: Config, rules: RuleLocation) -> anyhow::Result<()> {
     drop(classifier_snapshots);
     classifier
         .save(&classifier_path)
-        .context("saving the classifier at shutdown")?;
-    durable
-        .close()
-        .context("writing the final snapshot at shutdown")?;
+        .map_err(ServeError::SaveClassifier)?;
+    durable.close().map_err(ServeError::CloseData)?;
     tracing::info!(keys = store_keys, "state saved; bye");
     served
 }
@@ -303,7 +272,7 @@ impl ClassifierSnapshots {
         path: std::path::PathBuf,
         every_secs: u64,
         fsync: crate::store::FsyncPolicy,
-    ) -> anyhow::Result<ClassifierSnapshots> {
+    ) -> Result<ClassifierSnapshots, ServeError> {
         if !classifier.config().enabled {
             return Ok(ClassifierSnapshots(None));
         }
@@ -338,7 +307,7 @@ impl ClassifierSnapshots {
                     }
                 }
             })
-            .context("starting the classifier snapshots")?;
+            .map_err(ServeError::io("starting the classifier snapshots"))?;
         Ok(ClassifierSnapshots(Some((stop, thread))))
     }
 }
@@ -361,16 +330,17 @@ const JOURNAL_FILE: &str = "classifier.journal";
 /// Opens the classifier's learn journal, trains again what it holds beyond the snapshot just
 /// loaded (the learns a killed process acknowledged but had not saved), and attaches it.
 fn open_learn_journal(
-    config: &crate::config::Config,
+    config: &Config,
     classifier: &crate::classify::Classifier,
     snapshot: &std::path::Path,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     use crate::classify::{journal::Journal, Classifier};
     let path = snapshot.with_file_name(JOURNAL_FILE);
     let crc = Classifier::file_crc(snapshot);
     let sync_each = config.persist.fsync == crate::store::FsyncPolicy::Always;
-    let (journal, learns) = Journal::open(&path, crc, sync_each)
-        .with_context(|| format!("opening the classifier journal {}", path.display()))?;
+    let (journal, learns) = Journal::open(&path, crc, sync_each).map_err(ServeError::io(
+        format!("opening the classifier journal {}", path.display()),
+    ))?;
     let mut trained = 0;
     for l in &learns {
         trained += usize::from(classifier.train(&l.features, l.class, l.key));
@@ -389,10 +359,10 @@ fn open_learn_journal(
 /// The classifier saved by the last shutdown, or a fresh one when there is none. A damaged or
 /// incompatible file stops startup with the reason, unless `salvage` moves it aside.
 fn load_classifier(
-    config: &crate::config::Config,
+    config: &Config,
     path: &std::path::Path,
     salvage: bool,
-) -> anyhow::Result<crate::classify::Classifier> {
+) -> Result<crate::classify::Classifier, ServeError> {
     use crate::classify::Classifier;
     if !path.exists() {
         return Ok(Classifier::new(&config.classifier));
@@ -407,42 +377,40 @@ fn load_classifier(
             let aside = path.with_extension("bin.damaged");
             tracing::error!(error = %e, aside = %aside.display(), "classifier snapshot refused; moved aside, starting afresh");
             std::fs::rename(path, &aside)
-                .with_context(|| format!("moving {} aside", path.display()))?;
+                .map_err(ServeError::io(format!("moving {} aside", path.display())))?;
             Ok(Classifier::new(&config.classifier))
         }
-        Err(e) => {
-            Err(anyhow::Error::new(e)
-                .context("loading the classifier (server.salvage moves it aside)"))
-        }
+        Err(e) => Err(ServeError::LoadClassifier(e)),
     }
 }
 
 /// Two daemons appending to one WAL would corrupt it: the first holds an exclusive lock on
 /// `DIR/lock` for its lifetime (released by the OS, also on `kill -9`).
-fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating the data directory {}", dir.display()))?;
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServeError> {
+    std::fs::create_dir_all(dir).map_err(ServeError::io(format!(
+        "creating the data directory {}",
+        dir.display()
+    )))?;
     let path = dir.join("lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+        .map_err(ServeError::io(format!("opening {}", path.display())))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "{} is in use by another shrike (lock held on {}); give each daemon its own --data",
-            dir.display(),
-            path.display()
-        ),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ServeError::DataDirInUse {
+            dir: dir.display().to_string(),
+            lock: path.display().to_string(),
+        }),
         Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("locking {}", path.display()))
+            Err(ServeError::io(format!("locking {}", path.display()))(e))
         }
     }
 }
 
-async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
+async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
     use tokio::signal::unix::{signal, SignalKind};
     let (stop_tx, stop_rx) = watch::channel(false);
     let http_listen = Listen::parse(&daemon.config.http.listen);
@@ -481,11 +449,11 @@ async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
         )));
     }
     if servers.is_empty() {
-        anyhow::bail!("neither HTTP nor milter is configured to listen");
+        return Err(ServeError::NoListener);
     }
-    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    let mut term = signal(SignalKind::terminate()).map_err(ServeError::io("SIGTERM handler"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(ServeError::io("SIGINT handler"))?;
+    let mut hup = signal(SignalKind::hangup()).map_err(ServeError::io("SIGHUP handler"))?;
     daemon.ready.store(true, Ordering::Relaxed);
     tracing::info!(
         http = ?http_listen,
@@ -530,8 +498,6 @@ async fn run(daemon: Arc<Daemon>) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::SymbolHit;
-    use crate::testing::xorshift;
 
     #[test]
     fn a_data_directory_serves_one_daemon() {
@@ -559,84 +525,5 @@ mod tests {
         );
         assert_eq!(Listen::parse("off"), Listen::Off);
         assert_eq!(Listen::parse(""), Listen::Off);
-    }
-
-    #[test]
-    fn scores_are_written_as_format_writes_them() {
-        let mut x: u64 = 0x853C_49E6_748F_EA9B;
-        let mut values = vec![
-            0.0,
-            -0.0,
-            0.125,
-            0.375,
-            0.625,
-            -0.125,
-            1.005,
-            0.015,
-            2.675,
-            -0.001,
-            0.004,
-            0.005,
-            6.0,
-            15.0,
-            -4.0,
-            99.995,
-            1e8,
-            1e12,
-            -1e12,
-            f64::NAN,
-            f64::INFINITY,
-            f64::MIN,
-        ];
-        for _ in 0..200_000 {
-            xorshift(&mut x);
-            let v = (x % 4_000_001) as f64 / 1000.0 - 2000.0; // three decimals: ties included
-            values.push(v);
-            values.push(v * 1.5);
-            values.push(f64::from_bits(x) % 1e6);
-        }
-        for v in values {
-            let mut s = String::new();
-            push_score(&mut s, v);
-            assert_eq!(s, format!("{v:.2}"), "{v:e}");
-        }
-    }
-
-    #[test]
-    fn spam_headers_fold_long_symbol_lists() {
-        let mut v = Verdict {
-            score: 7.5,
-            action: Action::AddHeader,
-            generation: 1207,
-            ..Verdict::default()
-        };
-        for i in 0..12 {
-            let name = format!("SOME_LONGISH_SYMBOL_{i:02}");
-            v.symbols.insert(
-                name.clone(),
-                SymbolHit {
-                    name,
-                    score: 0.5,
-                    description: None,
-                    options: vec![],
-                },
-            );
-        }
-        let h = spam_headers(&v, 6.0);
-        assert_eq!(h[0], ("X-Spam-Score".into(), "7.50 / 6.00".into()));
-        assert_eq!(
-            h[1].1,
-            "Yes, score=7.50 required=6.00 action=add header generation=1207"
-        );
-        let symbols = &h[2].1;
-        assert!(symbols.contains(",\n\t"), "{symbols}");
-        for line in symbols.split("\n\t") {
-            assert!(line.len() <= 80, "{line}");
-        }
-        assert_eq!(symbols.matches("SOME_LONGISH_SYMBOL_").count(), 12);
-        let ham = spam_headers(&Verdict::default(), 6.0);
-        assert!(ham[1].1.starts_with("No, "));
-        assert_eq!(ham[2].1, "none");
-        assert!(is_spam_header(b"X-SPAM-Flag") && !is_spam_header(b"X-Spa"));
     }
 }

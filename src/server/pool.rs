@@ -16,8 +16,9 @@ use tokio::sync::oneshot;
 
 use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
-use crate::scan::{ScanWorker, Scanner, StageTimes, Verdict};
+use crate::scan::{ScanWorker, Scanner, StageTimes};
 use crate::store::Counter;
+use crate::verdict::Verdict;
 
 /// A message to scan.
 #[derive(Debug, Clone, Default)]
@@ -255,11 +256,13 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             reply,
             span,
         } => {
-            // Every log line of this scan (rules' included) carries the queue id.
+            // Every log line of this scan (rules' included) carries the queue id; the lines after
+            // the verdict also the generation of the rules that judged it.
             let span = tracing::info_span!(
                 parent: &span,
                 "scan",
-                queue_id = request.envelope.queue_id.as_deref()
+                queue_id = request.envelope.queue_id.as_deref(),
+                generation = tracing::field::Empty
             );
             let _entered = span.enter();
             if reply.is_closed() {
@@ -296,6 +299,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 times: scanned.times,
                 queued,
             };
+            span.record("generation", answer.verdict.generation);
             metrics.scanned(answer.verdict.action);
             metrics.stage(Stage::Queue, queued);
             metrics.stage(Stage::Analyze, answer.times.analyze);

@@ -1767,7 +1767,7 @@ mod tests {
     // longer ones (two connect 'D' packets, two body chunks) come from the decoded macros and
     // from the message bodies (tests/msgs/*.eml with CRLF line ends). Every packet was checked
     // against its length field and its 96-byte hex prefix.
-    const POSTFIX_3MSGS: &[u8] = include_bytes!("../../tests/data/milter/postfix-3msgs-mta.bin");
+    const POSTFIX_3MSGS: &[u8] = include_bytes!("../../../tests/data/milter/postfix-3msgs-mta.bin");
 
     #[test]
     fn postfix_capture_decodes_fully() {
