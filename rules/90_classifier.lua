@@ -7,7 +7,7 @@
 -- (p = 0.6 adds 0.6, 0.9 adds 3.3, 0.98 adds 5.8, 0.99 adds 6.9), as a weight on the nominal
 -- score, so a probability just under a boundary is not worth a whole grade less. On the ham side
 -- only p <= 0.3 counts: a doubtful model does not pull a message down. Replay measured this
--- against fixed steps (BENCHMARKS.md, "The classifier").
+-- against fixed steps (BENCHMARKS.md, "Detection on the dev corpus").
 
 local format = string.format
 local log = math.log

@@ -19,6 +19,6 @@ pub mod verdict;
 /// mimalloc for every binary that links the library (the daemon, the CLI, benches, examples and
 /// tests), so they measure the same allocator: a scan allocates and frees many small objects
 /// (Lua tables and strings, entity records), and glibc's malloc cost ~14% of a scan worker's
-/// CPU under HTTP load (perf, 2026-11-22; BENCHMARKS.md).
+/// CPU under HTTP load (perf; BENCHMARKS.md, "Rules engine and full scan").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

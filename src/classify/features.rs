@@ -20,7 +20,7 @@ const MAX_SUBJECT_WORDS: usize = 40;
 const MAX_BODY_WORDS: usize = 600;
 /// Bigrams pair a word with the next `OSB_WINDOW - 1` words, the distance part of the feature.
 /// Adjacent pairs only: wider windows tripled the body's share of a message's features and the
-/// model ranked worse (replay, BENCHMARKS.md).
+/// model ranked worse (replay; docs/perf-log.md, "Feature version 4").
 const OSB_WINDOW: usize = 2;
 /// Longest word kept, in bytes; longer ones become a length class.
 const MAX_WORD_BYTES: usize = 24;
