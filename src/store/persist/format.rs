@@ -383,3 +383,363 @@ pub(super) fn is_snapshot_end(rest: &[u8], keys: u64) -> bool {
         && r.u32() == Some(crc32c::crc32c(&rest[..16]))
         && r.done()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreConfig;
+
+    /// A data directory written by the format's first version (shards = 2, the default
+    /// resolutions): a snapshot and the WAL after it. Decoding it must never change.
+    const SNAPSHOT: &[u8] =
+        include_bytes!("../../../tests/fixtures/store-v1/snapshot-0000000000000001.bin");
+    const WAL: &[u8] = include_bytes!("../../../tests/fixtures/store-v1/wal-0000000000000002.log");
+    const HEADER_LEN: usize = 53;
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn resolutions() -> Vec<Resolution> {
+        StoreConfig::default().resolutions
+    }
+
+    const K1: StoreKey = StoreKey {
+        namespace: 0,
+        kind: 8,
+        hash: 0x0123_4567_89ab_cdef,
+    };
+    const K2: StoreKey = StoreKey {
+        namespace: 0,
+        kind: 8,
+        hash: 0xfedc_ba98_7654_3210,
+    };
+    const K3: StoreKey = StoreKey {
+        namespace: 1,
+        kind: 300,
+        hash: 0x0000_0100_0000_0007,
+    };
+    const PAIR: StoreKey = StoreKey {
+        namespace: 0,
+        kind: 71,
+        hash: 0xdead_beef,
+    };
+    const UNIQUE: StoreKey = StoreKey {
+        namespace: 0,
+        kind: 72,
+        hash: 0x0000_0200_0000_0042,
+    };
+
+    /// The WAL fixture's second record, framed: shard 1, sequence 3, at 1,700,173,500.
+    fn record_bytes() -> Vec<u8> {
+        hex("38000000 133ae9f4
+             01000000 0300000000000000 bc96566500000000 02000000
+             00 0800 efcdab8967452301 01 00 00 00 00
+             01 2c01 0700000000010000 00 00 00 01 00")
+    }
+
+    #[test]
+    fn varints_have_their_exact_bytes() {
+        let cases: [(u64, &[u8]); 6] = [
+            (0, &[0x00]),
+            (1, &[0x01]),
+            (127, &[0x7f]),
+            (128, &[0x80, 0x01]),
+            (300, &[0xac, 0x02]),
+            (
+                u64::MAX,
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+            ),
+        ];
+        for (v, bytes) in cases {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            assert_eq!(out, bytes, "{v}");
+            let mut r = Reader::new(bytes);
+            assert_eq!(r.varint(), Some(v));
+            assert!(r.done());
+            for cut in 0..bytes.len() {
+                assert_eq!(
+                    Reader::new(&bytes[..cut]).varint(),
+                    None,
+                    "{v} cut at {cut}"
+                );
+            }
+        }
+        // More than ten bytes is no u64.
+        assert_eq!(Reader::new(&[0x80; 11]).varint(), None);
+    }
+
+    #[test]
+    fn a_wal_record_has_its_exact_bytes_and_decodes_back() {
+        let increments = [(K1, [1, 0, 0, 0, 0]), (K3, [0, 0, 0, 1, 0])];
+        let mut out = vec![0xaa];
+        encode_record(&mut out, 1, 3, 1_700_173_500, &increments);
+        assert_eq!(out[0], 0xaa, "appends");
+        assert_eq!(out[1..], record_bytes()[..]);
+        let (payload, next) = next_frame(&out, 1).unwrap().unwrap();
+        assert_eq!(next, out.len());
+        assert_eq!(
+            decode_record(payload),
+            Ok(WalRecord {
+                shard: 1,
+                seq: 3,
+                time: 1_700_173_500,
+                increments: increments
+                    .iter()
+                    .map(|&(key, counts)| Increment { key, counts })
+                    .collect(),
+            })
+        );
+    }
+
+    #[test]
+    fn the_header_has_its_exact_bytes() {
+        let wal = header(WAL_MAGIC, 2, &resolutions());
+        assert_eq!(
+            wal,
+            hex("5348524b57414c00 0100 0100 02000000 02
+                 5802000000000000 8051010000000000 8051010000000000 0075120000000000
+                 5b02e1be")
+        );
+        assert_eq!(wal[..], WAL[..HEADER_LEN]);
+        assert_eq!(
+            header(SNAP_MAGIC, 2, &resolutions())[..],
+            SNAPSHOT[..HEADER_LEN]
+        );
+        assert_eq!(
+            check_header(WAL, WAL_MAGIC, 2, &resolutions()),
+            Ok(HEADER_LEN)
+        );
+    }
+
+    #[test]
+    fn a_header_that_does_not_fit_is_refused_with_its_reason() {
+        let check =
+            |data: &[u8], shards, res: &[Resolution]| check_header(data, WAL_MAGIC, shards, res);
+        let res = resolutions();
+        assert_eq!(
+            check_header(WAL, SNAP_MAGIC, 2, &res),
+            Err(HeaderError::Magic)
+        );
+        let mut v2 = WAL.to_vec();
+        v2[8] = 2;
+        assert_eq!(check(&v2, 2, &res), Err(HeaderError::Version(Some(2))));
+        let mut alg = WAL.to_vec();
+        alg[10] = 9;
+        assert_eq!(
+            check(&alg, 2, &res),
+            Err(HeaderError::HashAlgorithm(Some(9)))
+        );
+        assert_eq!(
+            check(WAL, 4, &res),
+            Err(HeaderError::Shards {
+                found: Some(2),
+                configured: 4
+            })
+        );
+        assert_eq!(check(WAL, 2, &res[..1]), Err(HeaderError::Resolutions));
+        let mut crc = WAL.to_vec();
+        crc[HEADER_LEN - 1] ^= 1;
+        assert_eq!(check(&crc, 2, &res), Err(HeaderError::Resolutions));
+        // Cut anywhere inside, a header is refused, never read past its end.
+        for cut in 0..HEADER_LEN {
+            let e = check(&WAL[..cut], 2, &res).unwrap_err();
+            let expected = match cut {
+                0..=7 => HeaderError::Magic,
+                8..=9 => HeaderError::Version(None),
+                10..=11 => HeaderError::HashAlgorithm(None),
+                12..=15 => HeaderError::Shards {
+                    found: None,
+                    configured: 2,
+                },
+                _ => HeaderError::Resolutions,
+            };
+            assert_eq!(e, expected, "cut at {cut}");
+        }
+    }
+
+    /// The frames of `data` from `at`: their payloads, then the error that stopped them.
+    fn frames(data: &[u8], mut at: usize) -> (Vec<&[u8]>, Option<FrameError>) {
+        let mut out = Vec::new();
+        while let Some(frame) = next_frame(data, at) {
+            match frame {
+                Ok((payload, next)) => {
+                    out.push(payload);
+                    at = next;
+                }
+                Err(e) => return (out, Some(e)),
+            }
+        }
+        (out, None)
+    }
+
+    #[test]
+    fn the_wal_fixture_decodes_to_its_records() {
+        let (payloads, error) = frames(WAL, HEADER_LEN);
+        assert_eq!(error, None);
+        let records: Vec<WalRecord> = payloads.iter().map(|p| decode_record(p).unwrap()).collect();
+        let one = |key| Increment {
+            key,
+            counts: [1, 0, 0, 0, 0],
+        };
+        assert_eq!(
+            records,
+            [
+                WalRecord {
+                    shard: 0,
+                    seq: 3,
+                    time: 1_700_173_500,
+                    increments: vec![one(PAIR), one(UNIQUE)],
+                },
+                WalRecord {
+                    shard: 1,
+                    seq: 3,
+                    time: 1_700_173_500,
+                    increments: vec![
+                        one(K1),
+                        Increment {
+                            key: K3,
+                            counts: [0, 0, 0, 1, 0]
+                        }
+                    ],
+                },
+            ]
+        );
+        assert_eq!(WAL[WAL.len() - record_bytes().len()..], record_bytes()[..]);
+    }
+
+    #[test]
+    fn frames_cut_at_every_offset_are_truncations() {
+        let body = &WAL[HEADER_LEN..];
+        let boundaries = [0, 64, body.len()];
+        for cut in 0..=body.len() {
+            let (payloads, error) = frames(&body[..cut], 0);
+            let whole = boundaries.iter().filter(|b| **b <= cut).count() - 1;
+            assert_eq!(payloads.len(), whole, "cut at {cut}");
+            if boundaries.contains(&cut) {
+                assert_eq!(error, None, "cut at {cut}");
+            } else {
+                let e = error.unwrap();
+                assert!(e.is_truncation(), "cut at {cut}: {e}");
+                let into = cut - boundaries[whole];
+                let expected = if into < 8 {
+                    FrameError::TruncatedHeader
+                } else {
+                    FrameError::Truncated
+                };
+                assert_eq!(e, expected, "cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_changed_byte_is_a_checksum_error() {
+        let frame = record_bytes();
+        // Every byte after the length: the checksum itself or the payload.
+        for i in 4..frame.len() {
+            let mut bad = frame.clone();
+            bad[i] ^= 0x10;
+            assert_eq!(
+                next_frame(&bad, 0),
+                Some(Err(FrameError::Checksum)),
+                "byte {i}"
+            );
+            assert!(!FrameError::Checksum.is_truncation());
+        }
+        // A longer length runs past the end; a shorter one leaves a payload that fails the sum.
+        let mut long = frame.clone();
+        long[0] += 1;
+        assert_eq!(next_frame(&long, 0), Some(Err(FrameError::Truncated)));
+        let mut short = frame.clone();
+        short[0] -= 1;
+        assert_eq!(next_frame(&short, 0), Some(Err(FrameError::Checksum)));
+    }
+
+    #[test]
+    fn payloads_cut_short_or_padded_are_malformed() {
+        let frame = record_bytes();
+        let payload = &frame[8..];
+        for cut in 0..payload.len() {
+            assert_eq!(
+                decode_record(&payload[..cut]),
+                Err(PayloadError::Record),
+                "cut at {cut}"
+            );
+        }
+        let mut padded = payload.to_vec();
+        padded.push(0);
+        assert_eq!(decode_record(&padded), Err(PayloadError::Record));
+        let (blocks, _) = frames(SNAPSHOT, HEADER_LEN);
+        for block in blocks {
+            for cut in 0..block.len() {
+                assert_eq!(
+                    decode_shard_block(&block[..cut]),
+                    Err(PayloadError::ShardBlock),
+                    "cut at {cut}"
+                );
+            }
+            let mut padded = block.to_vec();
+            padded.push(0);
+            assert_eq!(decode_shard_block(&padded), Err(PayloadError::ShardBlock));
+        }
+    }
+
+    #[test]
+    fn the_snapshot_fixture_decodes_and_encodes_back_to_its_bytes() {
+        let bucket = |id, counts| Bucket {
+            resolution: 0,
+            id,
+            counts,
+        };
+        let (early, late) = (2_833_333, 2_833_334);
+        let expected = [
+            ShardBlock {
+                shard: 0,
+                seq: 2,
+                entries: vec![
+                    (UNIQUE, vec![bucket(late, [1, 0, 0, 0, 0])]),
+                    (K2, vec![bucket(early, [0, 0, 1, 0, 0])]),
+                    (PAIR, vec![bucket(late, [1, 0, 0, 0, 0])]),
+                ],
+            },
+            ShardBlock {
+                shard: 1,
+                seq: 2,
+                entries: vec![(
+                    K1,
+                    vec![
+                        bucket(early, [1, 1, 0, 0, 0]),
+                        bucket(late, [300, 0, 0, 1, 0]),
+                    ],
+                )],
+            },
+        ];
+        assert_eq!(
+            check_header(SNAPSHOT, SNAP_MAGIC, 2, &resolutions()),
+            Ok(HEADER_LEN)
+        );
+        let mut at = HEADER_LEN;
+        let mut encoded = SNAPSHOT[..HEADER_LEN].to_vec();
+        for want in &expected {
+            let (payload, next) = next_frame(SNAPSHOT, at).unwrap().unwrap();
+            let block = decode_shard_block(payload).unwrap();
+            assert_eq!(&block, want);
+            encode_shard_block(&mut encoded, block.shard, block.seq, &block.entries);
+            at = next;
+        }
+        let end = hex("5348524b454e4400 0400000000000000 a64e52de");
+        assert_eq!(snapshot_end(4), end);
+        assert!(is_snapshot_end(&SNAPSHOT[at..], 4));
+        assert!(!is_snapshot_end(&SNAPSHOT[at..], 5));
+        for cut in 0..end.len() {
+            assert!(!is_snapshot_end(&end[..cut], 4), "cut at {cut}");
+        }
+        encoded.extend_from_slice(&end);
+        assert_eq!(encoded, SNAPSHOT);
+    }
+}
