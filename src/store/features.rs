@@ -9,9 +9,9 @@
 //!
 //! Count and sum use the same sub-bucket ring as the rate counters (window/60, plus one). The
 //! distinct set keeps each value's last-seen time; values older than the window are pruned on
-//! access and by `FeatureTable::sweep`; at `cap` stored values a new value is not stored and the result
-//! says `capped` (the true count is at least `distinct`). Memory per feature is bounded by its
-//! ring (≤ 61 slots) or by `cap`.
+//! access and by `FeatureTable::sweep`; at `cap` stored values a new value is not stored and the
+//! result says `capped` (the true count is at least `distinct`). Memory per feature is bounded by
+//! its ring (≤ 61 slots) or by `cap`.
 
 // Nothing outside the tests calls into this module yet (see above).
 #![allow(dead_code)]

@@ -8,9 +8,9 @@
 //! Layout (ARCHITECTURE.md has the details): many small shards, each a mutex around a table
 //! whose slots are the 24-byte entries (`table.rs`, `timeline.rs`) plus, boxed on first use,
 //! an arena for timelines that outgrew one inline bucket, a table of rate counters and the WAL
-//! buffer; a shard is one 64-byte cache line. The shard count is a power of two sized so a shard holds
-//! a few hundred keys at the configured maximum: a sweeper batch is one shard, locked once, and
-//! there is no iteration to resume inside it. Batch calls lock their shards in small groups and
+//! buffer; a shard is one 64-byte cache line. The shard count is a power of two sized so a shard
+//! holds a few hundred keys at the configured maximum: a sweeper batch is one shard, locked once,
+//! and there is no iteration to resume inside it. Batch calls lock their shards in small groups and
 //! touch every line they will need before using any (`Store::for_each_shard`), so that the
 //! cache misses of a call's keys overlap.
 //!

@@ -34,8 +34,8 @@ pub(super) struct Shard {
     pub(super) log: Option<Box<ShardLog>>,
 }
 
-/// What a shard holds besides timelines. (The windowed features of `features.rs` would live
-/// here too once rules can reach them; until then nothing allocates or sweeps them.)
+/// What a shard holds besides its timelines and log. (The windowed features of `features.rs` would
+/// live here too once rules can reach them; until then nothing allocates or sweeps them.)
 #[derive(Default)]
 pub(super) struct Extras {
     pub(super) rates: rate::RateTable,
