@@ -164,3 +164,95 @@ fn child_refuses_to_run_without_its_parent() {
         .expect("run child");
     assert!(!status.success());
 }
+
+/// A data directory written by the store format's first version loads, with the same counts:
+/// the files in `tests/fixtures/store-v1` (2 shards, the default resolutions) hold a snapshot
+/// taken at 1,700,000,700 and a WAL of two records written two days later.
+#[test]
+fn a_data_directory_of_format_1_loads() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for file in ["snapshot-0000000000000001.bin", "wal-0000000000000002.log"] {
+        std::fs::copy(fixture.join(file), dir.path().join(file)).expect("copy fixture");
+    }
+    let config = StoreConfig {
+        max_keys: 1_000,
+        shards: 2,
+        ..StoreConfig::default()
+    };
+    let clock = Arc::new(ManualClock::new(1_700_173_600));
+    let (d, recovery) =
+        Durable::open(dir.path(), &config, &persist(), clock, false).expect("fixture loads");
+    assert_eq!(
+        (
+            recovery.snapshot_keys,
+            recovery.wal_files,
+            recovery.wal_records,
+            recovery.skipped_records,
+            recovery.truncated_tail,
+        ),
+        (4, 1, 2, 0, false),
+        "{recovery:?}"
+    );
+    let key = |namespace, kind, hash| StoreKey {
+        namespace,
+        kind,
+        hash,
+    };
+    let (day, ten_minutes) = (1_699_920_000, 1_700_173_200);
+    // (key, its settled buckets, its window sums: 10 min, 1 h, 24 h, 7 d, 14 d)
+    let expected = [
+        (
+            key(0, 8, 0x0123_4567_89ab_cdef),
+            vec![
+                (0, ten_minutes, [1, 0, 0, 0, 0]),
+                (1, day, [301, 1, 0, 1, 0]),
+            ],
+            [
+                [1, 0, 0, 0, 0],
+                [1, 0, 0, 0, 0],
+                [1, 0, 0, 0, 0],
+                [302, 1, 0, 1, 0],
+                [302, 1, 0, 1, 0],
+            ],
+        ),
+        (
+            key(0, 8, 0xfedc_ba98_7654_3210),
+            vec![(1, day, [0, 0, 1, 0, 0])],
+            [[0; 5], [0; 5], [0; 5], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0]],
+        ),
+        (
+            key(1, 300, 0x0000_0100_0000_0007),
+            vec![(0, ten_minutes, [0, 0, 0, 1, 0])],
+            [[0, 0, 0, 1, 0]; 5],
+        ),
+        (
+            key(0, 71, 0xdead_beef),
+            vec![(0, ten_minutes, [1, 0, 0, 0, 0]), (1, day, [1, 0, 0, 0, 0])],
+            [
+                [1, 0, 0, 0, 0],
+                [1, 0, 0, 0, 0],
+                [1, 0, 0, 0, 0],
+                [2, 0, 0, 0, 0],
+                [2, 0, 0, 0, 0],
+            ],
+        ),
+        (
+            key(0, 72, 0x0000_0200_0000_0042),
+            vec![(0, ten_minutes, [1, 0, 0, 0, 0]), (1, day, [1, 0, 0, 0, 0])],
+            [
+                [1, 0, 0, 0, 0],
+                [1, 0, 0, 0, 0],
+                [1, 0, 0, 0, 0],
+                [2, 0, 0, 0, 0],
+                [2, 0, 0, 0, 0],
+            ],
+        ),
+    ];
+    for (k, buckets, windows) in expected {
+        let t = d.store().timeline(&k).expect("key restored");
+        assert_eq!(t.buckets, buckets, "{k:?}");
+        assert_eq!(&*t.windows.windows, &windows[..], "{k:?}");
+    }
+    assert_eq!(d.store().stats().keys, 5);
+}

@@ -538,7 +538,7 @@ fn metrics(daemon: &Daemon) -> String {
     gauge(
         &mut out,
         "shrike_store_rate_keys",
-        "Rate counters and windowed features.",
+        "Rate counters (ratelimit keys) in memory.",
         store.rate_keys,
     );
     gauge(

@@ -1,12 +1,20 @@
+//! Windowed features (count and sum, distinct values) for rules, NOT REACHABLE YET: no `Store`
+//! method, rule or sweeper uses this module; the rule-authoring work (issue 43) will give each
+//! shard a `FeatureTable` beside its rate counters and expose it to rules. Until then it is kept,
+//! with its tests, self-contained and outside the shards and the sweep.
+//!
 //! General windowed features (the Yandex anti-fraud kind): count and sum of values in a sliding
 //! window, and the exact number of distinct values in a window with a cap on how many values are
 //! stored.
 //!
 //! Count and sum use the same sub-bucket ring as the rate counters (window/60, plus one). The
 //! distinct set keeps each value's last-seen time; values older than the window are pruned on
-//! access and by the sweeper; at `cap` stored values a new value is not stored and the result
-//! says `capped` (the true count is at least `distinct`). Memory per feature is bounded by its
-//! ring (≤ 61 slots) or by `cap`.
+//! access and by `FeatureTable::sweep`; at `cap` stored values a new value is not stored and the
+//! result says `capped` (the true count is at least `distinct`). Memory per feature is bounded by
+//! its ring (≤ 61 slots) or by `cap`.
+
+// Nothing outside the tests calls into this module yet (see above).
+#![allow(dead_code)]
 
 use hashbrown::HashTable;
 use rustc_hash::FxHashMap;

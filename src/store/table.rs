@@ -9,7 +9,7 @@
 //! probe always ends. Removing an entry moves back the later entries of its run that their
 //! probes would no longer reach (no tombstones).
 
-use super::entry_hash;
+use super::keys::entry_hash;
 use super::timeline::Entry;
 
 /// The smallest table that has slots.
