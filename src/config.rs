@@ -17,7 +17,7 @@ use crate::scan::{ScanSettings, TrafficConfig};
 use crate::server::http::HttpConfig;
 use crate::server::milter::MilterConfig;
 use crate::server::ServerConfig;
-use crate::store::{PersistConfig, StoreConfig, StoreError};
+use crate::store::{PersistConfig, StoreConfig, StoreConfigError};
 use crate::verdict::VerdictConfig;
 
 /// The whole configuration. Every field has a default, so an empty file is valid.
@@ -61,12 +61,8 @@ pub enum ConfigError {
     },
     #[error("invalid config: {0}")]
     Scan(crate::scan::SettingsError),
-    #[error("invalid config: store: {0}")]
-    StoreLayout(StoreError),
-    #[error("invalid config: store.max_keys must be greater than 0")]
-    StoreMaxKeys,
-    #[error("invalid config: store.shards must be 0 or a power of two")]
-    StoreShards,
+    #[error("invalid config: {0}")]
+    Store(StoreConfigError),
     #[error("invalid config: {0}")]
     Server(crate::server::SettingsError),
 }
@@ -97,17 +93,10 @@ impl Config {
         }
     }
 
-    /// Checks values that parse but make no sense: each module's own checks, and the store's
-    /// (whose section has no checks of its own beyond `Store::new`'s).
+    /// Checks values that parse but make no sense: each module's own checks.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.scan_settings().validate().map_err(ConfigError::Scan)?;
-        crate::store::Layout::new(&self.store.resolutions).map_err(ConfigError::StoreLayout)?;
-        if self.store.max_keys == 0 {
-            return Err(ConfigError::StoreMaxKeys);
-        }
-        if self.store.shards != 0 && !self.store.shards.is_power_of_two() {
-            return Err(ConfigError::StoreShards);
-        }
+        self.store.validate().map_err(ConfigError::Store)?;
         crate::server::validate(&self.server, &self.http, &self.milter)
             .map_err(ConfigError::Server)?;
         Ok(())

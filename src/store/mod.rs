@@ -160,6 +160,31 @@ pub enum StoreError {
     MaxKeys,
 }
 
+/// Why a `[store]` section cannot be used (the messages name the options).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreConfigError {
+    #[error("store: {0}")]
+    Layout(StoreError),
+    #[error("store.max_keys must be greater than 0")]
+    MaxKeys,
+    #[error("store.shards must be 0 or a power of two")]
+    Shards,
+}
+
+impl StoreConfig {
+    /// Checks values that parse but make no sense (`Store::new` refuses the same).
+    pub fn validate(&self) -> Result<(), StoreConfigError> {
+        Layout::new(&self.resolutions).map_err(StoreConfigError::Layout)?;
+        if self.max_keys == 0 {
+            return Err(StoreConfigError::MaxKeys);
+        }
+        if self.shards != 0 && !self.shards.is_power_of_two() {
+            return Err(StoreConfigError::Shards);
+        }
+        Ok(())
+    }
+}
+
 /// Sums of one key over the configured windows, in `StoreConfig::windows_secs` order.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct WindowCounts {
