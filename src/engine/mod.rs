@@ -10,10 +10,15 @@
 //! `RuleRunner`, whose Lua state is built once per generation (`state.rs`): a scan in flight
 //! finishes on the generation it started with.
 
+mod api;
+mod declare;
+mod ffi;
+pub mod fields;
+mod hits;
 pub mod lists;
 mod phrases;
 mod preempt;
-mod rawtable;
+mod runner;
 pub mod source;
 mod state;
 pub mod view;
@@ -30,8 +35,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::ReputationStore;
 
+pub use fields::FieldId;
+pub use runner::RuleRunner;
 pub use source::RuleLocation;
-pub use state::{RuleRunner, PROFILED_RULE};
 pub use view::MessageData;
 
 /// The symbol recorded when a rule raised an error or exhausted memory.

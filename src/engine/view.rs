@@ -5,9 +5,10 @@ use std::borrow::Cow;
 use std::ffi::CStr;
 
 use mail_parser::{HeaderValue, MimeHeaders, PartType};
-use mlua::{IntoLua, Lua, Result, Table, Value};
+use mlua::{Lua, Result, Table, Value};
 
-use super::rawtable::{self, Field, Row};
+use super::ffi::{self as rawtable, Field, Row};
+use super::fields::FieldId;
 
 use crate::entities::{EmailRole, Entities, IpSource, IpText, UrlSource};
 use crate::message::{Anomalies, Anomaly, Envelope, ParsedMessage};
@@ -65,7 +66,7 @@ pub enum Arg<'a> {
 
 impl<'a> Arg<'a> {
     /// The argument of a `Value` (what the mlua primitive receives).
-    fn of(v: &'a Value, bytes: Option<&'a [u8]>) -> Self {
+    pub(super) fn of(v: &'a Value, bytes: Option<&'a [u8]>) -> Self {
         match v {
             Value::Nil => Arg::None,
             Value::Integer(n) => Arg::Int(*n),
@@ -75,8 +76,8 @@ impl<'a> Arg<'a> {
     }
 }
 
-/// A field whose value is one string, integer or nil: what the raw `fetch` of the engine
-/// pushes itself, without a table or a registry handle.
+/// The value of a field of kind `Scalar`: one string, integer or nil, which the raw
+/// `fetch_scalar` pushes itself, without a table or a registry handle.
 #[derive(Debug)]
 pub enum Scalar<'a> {
     Nil,
@@ -84,33 +85,7 @@ pub enum Scalar<'a> {
     Str(Cow<'a, str>),
 }
 
-impl IntoLua for Scalar<'_> {
-    fn into_lua(self, lua: &Lua) -> Result<Value> {
-        match self {
-            Scalar::Nil => Ok(Value::Nil),
-            Scalar::Int(i) => Ok(Value::Integer(i)),
-            Scalar::Str(s) => s.as_ref().into_lua(lua),
-        }
-    }
-}
-
-/// The field ids whose values are scalars (`MessageData::scalar`); the prelude sends these to
-/// the raw `fetch`.
-pub const SCALAR_FIELDS: &[u8] = &[
-    1, 2, 6, 7, 8, 10, 11, 12, 13, 20, 24, 25, 26, 27, 28, 29, 31, 32, 33, 34, 35, 36, 40, 42, 43,
-    48, 49, 50, 51,
-];
-
-/// The field ids whose values are arrays of plain values (`MessageData::array`); the prelude
-/// sends these to the raw `fetch_array`.
-pub const ARRAY_FIELDS: &[u8] = &[3, 4, 5, 9, 16, 17, 23, 37, 38, 39, 41];
-
-/// The field ids the raw `fetch_table` answers when it can (`MessageData::table_shape`): the
-/// anomaly set, and the record arrays when they are empty, as most messages' attachments and
-/// many messages' anchors are. Other record arrays go on to `fetch`.
-pub const TABLE_FIELDS: &[u8] = &[15, 18, 19, 21, 22];
-
-/// What the raw `fetch_table` pushes for a field of `TABLE_FIELDS`.
+/// What the raw `fetch_table` pushes for a field of kind `Records`.
 #[derive(Debug)]
 pub enum TableShape<'s> {
     /// An empty array.
@@ -381,20 +356,21 @@ impl MessageData<'_> {
             .is_some_and(|h| helo_is_bare_ip(self.raw_bytes(h)))
     }
 
-    /// The value of field `id` when it is an array of plain values (see `ARRAY_FIELDS`), into
-    /// `out` (cleared first); `Ok(false)` for the other fields.
+    /// The value of a field of kind `Array` into `out` (cleared first); `Ok(false)` for the
+    /// other fields.
     pub fn array(
         &self,
-        id: u8,
+        id: FieldId,
         a: Arg<'_>,
         out: &mut Cells,
     ) -> std::result::Result<bool, &'static CStr> {
+        use FieldId as F;
         out.clear();
         let e = self.entities;
         let mut strings =
             |items: &mut dyn Iterator<Item = &str>| items.for_each(|s| out.push(text(s)));
         match id {
-            5 => {
+            F::Recipients => {
                 // envelope recipients, else the To and Cc addresses
                 if e.emails_with(EmailRole::EnvelopeRcpt).next().is_some() {
                     strings(
@@ -411,7 +387,7 @@ impl MessageData<'_> {
                 }
             }
             // From: address, domain, display name (false when none); empty without a From
-            3 => {
+            F::From => {
                 if let Some(f) = e.from() {
                     out.push(text(&f.address));
                     out.push(text(&f.domain));
@@ -419,20 +395,24 @@ impl MessageData<'_> {
                 }
             }
             // Reply-To: address, domain; empty without one
-            4 => {
+            F::ReplyTo => {
                 if let Some(r) = e.emails_with(EmailRole::ReplyTo).next() {
                     out.push(text(&r.address));
                     out.push(text(&r.domain));
                 }
             }
-            9 => strings(&mut self.envelope.rcpt_to.iter().map(String::as_str)),
-            16 => strings(&mut e.hosts.iter().map(String::as_str)),
-            17 => strings(&mut e.domains.iter().map(String::as_str)),
-            23 => strings(&mut self.message.mixed_script_words.iter().map(String::as_str)),
+            F::Rcpt => strings(&mut self.envelope.rcpt_to.iter().map(String::as_str)),
+            F::Hosts => strings(&mut e.hosts.iter().map(String::as_str)),
+            F::Domains => strings(&mut e.domains.iter().map(String::as_str)),
+            F::MixedScriptWords => {
+                strings(&mut self.message.mixed_script_words.iter().map(String::as_str))
+            }
             // `content_type` and `encoding` of the `msg:parts()` records, without the records
-            38 => (self.mime_parts()).for_each(|p| out.push(text(&part_type(p)))),
-            39 => (self.mime_parts()).for_each(|p| out.push(opt_text(part_encoding(p).as_deref()))),
-            41 => {
+            F::PartTypes => (self.mime_parts()).for_each(|p| out.push(text(&part_type(p)))),
+            F::PartEncodings => {
+                (self.mime_parts()).for_each(|p| out.push(opt_text(part_encoding(p).as_deref())))
+            }
+            F::Headers => {
                 let Arg::Str(name) = a else {
                     return Err(c"header name must be a string");
                 };
@@ -443,7 +423,7 @@ impl MessageData<'_> {
                     out.push(text(&self.header_text(h)));
                 }
             }
-            37 => {
+            F::HopDomains => {
                 // the registrable domains of the `msg:ips()` hosts, each once, in order
                 for d in self.entities.ips.iter().filter_map(ip_domain) {
                     if !out.strs().any(|x| x == d) {
@@ -456,46 +436,46 @@ impl MessageData<'_> {
         Ok(true)
     }
 
-    /// The value of field `id` when it is a scalar (see `SCALAR_FIELDS`); `Ok(None)` for the
-    /// fields that are tables. Errors are static, so the raw `fetch` can raise them without
-    /// owning anything.
+    /// The value of a field of kind `Scalar`; `Ok(None)` for the other fields. Errors are
+    /// static, so the raw `fetch_scalar` can raise them without owning anything.
     pub fn scalar<'s>(
         &'s self,
-        id: u8,
+        id: FieldId,
         a: Arg<'_>,
     ) -> std::result::Result<Option<Scalar<'s>>, &'static CStr> {
+        use FieldId as F;
         let m = self.message;
         let e = self.entities;
         let s = |s: &'s str| Scalar::Str(Cow::Borrowed(s));
         let opt = |s: Option<&'s str>| s.map_or(Scalar::Nil, |s| Scalar::Str(Cow::Borrowed(s)));
         Ok(Some(match id {
-            1 => s(&m.subject.display),
-            2 => s(&m.subject.normalized),
-            6 => match self.envelope.client_ip {
+            F::Subject => s(&m.subject.display),
+            F::SubjectNormalized => s(&m.subject.normalized),
+            F::Ip => match self.envelope.client_ip {
                 Some(ip) => Scalar::Str(Cow::Owned(IpText::new(ip).as_str().to_string())),
                 None => Scalar::Nil,
             },
-            7 => opt(self.envelope.helo.as_deref()),
-            8 => opt(self.envelope.mail_from.as_deref()),
-            48 => opt(self.envelope.hostname.as_deref()),
-            49 => opt(self.envelope.user.as_deref()),
-            50 => opt(self.envelope.queue_id.as_deref()),
-            51 => opt(self.envelope.deliver_to.as_deref()),
-            10 => s(&m.body.display),
-            11 => s(&m.body.normalized),
-            12 => s(&m.html_text),
-            13 => Scalar::Str(self.html_source()),
-            20 => Scalar::Int(self.named("received").count() as i64),
-            24 => match m.mime.as_ref().and_then(|x| x.date()) {
+            F::Helo => opt(self.envelope.helo.as_deref()),
+            F::MailFrom => opt(self.envelope.mail_from.as_deref()),
+            F::Hostname => opt(self.envelope.hostname.as_deref()),
+            F::User => opt(self.envelope.user.as_deref()),
+            F::QueueId => opt(self.envelope.queue_id.as_deref()),
+            F::DeliverTo => opt(self.envelope.deliver_to.as_deref()),
+            F::Text => s(&m.body.display),
+            F::TextNormalized => s(&m.body.normalized),
+            F::HtmlText => s(&m.html_text),
+            F::Html => Scalar::Str(self.html_source()),
+            F::ReceivedCount => Scalar::Int(self.named("received").count() as i64),
+            F::Date => match m.mime.as_ref().and_then(|x| x.date()) {
                 Some(d) if d.is_valid() => Scalar::Int(d.to_timestamp()),
                 _ => Scalar::Nil,
             },
-            25 => opt(e.message_id.as_deref()),
-            26 => opt(e.message_id_domain.as_deref()),
-            27 => opt(e.mailer.as_deref()),
-            28 => Scalar::Int(m.raw.len() as i64),
-            29 => Scalar::Int(self.now as i64),
-            31 => {
+            F::MessageId => opt(e.message_id.as_deref()),
+            F::MessageIdDomain => opt(e.message_id_domain.as_deref()),
+            F::Mailer => opt(e.mailer.as_deref()),
+            F::Size => Scalar::Int(m.raw.len() as i64),
+            F::Now => Scalar::Int(self.now as i64),
+            F::ReceivedTime => {
                 let n = match a {
                     Arg::Int(n) if n >= 1 => n as usize,
                     Arg::None => 1,
@@ -516,7 +496,7 @@ impl MessageData<'_> {
                     .and_then(|h| received_time(&self.raw_value(h)))
                     .map_or(Scalar::Nil, Scalar::Int)
             }
-            33 => {
+            F::DateZone => {
                 // the Date's zone when it is wrong: "b:" + an impossible offset, "m:" + a zone
                 // in no RFC 5322 form (the prelude splits it for `msg:date_zone()`)
                 let Some(h) = self.named("date").next() else {
@@ -528,11 +508,11 @@ impl MessageData<'_> {
                     None => Scalar::Nil,
                 }
             }
-            35 => match e.ips.first() {
+            F::SenderIp => match e.ips.first() {
                 Some(ip) => Scalar::Str(Cow::Owned(IpText::new(ip.ip).as_str().to_string())),
                 None => Scalar::Nil,
             },
-            36 => {
+            F::BareHeloIp => {
                 // the first `msg:ips()` record with `helo_ip`, without the records
                 let received: Vec<_> = self.named("received").collect();
                 match e.ips.iter().find(|ip| self.helo_ip(ip, &received)) {
@@ -540,7 +520,7 @@ impl MessageData<'_> {
                     None => Scalar::Nil,
                 }
             }
-            34 => {
+            F::FirstUrl => {
                 // the first URL with a flag of its `msg:urls()` record, without the records
                 let test: fn(&crate::entities::UrlEntity) -> bool = match a {
                     Arg::Str(b"is_ip") => |u| u.host_is_ip,
@@ -549,7 +529,7 @@ impl MessageData<'_> {
                 };
                 opt(e.urls.iter().find(|u| test(u)).map(|u| u.url.as_str()))
             }
-            32 => {
+            F::EmailCount => {
                 // addresses of one role ("" or none: all), as `msg:emails(role)` lists them
                 let role = match a {
                     Arg::None => None,
@@ -564,7 +544,7 @@ impl MessageData<'_> {
                     .count();
                 Scalar::Int(n as i64)
             }
-            40 | 42 | 43 => {
+            F::Header | F::RawHeader | F::HeaderCount => {
                 let Arg::Str(name) = a else {
                     return Err(c"header name must be a string");
                 };
@@ -573,10 +553,10 @@ impl MessageData<'_> {
                 };
                 let mut named = self.named(name);
                 match id {
-                    40 => named
+                    F::Header => named
                         .next()
                         .map_or(Scalar::Nil, |h| Scalar::Str(self.header_text(h))),
-                    42 => named
+                    F::RawHeader => named
                         .next()
                         .map_or(Scalar::Nil, |h| Scalar::Str(trim_cow(self.raw_value(h)))),
                     _ => Scalar::Int(named.count() as i64),
@@ -586,15 +566,16 @@ impl MessageData<'_> {
         }))
     }
 
-    /// How the raw `fetch_table` answers field `id` of `TABLE_FIELDS`; `None` for other ids.
-    pub fn table_shape(&self, id: u8) -> Option<TableShape<'_>> {
+    /// How the raw `fetch_table` answers a field of kind `Records`; `None` for other fields.
+    pub fn table_shape(&self, id: FieldId) -> Option<TableShape<'_>> {
+        use FieldId as F;
         let e = self.entities;
         let empty = match id {
-            15 => e.urls.is_empty(),
-            18 => e.anchors.is_empty(),
-            19 => e.ips.is_empty(),
-            21 => e.attachments.is_empty(),
-            22 => return Some(TableShape::Set(self.anomalies.as_slice())),
+            F::Urls => e.urls.is_empty(),
+            F::Anchors => e.anchors.is_empty(),
+            F::Ips => e.ips.is_empty(),
+            F::Attachments => e.attachments.is_empty(),
+            F::Anomalies => return Some(TableShape::Set(self.anomalies.as_slice())),
             _ => return None,
         };
         Some(if empty {
@@ -604,23 +585,14 @@ impl MessageData<'_> {
         })
     }
 
-    /// The value of field `id` (see the prelude), with its argument where it takes one.
-    pub fn fetch(&self, lua: &Lua, id: u8, a: Value) -> Result<Value> {
-        let bytes = match &a {
-            Value::String(s) => Some(s.as_bytes()),
-            _ => None,
-        };
-        let scalar = self.scalar(id, Arg::of(&a, bytes.as_deref()));
-        match scalar {
-            Ok(Some(v)) => return v.into_lua(lua),
-            Ok(None) => {}
-            Err(e) => return Err(mlua::Error::runtime(e.to_string_lossy())),
-        }
-        drop(bytes);
+    /// The value of a field of kind `Records` or `Built`, with its argument where it takes
+    /// one: arrays of records through `ffi::records` (one protected call each).
+    pub fn tables(&self, lua: &Lua, id: FieldId, a: Value) -> Result<Value> {
+        use FieldId as F;
         let e = self.entities;
         match id {
-            14 => self.parts(lua),
-            15 => {
+            F::Parts => self.parts(lua),
+            F::Urls => {
                 let rows: Vec<_> = (e.urls.iter())
                     .map(|u| {
                         [
@@ -636,7 +608,7 @@ impl MessageData<'_> {
                     .collect();
                 records(lua, &rows)
             }
-            18 => {
+            F::Anchors => {
                 let rows: Vec<_> = (e.anchors.iter())
                     .map(|a| {
                         [
@@ -649,7 +621,7 @@ impl MessageData<'_> {
                     .collect();
                 records(lua, &rows)
             }
-            19 => {
+            F::Ips => {
                 let received: Vec<_> = self.named("received").collect();
                 // what the rows borrow: the address as text and the host's registrable domain
                 let owned: Vec<_> = (e.ips.iter())
@@ -676,7 +648,7 @@ impl MessageData<'_> {
                     .collect();
                 records(lua, &rows)
             }
-            21 => {
+            F::Attachments => {
                 let rows: Vec<_> = (e.attachments.iter())
                     .map(|a| {
                         [
@@ -692,10 +664,10 @@ impl MessageData<'_> {
                     .collect();
                 records(lua, &rows)
             }
-            22 => Ok(Value::Table(lua.create_table_from(
-                self.anomalies.iter().map(|a| (a.as_str(), true)),
-            )?)),
-            30 => {
+            F::Anomalies => Ok(Value::Table(
+                lua.create_table_from(self.anomalies.iter().map(|a| (a.as_str(), true)))?,
+            )),
+            F::Emails => {
                 // all addresses, or those of one role
                 let role = match &a {
                     Value::Nil => None,
@@ -718,7 +690,7 @@ impl MessageData<'_> {
                 }
                 records(lua, &rows)
             }
-            46 => {
+            F::Shingles => {
                 let kind = kind_arg(&a)?;
                 Ok(Value::Table(
                     lua.create_sequence_from(
@@ -729,7 +701,10 @@ impl MessageData<'_> {
                     )?,
                 ))
             }
-            _ => Err(mlua::Error::runtime(format!("unknown msg field {id}"))),
+            _ => Err(mlua::Error::runtime(format!(
+                "unknown msg field {}",
+                id.id()
+            ))),
         }
     }
 
