@@ -81,6 +81,47 @@ pub(super) struct Ctx {
 pub(super) type PlainHit = (usize, usize, f64, Vec<String>);
 
 impl Ctx {
+    /// The context of a state under construction (`lua`, whose memory limit is `limit`).
+    pub(super) fn new(
+        lua: &Lua,
+        config: &EngineConfig,
+        generation: Option<&Arc<Generation>>,
+        windows: &WindowNames,
+        limit: usize,
+    ) -> Self {
+        Ctx {
+            preempt: Preempt::new(
+                lua,
+                Duration::from_millis(config.rule_cpu_ms),
+                Duration::from_millis(config.message_cpu_ms),
+            ),
+            current_rule: Cell::new(usize::MAX),
+            rule_names: RefCell::new(Vec::new()),
+            loading_file: RefCell::new(String::new()),
+            log_window: Cell::new((0, 0, 0)),
+            log_limit: config.log_lines_per_sec,
+            regex: RefCell::new(LruCache::new(
+                NonZeroUsize::new(config.regex_cache.max(1)).unwrap_or(NonZeroUsize::MIN),
+            )),
+            registered: RefCell::new(Vec::new()),
+            scan: ffi::ScanSlot::default(),
+            generation: generation.cloned(),
+            applied: RefCell::new(Vec::new()),
+            classified: RefCell::new(None),
+            windows: windows.clone(),
+            memory_limit: limit,
+            marks: RefCell::new(Vec::new()),
+            timed: Cell::new(true),
+            epoch: Instant::now(),
+            kinds: RefCell::new(super::view::KindIndex::default()),
+            kinds_built: Cell::new(false),
+            observe: Rc::new(Cell::new(false)),
+            plain_hits: RefCell::new(Vec::new()),
+            applies: RefCell::new(Vec::new()),
+            weight_key: Cell::new(0),
+        }
+    }
+
     pub(super) fn rule_name(&self) -> String {
         let i = self.current_rule.get();
         self.rule_names
@@ -230,37 +271,7 @@ pub(super) fn build_state(
         .max(1)
         .saturating_mul(1024 * 1024);
     lua.set_memory_limit(limit).map_err(lua_err)?;
-    let ctx = Rc::new(Ctx {
-        preempt: Preempt::new(
-            &lua,
-            Duration::from_millis(env.config.rule_cpu_ms),
-            Duration::from_millis(env.config.message_cpu_ms),
-        ),
-        current_rule: Cell::new(usize::MAX),
-        rule_names: RefCell::new(Vec::new()),
-        loading_file: RefCell::new(String::new()),
-        log_window: Cell::new((0, 0, 0)),
-        log_limit: env.config.log_lines_per_sec,
-        regex: RefCell::new(LruCache::new(
-            NonZeroUsize::new(env.config.regex_cache.max(1)).unwrap_or(NonZeroUsize::MIN),
-        )),
-        registered: RefCell::new(Vec::new()),
-        scan: ffi::ScanSlot::default(),
-        generation: generation.cloned(),
-        applied: RefCell::new(Vec::new()),
-        classified: RefCell::new(None),
-        windows: env.windows.clone(),
-        memory_limit: limit,
-        marks: RefCell::new(Vec::new()),
-        timed: Cell::new(true),
-        epoch: Instant::now(),
-        kinds: RefCell::new(super::view::KindIndex::default()),
-        kinds_built: Cell::new(false),
-        observe: Rc::new(Cell::new(false)),
-        plain_hits: RefCell::new(Vec::new()),
-        applies: RefCell::new(Vec::new()),
-        weight_key: Cell::new(0),
-    });
+    let ctx = Rc::new(Ctx::new(&lua, env.config, generation, env.windows, limit));
     ctx.weight_key
         .set(ffi::registry_string(&lua, c"weight").map_err(lua_err)?);
 

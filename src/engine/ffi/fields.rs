@@ -322,3 +322,155 @@ unsafe fn settle<T>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::view::WindowNames;
+    use crate::engine::EngineConfig;
+    use crate::message::{prepare, Envelope, Limits};
+
+    /// Every field through its fast form and through `fetch` (its slow form), with no
+    /// argument and with the arguments fields take (and wrong ones), on fixture messages: the
+    /// same values, or an error from both. Methods (`header` ...) too.
+    const COMPARE: &str = r#"
+        local rust = ...
+        local out = {}
+        local function same(a, b)
+          if type(a) ~= type(b) then return false end
+          if type(a) ~= "table" then return a == b end
+          for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+          for k in pairs(b) do if a[k] == nil then return false end end
+          return true
+        end
+        local ARGS = { false, 1, 2, 9, -1, 1.5, "", "Received", "Subject", "From", "X-None",
+          "public", "is_ip", "userinfo", "from", "to", "envelope_rcpt", "date" }
+        local seen = 0
+        local function check(label, fast, id, arg)
+          local ok1, a = pcall(fast, id, arg)
+          local ok2, b = pcall(rust.fetch, id, arg)
+          seen = seen + 1
+          if ok1 ~= ok2 or (ok1 and not same(a, b)) then
+            out[#out + 1] = label .. " " .. id .. " " .. tostring(arg) .. ": "
+              .. tostring(ok1) .. " " .. tostring(a) .. " / " .. tostring(ok2) .. " " .. tostring(b)
+          end
+        end
+        for list, fast in pairs({ scalar_fields = rust.fetch_scalar,
+            array_fields = rust.fetch_array, table_fields = rust.fetch_table }) do
+          for _, id in ipairs(rust[list]) do
+            check(list, fast, id, nil)
+            for _, arg in ipairs(ARGS) do check(list, fast, id, arg) end
+          end
+        end
+        for name, method in pairs(rust.methods) do
+          local id = rust.fields[name]
+          for _, arg in ipairs(ARGS) do
+            check(name, function(_, a) return method(nil, a) end, id, arg)
+          end
+        end
+        return out, seen
+    "#;
+
+    #[test]
+    fn fast_and_slow_forms_agree_for_every_field() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let envelope = Envelope {
+            client_ip: Some("192.0.2.7".parse().unwrap()),
+            helo: Some("mx.example".into()),
+            mail_from: Some("a@example.com".into()),
+            rcpt_to: vec!["b@example.org".into(), "c@example.org".into()],
+            hostname: Some("mx.example".into()),
+            user: None,
+            queue_id: Some("4AbC".into()),
+            deliver_to: None,
+        };
+        let limits = Limits::default();
+        for name in [
+            "html_only.eml",
+            "phishing_anchor.eml",
+            "nested_multipart.eml",
+            "received_forged_helo.eml",
+            "received_ipv6.eml",
+            "idn_urls.eml",
+            "missing_headers.eml",
+            "broken_mime.eml",
+        ] {
+            let raw = std::fs::read(root.join(name)).unwrap();
+            let input = prepare(&raw, &limits);
+            let a = crate::scan::analyze(&input, &envelope, &limits);
+            let data = MessageData {
+                message: &a.message,
+                entities: &a.entities,
+                shingles: &a.shingles,
+                stats: &[],
+                anomalies: &a.anomalies,
+                envelope: &envelope,
+                now: 1_800_000_000,
+                max_html_bytes: 1 << 20,
+                classifier: None,
+                reputation_window: 0,
+                observe: false,
+            };
+            let lua = Lua::new();
+            let config = EngineConfig::default();
+            let ctx = Rc::new(Ctx::new(&lua, &config, None, &WindowNames::default(), 0));
+            let rust = lua.create_table().unwrap();
+            install(&lua, &ctx, &rust).unwrap();
+            let _scan = ctx.scan.enter(&data);
+            let (mismatches, seen): (Vec<String>, usize) =
+                lua.load(COMPARE).call(rust).unwrap();
+            assert!(mismatches.is_empty(), "{name}: {mismatches:#?}");
+            assert!(seen > 800, "{name}: {seen} comparisons");
+        }
+    }
+
+    /// A call that finds its buffer lent (here: left lent on purpose, as a push that raised
+    /// would leave it) answers through `fetch`, with the same value.
+    #[test]
+    fn a_lent_buffer_sends_the_call_to_its_slow_path() {
+        let raw = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/html_only.eml"),
+        )
+        .unwrap();
+        let limits = Limits::default();
+        let envelope = Envelope {
+            rcpt_to: vec!["b@example.org".into()],
+            ..Envelope::default()
+        };
+        let input = prepare(&raw, &limits);
+        let a = crate::scan::analyze(&input, &envelope, &limits);
+        let data = MessageData {
+            message: &a.message,
+            entities: &a.entities,
+            shingles: &a.shingles,
+            stats: &[],
+            anomalies: &a.anomalies,
+            envelope: &envelope,
+            now: 0,
+            max_html_bytes: 1 << 20,
+            classifier: None,
+            reputation_window: 0,
+            observe: false,
+        };
+        let lua = Lua::new();
+        let ctx = Rc::new(Ctx::new(
+            &lua,
+            &EngineConfig::default(),
+            None,
+            &WindowNames::default(),
+            0,
+        ));
+        let rust = lua.create_table().unwrap();
+        install(&lua, &ctx, &rust).unwrap();
+        let _scan = ctx.scan.enter(&data);
+        // SAFETY: the reference is dropped at once and the buffer never given back.
+        #[allow(unsafe_code)]
+        let lent = unsafe { ctx.scan.cells.borrow() }.is_some();
+        assert!(lent);
+        let rcpt: Vec<String> = lua
+            .load("local rust = ... return rust.fetch_array(rust.fields.rcpt)")
+            .call(rust)
+            .unwrap();
+        assert_eq!(rcpt, ["b@example.org"]);
+    }
+}
