@@ -258,6 +258,8 @@ pub struct Engine {
     reload_failures: AtomicU64,
     last_error: Mutex<Option<String>>,
     states_built: AtomicU64,
+    /// The last generation whose Lua state failed to build in a worker (logged once).
+    state_failed: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -292,6 +294,7 @@ impl Engine {
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
             states_built: AtomicU64::new(0),
+            state_failed: AtomicU64::new(0),
             last_error: Mutex::new(None),
         }))
     }
@@ -371,6 +374,12 @@ impl Engine {
     /// Counts a Lua state a scan worker built (see `RuleRunner::warm`).
     pub(crate) fn state_built(&self) {
         self.states_built.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a worker's failure to build generation `id`'s state is the first one for it
+    /// (the one that logs an error).
+    pub(crate) fn first_state_failure(&self, id: u64) -> bool {
+        self.state_failed.fetch_max(id, Ordering::Relaxed) < id
     }
 
     /// A runner for one scan thread.

@@ -141,7 +141,12 @@ impl RuleRunner {
             }
             Err(e) => {
                 self.failed = Some(current.id);
-                tracing::error!(generation = current.id, error = %e, "cannot build the Lua state of a new generation; staying on the previous one");
+                // Every worker builds its own state and most fail alike: logged by the first.
+                if self.engine.first_state_failure(current.id) {
+                    tracing::error!(generation = current.id, error = %e, "cannot build the Lua state of a new generation; staying on the previous one");
+                } else {
+                    tracing::debug!(generation = current.id, error = %e, "cannot build the Lua state of a new generation");
+                }
             }
         }
     }

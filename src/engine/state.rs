@@ -338,10 +338,9 @@ pub(super) fn build_state(
     // a fifth): it visits only the objects made since, mostly the garbage of the last ~50 scans,
     // still in cache. A major collection only when the heap has grown to five times its size
     // after the last one (default: twice). With minor collections at 200% and the default
-    // major multiplier (stops 21-33), every collection was a major one, and its walk over the
-    // whole state was 3-4% of the full scan's time; now the collector takes under 1%
-    // (BENCHMARKS.md, stop 34). The memory limit holds either way: Lua collects fully before
-    // it lets an allocation fail.
+    // major multiplier, every collection was a major one, and its walk over the whole state
+    // was 3-4% of the full scan's time; this way the collector takes under 1%. The memory
+    // limit holds either way: Lua collects fully before it lets an allocation fail.
     lua.gc_gen(100, 400);
     let checks = lua
         .create_sequence_from(registered.iter().map(|(_, f)| f.clone()))

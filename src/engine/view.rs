@@ -1048,7 +1048,7 @@ fn lua_space(b: u8) -> bool {
 /// This is exactly what the default rules did with Lua patterns before (`^.*[+-](%d%d)(%d%d)
 /// %s*%(?[^%d]*%)?%s*$`, then `%s*%b()%s*$` removed, then `%d%d:%d%d:?%d?%d?%s+(.-)%s*$`
 /// tried where the first colon puts it, then anywhere): ~0.4 k instructions a message against
-/// the patterns' 13.6 k (BENCHMARKS.md, stop 25).
+/// the patterns' 13.6 k.
 fn date_zone(value: &str) -> Option<ZoneProblem<'_>> {
     let b = value.as_bytes();
     // The last digit of the value; a sign and four digits must end there.

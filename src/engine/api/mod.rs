@@ -107,7 +107,8 @@ pub(super) fn install(
                     _ => Err(mlua::Error::runtime("re.phrases: a list is not a table")),
                 })
                 .collect::<mlua::Result<_>>()?;
-            let sets = PhraseSets::new(&phrases).map_err(mlua::Error::runtime)?;
+            let sets =
+                PhraseSets::new(&phrases).map_err(|e| mlua::Error::runtime(e.to_string()))?;
             ffi::phrase_matcher(
                 lua,
                 phrases::Phrases {

@@ -3,7 +3,7 @@
 /// Byte counts of `t` by ASCII class: upper-case letters, lower-case letters, digits, white
 /// space (space, tab, CR, LF) and the rest. Written as four independent sums of comparisons, so
 /// the compiler vectorizes it: a `match` per byte branches on every byte and mispredicts on
-/// mixed text (3.8 µs a message for BODY_CAPS's 4 KB sample, BENCHMARKS.md stop 22). The sums
+/// mixed text (3.8 µs a message for BODY_CAPS's 4 KB sample). The sums
 /// are bytes over chunks of 255 (one vector lane per text byte, widened once a chunk): with
 /// u32 sums every 16 bytes took a dozen widening instructions, 3.6 instructions a byte in all.
 pub(in crate::engine) fn char_counts(t: &[u8]) -> (usize, usize, usize, usize, usize) {

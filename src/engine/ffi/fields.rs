@@ -417,8 +417,7 @@ mod tests {
             let rust = lua.create_table().unwrap();
             install(&lua, &ctx, &rust).unwrap();
             let _scan = ctx.scan.enter(&data);
-            let (mismatches, seen): (Vec<String>, usize) =
-                lua.load(COMPARE).call(rust).unwrap();
+            let (mismatches, seen): (Vec<String>, usize) = lua.load(COMPARE).call(rust).unwrap();
             assert!(mismatches.is_empty(), "{name}: {mismatches:#?}");
             assert!(seen > 800, "{name}: {seen} comparisons");
         }
