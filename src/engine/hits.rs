@@ -26,29 +26,58 @@ pub(super) fn truncate_option(s: &mut String) {
     }
 }
 
+/// Why a check's return values are no hits (recorded as the rule's error).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum HitError {
+    #[error("rule {rule} returned undeclared symbol {symbol}")]
+    Undeclared { rule: String, symbol: String },
+    #[error("rule {rule}: hit tables map symbol names")]
+    KeyNotName { rule: String },
+    #[error("rule {rule} returned {found} where a hit (true/false/weight) was expected")]
+    NotWeight { rule: String, found: &'static str },
+    #[error("rule {rule} declares several symbols: return a symbol name or a table of hits")]
+    NotHits { rule: String },
+    /// Reading the values raised (a metamethod of an options table).
+    #[error("{0}")]
+    Lua(String),
+}
+
+impl From<mlua::Error> for HitError {
+    fn from(e: mlua::Error) -> Self {
+        HitError::Lua(describe(&e))
+    }
+}
+
 /// Reads a check's return values: `(symbol index, weight, options)` per hit.
-pub(super) fn interpret(meta: &RuleMeta, values: MultiValue) -> Result<Vec<Found>, String> {
+pub(super) fn interpret(meta: &RuleMeta, values: MultiValue) -> Result<Vec<Found>, HitError> {
     let mut it = values.into_iter();
     let first = it.next().unwrap_or(Value::Nil);
-    let symbol_index = |name: &str| -> Result<usize, String> {
+    let symbol_index = |name: &str| -> Result<usize, HitError> {
         meta.symbols
             .iter()
             .position(|s| s.name == name)
-            .ok_or_else(|| format!("rule {} returned undeclared symbol {name}", meta.name))
+            .ok_or_else(|| HitError::Undeclared {
+                rule: meta.name.clone(),
+                symbol: name.to_string(),
+            })
     };
     match first {
         Value::Table(t) if meta.multi => {
             let mut hits = Vec::new();
             for pair in t.pairs::<Value, Value>() {
-                let (k, v) = pair.map_err(|e| describe(&e))?;
+                let (k, v) = pair?;
                 let name = match &k {
                     Value::String(s) => s.to_string_lossy(),
-                    _ => return Err(format!("rule {}: hit tables map symbol names", meta.name)),
+                    _ => {
+                        return Err(HitError::KeyNotName {
+                            rule: meta.name.clone(),
+                        })
+                    }
                 };
                 let si = symbol_index(&name)?;
                 let (weight, options) = match v {
                     Value::Table(o) => {
-                        let w = match o.raw_get::<Value>("weight").map_err(|e| describe(&e))? {
+                        let w = match o.raw_get::<Value>("weight")? {
                             Value::Nil => 1.0,
                             w => weight(&w, meta)?.unwrap_or(0.0),
                         };
@@ -83,28 +112,26 @@ pub(super) fn interpret(meta: &RuleMeta, values: MultiValue) -> Result<Vec<Found
             _ => Ok(Vec::new()),
         },
         Value::Nil | Value::Boolean(false) => Ok(Vec::new()),
-        _ => Err(format!(
-            "rule {} declares several symbols: return a symbol name or a table of hits",
-            meta.name
-        )),
+        _ => Err(HitError::NotHits {
+            rule: meta.name.clone(),
+        }),
     }
 }
 
-fn weight(v: &Value, meta: &RuleMeta) -> Result<Option<f64>, String> {
+fn weight(v: &Value, meta: &RuleMeta) -> Result<Option<f64>, HitError> {
     match v {
         Value::Nil | Value::Boolean(false) => Ok(None),
         Value::Boolean(true) => Ok(Some(1.0)),
         Value::Integer(i) => Ok(Some(*i as f64)),
         Value::Number(n) if n.is_finite() => Ok(Some(*n)),
-        other => Err(format!(
-            "rule {} returned {} where a hit (true/false/weight) was expected",
-            meta.name,
-            other.type_name()
-        )),
+        other => Err(HitError::NotWeight {
+            rule: meta.name.clone(),
+            found: other.type_name(),
+        }),
     }
 }
 
-fn options_of(values: impl Iterator<Item = Value>) -> Result<Vec<String>, String> {
+fn options_of(values: impl Iterator<Item = Value>) -> Result<Vec<String>, HitError> {
     let mut out = Vec::new();
     let mut push = |v: &Value| {
         if out.len() >= MAX_OPTIONS {
@@ -124,7 +151,7 @@ fn options_of(values: impl Iterator<Item = Value>) -> Result<Vec<String>, String
     for v in values {
         match &v {
             Value::Table(t) => {
-                for item in sequence(t).map_err(|e| describe(&e))? {
+                for item in sequence(t)? {
                     push(&item);
                 }
             }

@@ -7,7 +7,7 @@
 //! A *generation* is a complete, validated rule set: sources, lists and the declarations found
 //! by loading it once. `Engine` holds the current one behind an `ArcSwap`; a reload builds the
 //! next one completely and swaps only when it loaded without error. Each scan worker owns a
-//! `RuleRunner`, whose Lua state is built once per generation (`state.rs`): a scan in flight
+//! `RuleRunner` (`runner.rs`), whose Lua state is built once per generation (`state.rs`): a scan in flight
 //! finishes on the generation it started with.
 
 mod api;

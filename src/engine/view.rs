@@ -7,7 +7,7 @@ use std::ffi::CStr;
 use mail_parser::{HeaderValue, MimeHeaders, PartType};
 use mlua::{Lua, Result, Table, Value};
 
-use super::ffi::{self as rawtable, Field, Row};
+use super::ffi::{self, Field, Row};
 use super::fields::FieldId;
 
 use crate::entities::{EmailRole, Entities, IpSource, IpText, UrlSource};
@@ -253,9 +253,10 @@ fn number(n: f64) -> Field<'static> {
     Field::Num(n)
 }
 
-/// An array of records as a Lua value (see `rawtable`: one protected call for the whole array).
+/// An array of records as a Lua value (see `ffi/records.rs`: one protected call for the whole
+/// array).
 fn records<const N: usize>(lua: &Lua, rows: &[Row<'_, N>]) -> Result<Value> {
-    Ok(Value::Table(rawtable::records(lua, rows)?))
+    Ok(Value::Table(ffi::records(lua, rows)?))
 }
 
 /// A string without its leading and trailing white space, borrowed where it was.
@@ -825,7 +826,7 @@ impl MessageData<'_> {
                     counts_row(c.windows.get(w).unwrap_or(&Counts::default()), Some(hash))
                 })
                 .collect();
-            return rawtable::records(lua, &rows);
+            return ffi::records(lua, &rows);
         }
         let mut rows = Vec::new();
         for (hash, c) in keys {
@@ -837,7 +838,7 @@ impl MessageData<'_> {
                     .map(|(name, counts)| {
                         Ok::<_, mlua::Error>((
                             name.as_str(),
-                            rawtable::record(lua, &counts_row(counts, None))?,
+                            ffi::record(lua, &counts_row(counts, None))?,
                         ))
                     })
                     .collect::<Result<Vec<_>>>()?,

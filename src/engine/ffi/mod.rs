@@ -18,6 +18,8 @@
 //!    (`Slow::func`), which owns an `Rc<T>` of that very value, so the pointer is valid as long
 //!    as the closure lives (a closure keeps its upvalues alive). The C function of a `RawFn<T>`
 //!    reads upvalue 1 as a `T` and nothing else. Upvalue 3, on `msg`'s methods, is a field id.
+//!    Lua code cannot read or replace upvalues: the state has no `debug` library (`StdLib` in
+//!    `build_state` leaves it out, and nothing else loads it).
 //! 2. **The scan's data (`ScanSlot`).** `Ctx::scan` holds a pointer to the `MessageData` of the
 //!    scan in progress, or null. `ScanSlot::enter` sets it from a `&MessageData` and the
 //!    `ScanGuard` it returns clears it on drop (also when unwinding). `RuleRunner::run` makes the

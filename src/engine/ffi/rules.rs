@@ -27,8 +27,8 @@ pub(in crate::engine) fn run_rules(
 
 /// `check` called through `profiled_call`, a C function of its own, so that callgrind's
 /// `--toggle-collect=*profiled_call` counts that rule's instructions alone (in the set as it
-/// runs). The state puts it in the rules' checks in place of the rule `PROFILED_RULE` names,
-/// when the state is built: the loop itself has no check for it.
+/// runs). `RuleRunner::profile_rule` puts it in the state's table of checks in place of that
+/// rule's check: the loop itself has no test for it.
 pub(in crate::engine) fn profiled(lua: &Lua, check: &Function) -> mlua::Result<Function> {
     // SAFETY: the stack holds `check`; the closure takes it as its one upvalue.
     unsafe {
