@@ -45,11 +45,11 @@ pub(super) fn install(
                 // The `rule` span nests in the worker's `scan` span (queue id) and that in the
                 // connection's. Made only when a rule logs: a span per rule run would cost
                 // more than most rules.
-                tracing::info_span!("rule", name = %rule, generation).in_scope(|| match level {
-                    1 => tracing::error!(dropped, "{text}"),
-                    2 => tracing::warn!(dropped, "{text}"),
-                    3 => tracing::info!(dropped, "{text}"),
-                    _ => tracing::debug!(dropped, "{text}"),
+                tracing::info_span!("rule", name = %rule).in_scope(|| match level {
+                    1 => tracing::error!(dropped, generation, "{text}"),
+                    2 => tracing::warn!(dropped, generation, "{text}"),
+                    3 => tracing::info!(dropped, generation, "{text}"),
+                    _ => tracing::debug!(dropped, generation, "{text}"),
                 });
             }
             Ok(())
