@@ -185,7 +185,7 @@ pub(super) fn install(
                     c.registered.borrow_mut().push(d);
                     Ok(None)
                 }
-                Err(e) => Ok(Some(e)),
+                Err(e) => Ok(Some(e.to_string())),
             }
         })?,
     )?;
