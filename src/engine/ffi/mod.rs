@@ -19,7 +19,8 @@
 //!    as the closure lives (a closure keeps its upvalues alive). The C function of a `RawFn<T>`
 //!    reads upvalue 1 as a `T` and nothing else. Upvalue 3, on `msg`'s methods, is a field id.
 //!    Lua code cannot read or replace upvalues: the state has no `debug` library (`StdLib` in
-//!    `build_state` leaves it out, and nothing else loads it).
+//!    `build_state` leaves it out, and nothing else loads it). (`profiled_call`, the one C
+//!    closure made otherwise, has a single upvalue: the Lua function it calls.)
 //! 2. **The scan's data (`ScanSlot`).** `Ctx::scan` holds a pointer to the `MessageData` of the
 //!    scan in progress, or null. `ScanSlot::enter` sets it from a `&MessageData` and the
 //!    `ScanGuard` it returns clears it on drop (also when unwinding). `RuleRunner::run` makes the
@@ -39,7 +40,8 @@
 //!    The buffers a C function pushes from are `Lent`: a call finding its buffer lent (a
 //!    finalizer re-entering it during the pushes, or a push that raised and never gave it back)
 //!    answers through its mlua function instead, so no call can change a buffer another one is
-//!    reading. This holds whatever finalizers exist; it does not rely on the prelude's ban of
+//!    reading; `ScanSlot::enter`, between scans, frees the scan's buffers a raising call left
+//!    lent. This holds whatever finalizers exist; it does not rely on the prelude's ban of
 //!    `__gc` for rules (that ban is about CPU budgets: finalizers run with hooks off). The
 //!    finalizers Rust puts in the state (mlua's userdata and callbacks) only drop Rust values
 //!    (`Rc`s of the handles, `Arc`s of lists), which run no Lua.
