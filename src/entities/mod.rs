@@ -15,7 +15,8 @@ use serde::Serialize;
 
 use crate::message::{normalize, Anomaly, Envelope, LinkAttr, ParsedMessage};
 
-pub use self::url::{canonical_host, canonicalize, registrable_domain, CanonicalUrl};
+pub use self::received::helo_is_bare_ip;
+pub use self::url::{canonical_host, canonicalize, has_userinfo, registrable_domain, CanonicalUrl};
 
 /// Most URLs kept per message; more set `too_many_links`.
 pub const MAX_URLS: usize = 1_000;
@@ -67,6 +68,9 @@ pub struct UrlEntity {
     /// Anchor text for `<a href>` links.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The authority carries a user name (`http://www.bank.example@198.51.100.7/`):
+    /// `has_userinfo` of `url`.
+    pub userinfo: bool,
 }
 
 /// The role an address plays.
@@ -116,6 +120,44 @@ pub struct IpEntity {
     /// The name the sending host gave (HELO) or was known by, when the header says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The registrable domain of `host` (lower-cased), by the public suffix list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// A loopback, private, link-local, CGNAT or unspecified address (`is_private`): a hop
+    /// inside someone's own network.
+    pub private: bool,
+}
+
+impl IpEntity {
+    fn new(ip: IpAddr, source: IpSource, hop: Option<usize>, host: Option<String>) -> IpEntity {
+        // (Received hosts come lower-cased; only a HELO from the envelope may need a copy)
+        let domain = host.as_deref().and_then(|h| {
+            if h.bytes().any(|b| b.is_ascii_uppercase()) {
+                registrable_domain(&h.to_ascii_lowercase())
+            } else {
+                registrable_domain(h)
+            }
+        });
+        IpEntity {
+            private: is_private(ip),
+            ip,
+            source,
+            hop,
+            host,
+            domain,
+        }
+    }
+}
+
+/// One Received header (hop 0 is the topmost, most recent one), every one of the message's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReceivedHop {
+    /// The time stamp after the header's last `;`, Unix seconds (`message::date::received_time`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<i64>,
+    /// The client greeted with its bare address: `from 192.0.2.7 ([192.0.2.7])`
+    /// (`helo_is_bare_ip`).
+    pub helo_ip: bool,
 }
 
 /// Attachment flags.
@@ -167,6 +209,8 @@ pub struct Entities {
     pub emails: Vec<EmailEntity>,
     /// Client IP first, then Received hops top-down.
     pub ips: Vec<IpEntity>,
+    /// Every Received header, top-down: `IpEntity::hop` indexes it.
+    pub hops: Vec<ReceivedHop>,
     pub attachments: Vec<AttachmentEntity>,
     pub anchors: Vec<Anchor>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -191,18 +235,29 @@ impl Entities {
     pub fn emails_with(&self, role: EmailRole) -> impl Iterator<Item = &EmailEntity> {
         self.emails.iter().filter(move |e| e.role == role)
     }
+
+    /// The Received header an address was read from, if any.
+    pub fn hop_of(&self, ip: &IpEntity) -> Option<&ReceivedHop> {
+        ip.hop.and_then(|h| self.hops.get(h))
+    }
+
+    /// Whether the client of the hop an address was read from greeted with its bare address
+    /// (`helo_ip` of `msg:ips()`).
+    pub fn helo_ip(&self, ip: &IpEntity) -> bool {
+        self.hop_of(ip).is_some_and(|h| h.helo_ip)
+    }
 }
 
 /// Extracts the entities of a parsed message and its envelope.
 pub fn extract(message: &ParsedMessage<'_>, envelope: &Envelope) -> Entities {
     let mut x = Extractor::default();
     if let Some(ip) = envelope.client_ip {
-        x.out.ips.push(IpEntity {
-            ip: canonical_ip(ip),
-            source: IpSource::Client,
-            hop: None,
-            host: envelope.helo.clone(),
-        });
+        x.out.ips.push(IpEntity::new(
+            canonical_ip(ip),
+            IpSource::Client,
+            None,
+            envelope.helo.clone(),
+        ));
     }
     if let Some(mime) = &message.mime {
         x.headers(mime);
@@ -278,13 +333,23 @@ impl Extractor {
             }
             _ => {}
         }
-        let mut hop = 0;
         for header in mime.headers() {
             if header.name != HeaderName::Received {
                 continue;
             }
+            // Every header's time and HELO (`msg:received_time(n)` reads any hop, and both are
+            // cheap); the sender's address of the first `MAX_RECEIVED_HOPS` only.
+            let hop = self.out.hops.len();
+            let value = mime
+                .raw_message
+                .get(header.offset_start as usize..header.offset_end as usize)
+                .unwrap_or_default();
+            self.out.hops.push(ReceivedHop {
+                time: crate::message::date::received_time_bytes(value),
+                helo_ip: helo_is_bare_ip(value),
+            });
             if hop >= MAX_RECEIVED_HOPS {
-                break;
+                continue;
             }
             let raw = mime
                 .raw_message
@@ -293,14 +358,8 @@ impl Extractor {
                 .unwrap_or_default();
             let text = memchr::memchr(b':', raw.as_bytes()).map_or(raw.as_ref(), |i| &raw[i + 1..]);
             if let Some((ip, host)) = received::sender(text) {
-                self.out.ips.push(IpEntity {
-                    ip,
-                    source: IpSource::Received,
-                    hop: Some(hop),
-                    host,
-                });
+                (self.out.ips).push(IpEntity::new(ip, IpSource::Received, Some(hop), host));
             }
-            hop += 1;
         }
         if let Some(id) = mime.message_id() {
             let id = id.trim().to_string();
@@ -495,6 +554,7 @@ impl Extractor {
         }
         self.out.urls.push(UrlEntity {
             host_is_ip: c.ip.is_some(),
+            userinfo: has_userinfo(&c.url),
             url: c.url,
             host: c.host,
             domain: c.domain,
@@ -604,6 +664,38 @@ impl IpText {
     }
 }
 
+/// Loopback, private (RFC 1918), link-local, CGNAT, unspecified, and IPv6 unique-local,
+/// link-local, loopback and unspecified addresses: hops inside someone's own network. An
+/// IPv4-mapped IPv6 address is read as IPv4.
+pub fn is_private(ip: IpAddr) -> bool {
+    match canonical_ip(ip) {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_private()
+                || v4.is_loopback()
+                || v4.is_link_local()
+                || a == 0
+                || (a == 100 && (64..=127).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// `is_private` of an address given as text (the rules' `util.is_private_ip`); false for
+/// anything that is no IP address.
+pub fn is_private_text(text: &[u8]) -> bool {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.parse::<IpAddr>().ok())
+        .is_some_and(is_private)
+}
+
 /// IPv4-mapped IPv6 addresses become IPv4; everything else as is (Display is canonical).
 pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
@@ -646,6 +738,111 @@ fn attachment_flags(name: &str) -> (Option<String>, AttachmentFlags) {
 mod tests {
     use super::*;
     use crate::message::{parse, prepare, Limits};
+
+    #[test]
+    fn private_addresses() {
+        for (ip, private) in [
+            ("10.1.2.3", true),
+            ("172.16.0.1", true),
+            ("172.32.0.1", false),
+            ("192.168.1.1", true),
+            ("127.0.0.1", true),
+            ("169.254.1.1", true),
+            ("100.64.0.1", true),
+            ("100.128.0.1", false),
+            ("0.0.0.0", true),
+            ("8.8.8.8", false),
+            ("::1", true),
+            ("::", true),
+            ("fd00::1", true),
+            ("fe80::1", true),
+            ("2001:db8::1", false),
+            ("::ffff:10.0.0.1", true),
+        ] {
+            assert_eq!(is_private(ip.parse().unwrap()), private, "{ip}");
+            assert_eq!(is_private_text(ip.as_bytes()), private, "{ip}");
+        }
+        for text in ["", "10.0.0", "localhost", "10.0.0.1 ", "\u{ff}"] {
+            assert!(!is_private_text(text.as_bytes()), "{text:?}");
+        }
+    }
+
+    /// The hops' facts and the IP records' flags, as `extract` computes them once.
+    #[test]
+    fn received_hops_and_ip_flags() {
+        let raw = "Received: from 192.0.2.7 ([192.0.2.7]) by mx.example; Thu, 22 Aug 2002 18:26:25 -0700\n\
+                   Received: from relay.example.com (relay.example.com [10.0.0.5]) by a; 22 Aug 02 18:26 GMT\n\
+                   Received: from x by y (no date)\n\
+                   From: a@example.com\n\
+                   Subject: hi\n\n\
+                   see http://www.bank.example@198.51.100.7/login and http://example.com/a@b\n";
+        let input = prepare(raw.as_bytes(), &Limits::default());
+        let m = parse(&input, &Limits::default());
+        let envelope = Envelope {
+            client_ip: Some("203.0.113.9".parse().unwrap()),
+            helo: Some("Mail.Example.CO.UK".into()),
+            ..Envelope::default()
+        };
+        let e = extract(&m, &envelope);
+        let hops: Vec<_> = e.hops.iter().map(|h| (h.time, h.helo_ip)).collect();
+        assert_eq!(
+            hops,
+            [
+                (Some(1_030_065_985), true),
+                (Some(1_030_040_760), false),
+                (None, false)
+            ]
+        );
+        let ips: Vec<_> = (e.ips.iter())
+            .map(|ip| {
+                (
+                    ip.ip.to_string(),
+                    ip.private,
+                    ip.domain.as_deref(),
+                    e.helo_ip(ip),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ips,
+            [
+                ("203.0.113.9".into(), false, Some("example.co.uk"), false),
+                ("192.0.2.7".into(), false, None, true),
+                ("10.0.0.5".into(), true, Some("example.com"), false),
+            ]
+        );
+        let urls: Vec<_> = e
+            .urls
+            .iter()
+            .map(|u| (u.url.as_str(), u.userinfo))
+            .collect();
+        assert_eq!(
+            urls,
+            [
+                ("http://www.bank.example@198.51.100.7/login", true),
+                ("http://example.com/a@b", false)
+            ]
+        );
+    }
+
+    /// More Received headers than `MAX_RECEIVED_HOPS`: every one has its hop record (rules read
+    /// the time of the last), the addresses stop at the limit.
+    #[test]
+    fn hops_beyond_the_address_limit() {
+        let mut raw = String::new();
+        for i in 0..MAX_RECEIVED_HOPS + 5 {
+            raw.push_str(&format!(
+                "Received: from h{i}.example ([192.0.2.1]) by x; 22 Aug 2002 18:26:{:02} +0000\n",
+                i % 60
+            ));
+        }
+        raw.push_str("Subject: loop\n\nx\n");
+        let input = prepare(raw.as_bytes(), &Limits::default());
+        let e = extract(&parse(&input, &Limits::default()), &Envelope::default());
+        assert_eq!(e.hops.len(), MAX_RECEIVED_HOPS + 5);
+        assert_eq!(e.ips.len(), MAX_RECEIVED_HOPS);
+        assert_eq!(e.hops.last().unwrap().time, Some(1_030_040_760 + 104 % 60));
+    }
 
     #[test]
     fn ip_text_matches_display() {

@@ -56,6 +56,34 @@ pub fn sender(text: &str) -> Option<(IpAddr, Option<String>)> {
     Some((crate::entities::canonical_ip(ip), host))
 }
 
+/// A Received header (its value) whose client greeted with its bare address:
+/// `from 192.0.2.7 ([192.0.2.7])`, the address not in the `[...]` literal form HELO asks for.
+pub fn helo_is_bare_ip(value: &[u8]) -> bool {
+    let Some(rest) = value.trim_ascii_start().strip_prefix(b"from") else {
+        return false;
+    };
+    let after_from = rest.trim_ascii_start();
+    if after_from.len() == rest.len() {
+        return false; // "from" not followed by white space
+    }
+    let end = after_from
+        .iter()
+        .position(|&c| !(c.is_ascii_digit() || c == b'.'))
+        .unwrap_or(after_from.len());
+    let (ip, after) = after_from.split_at(end);
+    let valid = std::str::from_utf8(ip)
+        .is_ok_and(|t| t.parse::<std::net::Ipv4Addr>().is_ok() && t.split('.').count() == 4);
+    if !valid {
+        return false;
+    }
+    let after_ws = after.trim_ascii_start();
+    after_ws.len() < after.len()
+        && after_ws
+            .strip_prefix(b"([")
+            .and_then(|r| r.strip_prefix(ip))
+            .is_some_and(|r| r.starts_with(b"])"))
+}
+
 /// What the from clause says, as written.
 #[derive(Default)]
 struct Hop<'a> {
@@ -359,6 +387,17 @@ fn by_clause(clause: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bare_helo_addresses() {
+        assert!(helo_is_bare_ip(b" from 192.0.2.7 ([192.0.2.7]) by mx"));
+        assert!(helo_is_bare_ip(b"from 192.0.2.7\r\n\t([192.0.2.7])"));
+        assert!(!helo_is_bare_ip(b"from 192.0.2.7 ([192.0.2.8]) by mx"));
+        assert!(!helo_is_bare_ip(b"from host.example ([192.0.2.7]) by mx"));
+        assert!(!helo_is_bare_ip(b"from 192.0.2.7 (host [192.0.2.7])"));
+        assert!(!helo_is_bare_ip(b"from192.0.2.7 ([192.0.2.7])"));
+        assert!(!helo_is_bare_ip(b"from 1.2.3 ([1.2.3])"));
+    }
 
     fn ip(text: &str) -> Option<String> {
         sender(text).map(|(ip, _)| ip.to_string())

@@ -6,6 +6,7 @@
 //! data (`anomalies`) that rules can score, never a panic or an error.
 
 pub mod anomaly;
+pub mod date;
 pub mod html;
 pub mod normalize;
 
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use anomaly::{Anomalies, Anomaly};
+pub use date::{DateFacts, ZoneProblem};
 pub use html::{HtmlLink, LinkAttr};
 pub use normalize::{normalize, Text};
 
@@ -109,6 +111,8 @@ pub struct ParsedMessage<'a> {
     pub mixed_script_words: Vec<String>,
     /// Number of MIME parts visited.
     pub part_count: usize,
+    /// The Date header's time and zone problem (`date::DateFacts`).
+    pub date: DateFacts,
     pub anomalies: Anomalies,
     /// `header_key` of each top-level header's name, in the order of `mime`'s headers: a
     /// lookup by name compares these instead of every header's name.
@@ -258,6 +262,7 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
         .flat_map(|m| m.headers())
         .map(|h| header_key(h.name.as_str().as_bytes()))
         .collect();
+    let date = (mime.as_ref()).map_or_else(DateFacts::default, |m| DateFacts::of(m, raw));
     ParsedMessage {
         raw,
         mime,
@@ -270,7 +275,27 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
         attachments: walker.attachments,
         mixed_script_words: mixed,
         part_count: walker.part_count,
+        date,
         anomalies,
+    }
+}
+
+/// A top-level header's value as text (`raw`: the bytes mail-parser read): decoded where
+/// mail-parser decoded it, else the raw value unfolded and trimmed. What `msg:header(name)`
+/// gives rules.
+pub fn header_text<'h>(h: &'h mail_parser::Header<'_>, raw: &'h [u8]) -> Cow<'h, str> {
+    match &h.value {
+        mail_parser::HeaderValue::Text(t) => Cow::Borrowed(t.trim()),
+        mail_parser::HeaderValue::TextList(l) => Cow::Owned(l.join(", ")),
+        _ => {
+            let value = raw
+                .get(h.offset_start as usize..h.offset_end as usize)
+                .unwrap_or_default();
+            match utf8_lossy(value) {
+                Cow::Borrowed(v) => date::unfold(v),
+                Cow::Owned(v) => Cow::Owned(date::unfold(&v).into_owned()),
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use mail_parser::{HeaderName, MessageParser};
 use serde::Serialize;
 
+use crate::message::date::received_time_mail_parser;
 use crate::message::Envelope;
 use crate::shingle::hash_bytes;
 
@@ -274,15 +275,16 @@ fn assign_header_times(items: &mut [Item], times: &[Option<u64>]) -> usize {
 /// MTA recorded (Return-Path, Delivered-To / X-Original-To).
 fn headers_of(raw: &[u8]) -> (Option<u64>, Envelope) {
     let parser = MessageParser::new()
-        .header_received(HeaderName::Received)
+        .header_raw(HeaderName::Received)
         .header_date(HeaderName::Date);
     let Some(message) = parser.parse_headers(raw) else {
         return (None, Envelope::default());
     };
     let positive = |t: i64| u64::try_from(t).ok().filter(|&t| t > 0);
-    let received = message
-        .received_all()
-        .find_map(|r| r.date.as_ref().and_then(|d| positive(d.to_timestamp())));
+    let received = (message.headers().iter())
+        .filter(|h| h.name == HeaderName::Received)
+        .filter_map(|h| raw.get(h.offset_start as usize..h.offset_end as usize))
+        .find_map(|value| received_time_mail_parser(value).and_then(positive));
     let time = received.or_else(|| message.date().and_then(|d| positive(d.to_timestamp())));
     let address = |name: &str| -> Option<String> {
         let raw = message.header_raw(name)?;

@@ -662,6 +662,9 @@ pub struct Report<'r> {
     pub generation: u64,
     pub subject: &'r str,
     pub subject_normalized: &'r str,
+    /// The Date header's time and zone problem; left out without either.
+    #[serde(skip_serializing_if = "message::DateFacts::is_empty")]
+    pub date: &'r message::DateFacts,
     pub entities: ReportEntities<'r>,
     pub shingles: &'r [Shingle],
     pub anomalies: &'r Anomalies,
@@ -687,6 +690,8 @@ pub struct Details<'r> {
     pub links: &'r [entities::UrlEntity],
     pub addresses: &'r [entities::EmailEntity],
     pub received: &'r [entities::IpEntity],
+    /// Every Received header's time and bare-HELO flag, top-down (`received[].hop` indexes it).
+    pub hops: &'r [entities::ReceivedHop],
     pub anchors: &'r [entities::Anchor],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message_id: Option<&'r str>,
@@ -729,6 +734,7 @@ impl Analysis<'_> {
             generation: verdict.generation,
             subject: &self.message.subject.display,
             subject_normalized: &self.message.subject.normalized,
+            date: &self.message.date,
             entities: ReportEntities {
                 urls,
                 hosts: &e.hosts,
@@ -740,6 +746,7 @@ impl Analysis<'_> {
                     links: &e.urls,
                     addresses: &e.emails,
                     received: &e.ips,
+                    hops: &e.hops,
                     anchors: &e.anchors,
                     message_id: e.message_id.as_deref(),
                     message_id_domain: e.message_id_domain.as_deref(),
