@@ -259,7 +259,7 @@ pub(super) fn build_state(
     generation: Option<&Arc<Generation>>,
     env: &BuildEnv<'_>,
 ) -> Result<Built, LoadError> {
-    super::view::warm();
+    crate::message::date::warm();
     let lua = Lua::new_with(
         StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8 | StdLib::OS,
         LuaOptions::default(),

@@ -1,4 +1,4 @@
-//! Text helpers for rules: `char_counts` and `is_private_ip`.
+//! Text helpers for rules: `char_counts` (`is_private_ip` is `entities::is_private_text`).
 
 /// Byte counts of `t` by ASCII class: upper-case letters, lower-case letters, digits, white
 /// space (space, tab, CR, LF) and the rest. Written as four independent sums of comparisons, so
@@ -24,14 +24,6 @@ pub(in crate::engine) fn char_counts(t: &[u8]) -> (usize, usize, usize, usize, u
     }
     let other = t.len() - upper - lower - digit - space;
     (upper, lower, digit, space, other)
-}
-
-/// Whether `b` is the text of a private, loopback or link-local address (`view::is_private`).
-pub(in crate::engine) fn is_private_text(b: &[u8]) -> bool {
-    std::str::from_utf8(b)
-        .ok()
-        .and_then(|s| s.parse::<std::net::IpAddr>().ok())
-        .is_some_and(crate::engine::view::is_private)
 }
 
 #[cfg(test)]

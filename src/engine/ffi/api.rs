@@ -13,10 +13,11 @@ use super::{raise, raw_arg, raw_closure, raw_scan, slow_call, target, RawFn, Slo
 use crate::engine::api::phrases::Phrases;
 use crate::engine::api::ratelimit::RateLimiter;
 use crate::engine::api::regex::{captures, find_from, RegexHandle};
-use crate::engine::api::text::{char_counts, is_private_text};
+use crate::engine::api::text::char_counts;
 use crate::engine::phrases::Found;
 use crate::engine::state::Unlimited;
 use crate::engine::view::Arg;
+use crate::entities::is_private_text;
 
 /// `stat(type, window[, how[, min_seen]])` (`msg:stat`): seven integers.
 pub(super) unsafe extern "C-unwind" fn stat_raw(l: *mut ffi::lua_State) -> c_int {
