@@ -3,6 +3,7 @@
 //! the rules' loop (`ffi/rules.rs`) leaves: hits in other forms than the plain ones, errors,
 //! timeouts.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use mlua::{Function, Lua, Table, Value};
@@ -14,13 +15,12 @@ use super::state::{build_state, describe, BuildEnv, Ctx};
 use super::view::MessageData;
 use super::{Engine, Generation, Hit, RuleMeta, RuleOutcome};
 use crate::shingle::hash_bytes;
-use std::rc::Rc;
 
 /// Per-rule counters are flushed to the generation after this many scans.
 const FLUSH_EVERY: u32 = 256;
 /// Rules' times are read on one scan in this many (the first after each flush of the counters),
 /// and counted this many times: a clock read per rule cost ~2% of the rules' time.
-pub(super) const TIME_EVERY: u32 = 8;
+const TIME_EVERY: u32 = 8;
 
 /// A built Lua state with a generation's rules registered.
 struct LoadedState {
