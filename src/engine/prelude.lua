@@ -186,7 +186,10 @@ end
 -- the hot path (a Lua call and a check cost more than the lookup, and rules read `msg` fields
 -- a hundred times a message).
 local NIL = {}
-local F = rust.fields
+-- (read only while the prelude runs; a name Rust does not know stops the state's build)
+local F = setmetatable(rust.fields, {
+  __index = function(_, name) raw_error("prelude: no msg field " .. tostring(name), 2) end,
+})
 local fetch, stats = rust.fetch, rust.stats
 -- Fields that are one string or number are read by a plain C function (much cheaper to call
 -- than an mlua one); it hands long strings and anything else to `fetch`.
