@@ -119,7 +119,7 @@ fn main() {
         let generation = scanner.engine().generation();
         let index = generation.rules.iter().position(|r| r.name == name);
         let index = index.unwrap_or_else(|| panic!("no rule {name}"));
-        shrike::engine::PROFILED_RULE.store(index, std::sync::atomic::Ordering::Relaxed);
+        worker.rules().profile_rule(index);
     }
     let mut hits = 0usize;
     let mut times = Vec::with_capacity(rounds * chosen.len());

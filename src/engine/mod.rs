@@ -7,13 +7,18 @@
 //! A *generation* is a complete, validated rule set: sources, lists and the declarations found
 //! by loading it once. `Engine` holds the current one behind an `ArcSwap`; a reload builds the
 //! next one completely and swaps only when it loaded without error. Each scan worker owns a
-//! `RuleRunner`, whose Lua state is built once per generation (`state.rs`): a scan in flight
+//! `RuleRunner` (`runner.rs`), whose Lua state is built once per generation (`state.rs`): a scan in flight
 //! finishes on the generation it started with.
 
+mod api;
+mod declare;
+mod ffi;
+pub mod fields;
+mod hits;
 pub mod lists;
 mod phrases;
 mod preempt;
-mod rawtable;
+mod runner;
 mod settings;
 pub mod source;
 mod state;
@@ -33,9 +38,10 @@ use crate::store::ReputationStore;
 // Engine-internal name: the rest of shrike imports it from `crate::verdict`.
 use crate::verdict::Action;
 
+pub use fields::FieldId;
+pub use runner::RuleRunner;
 pub use settings::{EngineConfig, EngineConfigError};
 pub use source::RuleLocation;
-pub use state::{RuleRunner, PROFILED_RULE};
 pub use view::MessageData;
 
 /// The symbol recorded when a rule raised an error or exhausted memory.
@@ -165,6 +171,8 @@ pub struct Engine {
     reload_failures: AtomicU64,
     last_error: Mutex<Option<String>>,
     states_built: AtomicU64,
+    /// The last generation whose Lua state failed to build in a worker (logged once).
+    state_failed: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -199,6 +207,7 @@ impl Engine {
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
             states_built: AtomicU64::new(0),
+            state_failed: AtomicU64::new(0),
             last_error: Mutex::new(None),
         }))
     }
@@ -278,6 +287,12 @@ impl Engine {
     /// Counts a Lua state a scan worker built (see `RuleRunner::warm`).
     pub(crate) fn state_built(&self) {
         self.states_built.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a worker's failure to build generation `id`'s state is the first one for it
+    /// (the one that logs an error).
+    pub(crate) fn first_state_failure(&self, id: u64) -> bool {
+        self.state_failed.fetch_max(id, Ordering::Relaxed) < id
     }
 
     /// A runner for one scan thread.

@@ -41,10 +41,15 @@ pub struct Found {
     pub indices: Vec<usize>,
 }
 
+/// Why phrase lists could not be compiled: the automaton would be too large.
+#[derive(Debug, thiserror::Error)]
+#[error("phrase lists: {0}")]
+pub struct PhraseError(#[from] aho_corasick::BuildError);
+
 impl PhraseSets {
     /// Builds the matcher. Empty phrases are ignored. Fails only when the automaton would be
     /// too large.
-    pub fn new(lists: &[Vec<Vec<u8>>]) -> Result<Self, String> {
+    pub fn new(lists: &[Vec<Vec<u8>>]) -> Result<Self, PhraseError> {
         let mut bytes = Vec::new();
         let mut patterns = Vec::new();
         for (list, phrases) in lists.iter().enumerate() {
@@ -70,8 +75,7 @@ impl PhraseSets {
             .match_kind(MatchKind::Standard)
             .byte_classes(true)
             .prefilter(false)
-            .build(&bytes)
-            .map_err(|e| format!("phrase lists: {e}"))?;
+            .build(&bytes)?;
         Ok(PhraseSets {
             dfa,
             patterns,
@@ -93,7 +97,7 @@ impl PhraseSets {
         }
         // The overlapping search, written out over the DFA: the crate's iterator keeps its
         // state in memory between calls and cost ~16 instructions a byte here, this loop ~10
-        // (callgrind, BENCHMARKS.md stop 26). Every phrase ending at a byte is in that byte's
+        // (callgrind). Every phrase ending at a byte is in that byte's
         // match state (Standard semantics), in the order the iterator reports them.
         //
         // A byte's step needs the state the byte before left, a table read that waits on the

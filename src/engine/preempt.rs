@@ -176,7 +176,7 @@ impl Preempt {
         self.slot.fired.load(Relaxed)
     }
 
-    /// Inside `run`, starts the budget of a new call: `run_checks` (engine/state.rs) runs
+    /// Inside `run`, starts the budget of a new call: `run_checks` (engine/ffi/rules.rs) runs
     /// several rules in one call into Lua and starts each this way, so each is charged and
     /// stopped on its own.
     /// A stop the watchdog asked for the previous call is dropped with its epoch.

@@ -175,7 +175,9 @@ SANDBOX.require = function(name)
   return res
 end
 
--- The message view. Field ids match `view::Field`.
+-- The message view. Field names and ids come from Rust (`engine/fields.rs`): `rust.fields`
+-- maps every name to its id, `rust.simple_fields` the plain accessors, and the three id lists
+-- say which raw function fetches each field.
 --
 -- A `msg` is valid only during its scan. Outside a scan `cache` is OUTSIDE, whose every read
 -- raises; when a scan ends, its `msg`'s metatable answers every lookup with `outside`, so any
@@ -184,6 +186,10 @@ end
 -- the hot path (a Lua call and a check cost more than the lookup, and rules read `msg` fields
 -- a hundred times a message).
 local NIL = {}
+-- (read only while the prelude runs; a name Rust does not know stops the state's build)
+local F = setmetatable(rust.fields, {
+  __index = function(_, name) raw_error("prelude: no msg field " .. tostring(name), 2) end,
+})
 local fetch, stats = rust.fetch, rust.stats
 -- Fields that are one string or number are read by a plain C function (much cheaper to call
 -- than an mlua one); it hands long strings and anything else to `fetch`.
@@ -217,20 +223,11 @@ local function field(id)
   end
 end
 
-local simple = {
-  subject = 1, subject_normalized = 2, recipients = 5, ip = 6, helo = 7, mail_from = 8,
-  rcpt = 9, text = 10, text_normalized = 11, html_text = 12, html = 13, parts = 14, urls = 15,
-  hosts = 16, domains = 17, anchors = 18, ips = 19, received_count = 20, attachments = 21,
-  anomalies = 22, mixed_script_words = 23, date = 24, message_id = 25, message_id_domain = 26,
-  mailer = 27, size = 28, now = 29, sender_ip = 35, bare_helo_ip = 36, hop_domains = 37,
-  part_types = 38, part_encodings = 39,
-  hostname = 48, user = 49, queue_id = 50, deliver_to = 51,
-}
-for name, id in pairs(simple) do
+for name, id in pairs(rust.simple_fields) do
   Msg[name] = field(id)
 end
 
-local from_record, reply_to_record, anomalies = field(3), field(4), Msg.anomalies
+local from_record, reply_to_record, anomalies = field(F.from), field(F.reply_to), Msg.anomalies
 -- (arrays of strings: empty without the header, false for a missing display name)
 function Msg:from()
   local t = from_record()
@@ -276,27 +273,29 @@ local function keyed(id, default)
   end
 end
 -- The Date's zone when it is wrong: "bad_offset" or "malformed", and the zone as written.
-local date_zone = field(33)
+local date_zone = field(F.date_zone)
 function Msg:date_zone()
   local v = date_zone()
   if v then return string.sub(v, 1, 1) == "b" and "bad_offset" or "malformed", string.sub(v, 3) end
 end
-Msg.first_url = keyed(34)
+Msg.first_url = keyed(F.first_url)
 -- Addresses of one role are picked out in Rust ("" stands for all of them).
-Msg.emails = keyed(30, "")
-Msg.email_count = keyed(32, "")
-Msg.received_time = keyed(31, 1)
-Msg.headers = keyed(41)
--- (C functions called as the methods themselves: `msg` is their first argument, not read)
-Msg.header, Msg.raw_header, Msg.header_count = rust.header, rust.raw_header, rust.header_count
+Msg.emails = keyed(F.emails, "")
+Msg.email_count = keyed(F.email_count, "")
+Msg.received_time = keyed(F.received_time, 1)
+Msg.headers = keyed(F.headers)
+-- (C functions called as the methods themselves: `msg` is their first argument, not read:
+-- `header`, `raw_header`, `header_count`)
+for name, method in pairs(rust.methods) do Msg[name] = method end
 Msg.stat = rust.stat_method
 function Msg.stats(_, kind, window) return stats(kind, window) end
-function Msg.shingles(_, kind) return fetch(46, kind) end
-function Msg.classify() return fetch(47) end
+local SHINGLES, CLASSIFY = F.shingles, F.classify
+function Msg.shingles(_, kind) return fetch(SHINGLES, kind) end
+function Msg.classify() return fetch(CLASSIFY) end
 
 -- The SMTP envelope in one table, built once a scan: what the MTA said (nil where it said
 -- nothing; `rcpt` an array).
-local ENVELOPE = 52
+local ENVELOPE = F.envelope
 function Msg:envelope()
   local t = cache[ENVELOPE]
   if t == nil then
@@ -326,9 +325,9 @@ end
 -- all it holds, and only a major collection frees it. So scans share one field cache, emptied
 -- when a scan ends, and the scan's metatable is kept in a slot of a table (which only marks
 -- that table for the next minor collection to look at).
--- The field ids (1..51, and ENVELOPE) index the cache's array part, which the constructor
+-- The field ids (1..rust.cache_slots) index the cache's array part, which the constructor
 -- sizes at once.
-local CACHE_SLOTS = 52
+local CACHE_SLOTS = rust.cache_slots
 local CACHE = raw_load("return {" .. string.rep("nil,", CACHE_SLOTS) .. "}", "=cache", "t", {})()
 local current = { mt = false }
 

@@ -1,18 +1,19 @@
-//! Record tables for Lua built through the raw C API, in one protected call per table.
+//! Record tables for Lua built through the raw C API, in one protected call per table: the
+//! fast form of the `Records` fields' arrays (`MessageData::tables`) and of `msg:stats`.
 //!
 //! The view hands rules arrays of records (Received hops, URLs, addresses, parts). Through
 //! mlua's safe API each record costs a registry handle (moved to the reference thread and back)
-//! and each field a string interning of its key: ~600 instructions a field, ~1,600 a record
-//! (BENCHMARKS.md, "Rules engine"). Here a whole array is built inside one `Lua::exec_raw`:
-//! keys are static C strings, which `lua_setfield` finds in Lua's string cache by address, and
-//! records go straight into the array without a handle of their own.
+//! and each field a string interning of its key: ~600 instructions a field, ~1,600 a record.
+//! Here a whole array is built inside one `Lua::exec_raw`: keys are static C strings, which
+//! `lua_setfield` finds in Lua's string cache by address, and records go straight into the
+//! array without a handle of their own.
 //!
-//! Safety: the closure passed to `exec_raw` runs inside mlua's protected call, so a Lua error
-//! (only "not enough memory" can occur: the tables have no metatables) unwinds to that call.
-//! The closure's frames own nothing with a destructor (it reads rows borrowed from the caller),
-//! so unwinding over them skips nothing; it uses at most three stack slots, which `exec_raw`
-//! checks for.
-#![allow(unsafe_code)]
+//! Safety (the module contract, 3 and 5): the closure passed to `exec_raw` runs inside mlua's
+//! protected call, so a Lua error (only "not enough memory" can occur: the tables have no
+//! metatables) unwinds to that call. The closure's frames own nothing with a destructor (it
+//! reads rows borrowed from the caller), so unwinding over them skips nothing; it uses at most
+//! three stack slots, which `exec_raw` checks for. A collection the pushes run cannot change
+//! the rows: they are borrowed immutably from the caller's frame.
 
 use std::ffi::{c_int, CStr};
 
@@ -36,14 +37,17 @@ pub type Row<'s, const N: usize> = [(&'static CStr, Field<'s>); N];
 /// # Safety
 /// `state` must be a valid Lua state with a free stack slot, inside a protected call.
 unsafe fn push(state: *mut ffi::lua_State, field: Field<'_>) -> bool {
-    match field {
-        Field::Nil => return false,
-        Field::Str(s) => {
-            ffi::lua_pushlstring(state, s.as_ptr().cast(), s.len());
+    // SAFETY: as above.
+    unsafe {
+        match field {
+            Field::Nil => return false,
+            Field::Str(s) => {
+                ffi::lua_pushlstring(state, s.as_ptr().cast(), s.len());
+            }
+            Field::Int(i) => ffi::lua_pushinteger(state, i),
+            Field::Bool(b) => ffi::lua_pushboolean(state, c_int::from(b)),
+            Field::Num(n) => ffi::lua_pushnumber(state, n),
         }
-        Field::Int(i) => ffi::lua_pushinteger(state, i),
-        Field::Bool(b) => ffi::lua_pushboolean(state, c_int::from(b)),
-        Field::Num(n) => ffi::lua_pushnumber(state, n),
     }
     true
 }
@@ -53,22 +57,25 @@ unsafe fn push(state: *mut ffi::lua_State, field: Field<'_>) -> bool {
 /// # Safety
 /// As `push`, with two free stack slots.
 unsafe fn push_record<const N: usize>(state: *mut ffi::lua_State, row: &Row<'_, N>) {
-    ffi::lua_createtable(state, 0, N as c_int);
-    for (key, field) in row {
-        if push(state, *field) {
-            ffi::lua_setfield(state, -2, key.as_ptr());
+    // SAFETY: as above.
+    unsafe {
+        ffi::lua_createtable(state, 0, N as c_int);
+        for (key, field) in row {
+            if push(state, *field) {
+                ffi::lua_setfield(state, -2, key.as_ptr());
+            }
         }
     }
 }
 
 /// One record as a table.
-pub fn record<const N: usize>(lua: &Lua, row: &Row<'_, N>) -> Result<Table> {
+pub(in crate::engine) fn record<const N: usize>(lua: &Lua, row: &Row<'_, N>) -> Result<Table> {
     // SAFETY: see the module documentation; two slots are used.
     unsafe { lua.exec_raw::<Table>((), |state| push_record(state, row)) }
 }
 
 /// An array of records.
-pub fn records<const N: usize>(lua: &Lua, rows: &[Row<'_, N>]) -> Result<Table> {
+pub(in crate::engine) fn records<const N: usize>(lua: &Lua, rows: &[Row<'_, N>]) -> Result<Table> {
     let len = c_int::try_from(rows.len()).unwrap_or(c_int::MAX);
     // SAFETY: see the module documentation; three slots are used (array, record, value).
     unsafe {
