@@ -58,9 +58,24 @@ pub fn changes_content(kind: &EventKind) -> bool {
     }
 }
 
+/// Why the rule directory cannot be watched (the cause is the error's source).
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("cannot watch rules")]
+    Start(#[source] notify::Error),
+    #[error("cannot watch {}", path.display())]
+    Path {
+        path: std::path::PathBuf,
+        #[source]
+        source: notify::Error,
+    },
+    #[error("cannot start the rule watcher")]
+    Thread(#[source] std::io::Error),
+}
+
 /// Starts watching the engine's rule directory (and its library directory). `None` for the
 /// embedded rules, which cannot change.
-pub fn watch(engine: &Arc<Engine>) -> Result<Option<RuleWatcher>, String> {
+pub fn watch(engine: &Arc<Engine>) -> Result<Option<RuleWatcher>, WatchError> {
     let paths = engine.location().watch_paths();
     if paths.is_empty() {
         return Ok(None);
@@ -78,18 +93,21 @@ pub fn watch(engine: &Arc<Engine>) -> Result<Option<RuleWatcher>, String> {
             Err(e) => tracing::warn!(error = %e, "rule directory watch error"),
         }
     })
-    .map_err(|e| format!("cannot watch rules: {e}"))?;
+    .map_err(WatchError::Start)?;
     for p in &paths {
         watcher
             .watch(p, RecursiveMode::Recursive)
-            .map_err(|e| format!("cannot watch {}: {e}", p.display()))?;
+            .map_err(|source| WatchError::Path {
+                path: p.clone(),
+                source,
+            })?;
     }
     let debounce = Duration::from_millis(engine.config().reload_debounce_ms.max(10));
     let target = Arc::downgrade(engine);
     let thread = std::thread::Builder::new()
         .name("shrike-watch".into())
         .spawn(move || debounce_loop(&rx, debounce, &target))
-        .map_err(|e| format!("cannot start the rule watcher: {e}"))?;
+        .map_err(WatchError::Thread)?;
     Ok(Some(RuleWatcher {
         watcher: Some(watcher),
         thread: Some(thread),

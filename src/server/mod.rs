@@ -107,8 +107,8 @@ pub enum ServeError {
     #[error("loading the classifier (server.salvage moves it aside)")]
     LoadClassifier(#[source] SnapshotError),
     /// The rule directory cannot be watched.
-    #[error("{0}")]
-    Watch(String),
+    #[error(transparent)]
+    Watch(crate::engine::watch::WatchError),
     #[error("{0}: the listener is off")]
     ListenerOff(&'static str),
     #[error("neither HTTP nor milter is configured to listen")]
