@@ -201,6 +201,58 @@ fn real_rspamc_scans_and_learns() {
     assert_eq!(stat["learned_spam"], 1);
 }
 
+/// `rspamc -z` sends the message zstd-compressed (`Compression: zstd`): it is read like the raw
+/// one. A body that expands past `max_body_bytes` is refused with 413 however small it travels,
+/// a damaged one with 400, and other codings with 415.
+#[test]
+fn zstd_bodies_from_rspamc_z_and_bombs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some("[http]\nmax_body_bytes = 1000000\n".into()),
+            ..Options::default()
+        },
+    );
+    let host = format!("127.0.0.1:{}", d.http);
+    let out = Command::new("rspamc")
+        .args(["-z", "-h", &host])
+        .arg(data("gtube.eml"))
+        .output()
+        .expect("rspamc is installed (scripts/test.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "rspamc -z failed: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Action: reject"), "{text}");
+    assert!(text.contains("Symbol: GTUBE"), "{text}");
+
+    let ham = std::fs::read(data(HAM)).unwrap();
+    let packed = zstd::encode_all(&ham[..], 3).unwrap();
+    let r = d.post("/checkv2", &[("Compression", "zstd")], &packed);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["action"], "no action");
+
+    // 50 MiB of one byte, a few kB compressed.
+    let bomb = zstd::encode_all(std::io::Read::take(std::io::repeat(b'a'), 50 << 20), 19).unwrap();
+    assert!(bomb.len() < 64 << 10, "{}", bomb.len());
+    let r = d.post("/checkv2", &[("Compression", "zstd")], &bomb);
+    assert_eq!(r.status, 413, "{}", r.text());
+    let r = d.post(
+        "/checkv2",
+        &[("Compression", "zstd")],
+        &packed[..packed.len() / 2],
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = d.post("/checkv2", &[("Content-Encoding", "gzip")], &packed);
+    assert_eq!(r.status, 415, "{}", r.text());
+    // The daemon still answers, and scanned only the two whole messages.
+    let stat = d.get("/stat").json();
+    assert_eq!(stat["scanned"], 2);
+}
+
 #[test]
 fn limits_busy_queue_and_timeouts() {
     // One worker, a queue of one, and a rule that spins for a while: the third concurrent
