@@ -146,54 +146,52 @@ fn checkv2_and_shrike_endpoints() {
     assert_eq!(stat["learned"], 4);
 }
 
+/// Runs the real `rspamc` against the daemon with `args` on a fixture; its output, once it has
+/// succeeded.
+fn rspamc(d: &Daemon, args: &[&str], fixture: &str) -> String {
+    let out = Command::new("rspamc")
+        .args(["-h", &format!("127.0.0.1:{}", d.http)])
+        .args(args)
+        .arg(data(fixture))
+        .output()
+        .expect("rspamc is installed (scripts/test.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rspamc {args:?} failed: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 #[test]
 fn real_rspamc_scans_and_learns() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(dir.path(), Options::default());
-    let host = format!("127.0.0.1:{}", d.http);
-    let out = Command::new("rspamc")
-        .args([
-            "-h",
-            &host,
+    let text = rspamc(
+        &d,
+        &[
             "-i",
             "192.0.2.9",
             "-F",
             "s@example.net",
             "-r",
             "a@example.com",
-        ])
-        .arg(data("gtube.eml"))
-        .output()
-        .expect("rspamc is installed (scripts/test.sh installs it)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "rspamc failed: {text} {}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        "gtube.eml",
     );
     assert!(text.contains("Action: reject"), "{text}");
     assert!(text.contains("Spam: true"), "{text}");
     assert!(text.contains("Symbol: GTUBE"), "{text}");
     assert!(text.contains("Score: "), "{text}");
 
-    let out = Command::new("rspamc")
-        .args(["-h", &host, "--json"])
-        .arg(data(HAM))
-        .output()
-        .expect("rspamc");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = rspamc(&d, &["--json"], HAM);
     assert!(
         text.contains("\"action\": \"no action\"") || text.contains("\"action\":\"no action\""),
         "{text}"
     );
 
-    let out = Command::new("rspamc")
-        .args(["-h", &host, "learn_spam"])
-        .arg(data("gtube.eml"))
-        .output()
-        .expect("rspamc");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = rspamc(&d, &["learn_spam"], "gtube.eml");
     assert!(text.contains("success = true"), "{text}");
     assert_eq!(subject_complaints(&d, "Test spam mail (GTUBE)"), 1);
     let stat = d.get("/stat").json();
@@ -214,18 +212,7 @@ fn zstd_bodies_from_rspamc_z_and_bombs() {
             ..Options::default()
         },
     );
-    let host = format!("127.0.0.1:{}", d.http);
-    let out = Command::new("rspamc")
-        .args(["-z", "-h", &host])
-        .arg(data("gtube.eml"))
-        .output()
-        .expect("rspamc is installed (scripts/test.sh installs it)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "rspamc -z failed: {text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = rspamc(&d, &["-z"], "gtube.eml");
     assert!(text.contains("Action: reject"), "{text}");
     assert!(text.contains("Symbol: GTUBE"), "{text}");
 
