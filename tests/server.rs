@@ -688,3 +688,94 @@ fn classifier_learning_survives_kill9() {
         "the restored model knows the ham stream: {symbols}"
     );
 }
+
+/// A daemon with the spamd listener on; its port.
+fn spamd_daemon(dir: &Path) -> (Daemon, u16) {
+    let port = daemon::free_port();
+    let d = Daemon::start(
+        dir,
+        Options {
+            config: Some(format!("[spamd]\nlisten = \"127.0.0.1:{port}\"\n")),
+            ..Options::default()
+        },
+    );
+    (d, port)
+}
+
+/// `spamc` against the spamd listener, with the message on stdin; (exit code, stdout).
+fn spamc(port: u16, args: &[&str], message: &str) -> (i32, String) {
+    let out = Command::new("spamc")
+        .args(["-d", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(std::fs::File::open(data(message)).expect("test message"))
+        .output()
+        .expect("spamc is installed (scripts/test.sh installs it)");
+    (
+        out.status.code().expect("spamc exited"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn real_spamc_checks_lists_symbols_and_pings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, port) = spamd_daemon(dir.path());
+    // -c: exit 1 for spam, and score/threshold (the add-header threshold, 6.0 by default).
+    // GTUBE forces the reject action without adding to the score (as on /checkv2), so the
+    // score printed is the message's own.
+    let (code, text) = spamc(port, &["-c"], "gtube.eml");
+    assert_eq!(code, 1, "{text}\n{}", d.log_text());
+    let (score, threshold) = text.trim().split_once('/').expect("score/threshold");
+    assert!(score.parse::<f64>().is_ok(), "{text}");
+    assert_eq!(threshold, "6.0", "{text}");
+    let (code, text) = spamc(port, &["-c"], HAM);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.trim().ends_with("/6.0"), "{text}");
+    // -y: the symbols.
+    let (code, text) = spamc(port, &["-y"], "gtube.eml");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.split(',').any(|s| s.trim() == "GTUBE"), "{text}");
+    // -R: the report.
+    let (_, text) = spamc(port, &["-R"], "gtube.eml");
+    assert!(text.contains("GTUBE"), "{text}");
+    // -K: ping (spamc prints the version and code of the PONG it parsed).
+    let (code, text) = spamc(port, &["-K"], HAM);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(text.trim(), "SPAMD/1.5 0", "{text}");
+}
+
+#[test]
+fn a_malformed_spamd_request_gets_a_protocol_error_and_the_daemon_keeps_serving() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (_d, port) = spamd_daemon(dir.path());
+    let exchange = |request: &[u8]| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(request).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    assert_eq!(
+        exchange(b"CHECK SPAMC/1.5\r\nthis is no header\r\n\r\n"),
+        "SPAMD/1.0 76 Bad header line\r\n"
+    );
+    assert_eq!(
+        exchange(b"FROB SPAMC/1.5\r\n\r\n"),
+        "SPAMD/1.0 76 Unknown method\r\n"
+    );
+    let gtube = read("gtube.eml");
+    let mut request =
+        format!("CHECK SPAMC/1.5\r\nContent-length: {}\r\n\r\n", gtube.len()).into_bytes();
+    request.extend_from_slice(&gtube);
+    let reply = exchange(&request);
+    assert!(
+        reply.starts_with("SPAMD/1.1 0 EX_OK\r\nSpam: True ; "),
+        "{reply}"
+    );
+    assert!(
+        reply.ends_with(" / 6.0\r\nContent-length: 0\r\n\r\n"),
+        "{reply}"
+    );
+}
