@@ -717,7 +717,7 @@ fn spamc(port: u16, args: &[&str], message: &str) -> (i32, String) {
 }
 
 #[test]
-fn real_spamc_checks_lists_symbols_and_pings() {
+fn real_spamc_checks_processes_lists_symbols_and_pings() {
     let dir = tempfile::tempdir().unwrap();
     let (d, port) = spamd_daemon(dir.path());
     // -c: exit 1 for spam, and score/threshold (the add-header threshold, 6.0 by default).
@@ -738,6 +738,23 @@ fn real_spamc_checks_lists_symbols_and_pings() {
     // -R: the report.
     let (_, text) = spamc(port, &["-R"], "gtube.eml");
     assert!(text.contains("GTUBE"), "{text}");
+    // Default (PROCESS): the message back with the X-Spam-* headers the milter adds.
+    let (code, text) = spamc(port, &[], "gtube.eml");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("X-Spam-Status: Yes, score="), "{text}");
+    assert!(text.contains("X-Spam-Symbols: "), "{text}");
+    assert!(
+        text.contains("GTUBE-STANDARD-ANTI-UBE-TEST-EMAIL"),
+        "{text}"
+    );
+    let (_, text) = spamc(port, &[], HAM);
+    assert!(text.contains("X-Spam-Status: No, score="), "{text}");
+    // --headers (HEADERS): shrike returns the header section only; spamc appends the body it
+    // kept, so the body appears once.
+    let (code, text) = spamc(port, &["--headers"], "gtube.eml");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("X-Spam-Status: Yes"), "{text}");
+    assert_eq!(text.matches("GTUBE-STANDARD").count(), 1, "{text}");
     // -K: ping (spamc prints the version and code of the PONG it parsed).
     let (code, text) = spamc(port, &["-K"], HAM);
     assert_eq!(code, 0, "{text}");

@@ -5,6 +5,7 @@
 //! Owns: parsing requests from bytes fed in any pieces ([`Decoder`]), the replies' bytes, and
 //! the sysexits codes of the error replies. Never touches: sockets, the scan.
 
+use crate::proto::headers::{is_spam_header, spam_headers};
 use crate::verdict::{Action, Verdict};
 
 /// What a request asks for.
@@ -322,6 +323,97 @@ pub fn verdict_reply(method: Method, minor: u32, verdict: &Verdict, threshold: f
     out.into_bytes()
 }
 
+/// The reply to a scanned PROCESS (`head_only` false) or HEADERS (true) request: the message
+/// (or its header section) with the X-Spam-* headers the milter adds, forged ones removed
+/// first. From protocol 1.3 the `Spam` header comes with it; before, only `Content-length`.
+pub fn rewrite_reply(
+    head_only: bool,
+    minor: u32,
+    verdict: &Verdict,
+    threshold: f64,
+    message: &[u8],
+) -> Vec<u8> {
+    let body = rewrite(message, &spam_headers(verdict, threshold), head_only);
+    let mut out = String::from("SPAMD/1.1 0 EX_OK\r\n");
+    if minor >= 3 {
+        out.push_str(&format!(
+            "Spam: {} ; {:.1} / {:.1}\r\n",
+            if verdict.action >= Action::AddHeader {
+                "True"
+            } else {
+                "False"
+            },
+            verdict.score,
+            threshold
+        ));
+    }
+    out.push_str(&format!("Content-length: {}\r\n\r\n", body.len()));
+    let mut out = out.into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// `message` with the X-Spam-* headers (and their continuation lines) removed and `headers`
+/// appended to its header section, in the message's own line endings; only the header
+/// section and the blank line after it when `head_only`.
+fn rewrite(message: &[u8], headers: &[(String, String)], head_only: bool) -> Vec<u8> {
+    let crlf = message
+        .iter()
+        .position(|&b| b == b'\n')
+        .is_none_or(|i| i > 0 && message[i - 1] == b'\r');
+    let eol: &[u8] = if crlf { b"\r\n" } else { b"\n" };
+    let mut out = Vec::with_capacity(message.len() + 256);
+    let mut pos = 0;
+    let mut dropping = false;
+    let mut separator = None;
+    while pos < message.len() {
+        let end = message[pos..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(message.len(), |i| pos + i + 1);
+        let line = &message[pos..end];
+        if line == b"\n" || line == b"\r\n" {
+            separator = Some(pos);
+            break;
+        }
+        if line[0] == b' ' || line[0] == b'\t' {
+            if !dropping {
+                out.extend_from_slice(line);
+            }
+        } else {
+            dropping = is_spam_header(line);
+            if !dropping {
+                out.extend_from_slice(line);
+            }
+        }
+        pos = end;
+    }
+    if !out.is_empty() && !out.ends_with(b"\n") {
+        out.extend_from_slice(eol);
+    }
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        for (i, part) in value.split('\n').enumerate() {
+            if i > 0 {
+                out.extend_from_slice(eol);
+            }
+            out.extend_from_slice(part.as_bytes());
+        }
+        out.extend_from_slice(eol);
+    }
+    match separator {
+        Some(at) if head_only => {
+            let blank = &message[at..];
+            let len = if blank.starts_with(b"\r\n") { 2 } else { 1 };
+            out.extend_from_slice(&blank[..len]);
+        }
+        Some(at) => out.extend_from_slice(&message[at..]),
+        None => out.extend_from_slice(eol),
+    }
+    out
+}
+
 /// A short report in the shape of SpamAssassin's: the score, then one line a symbol.
 fn report(verdict: &Verdict, threshold: f64) -> String {
     let mut out = format!(
@@ -565,6 +657,38 @@ mod tests {
             verdict_reply(Method::Symbols, 2, &v, 6.0),
             b"SPAMD/1.1 0 EX_OK\r\nSpam: True ; 7.2 / 6.0\r\n\r\nA_RULE,B_RULE\r\n"
         );
+    }
+
+    #[test]
+    fn process_and_headers_replies_rewrite_the_message() {
+        let v = verdict(7.0, Action::AddHeader, &[("A_RULE", 7.0)]);
+        let message = b"Subject: hi\r\nX-Spam-Status: Yes, forged\r\n\tcontinued\r\nFrom: a@b\r\n\r\nbody\r\n";
+        let added = "X-Spam-Score: 7.00 / 6.00\r\n\
+                     X-Spam-Status: Yes, score=7.00 required=6.00 action=add header generation=1\r\n\
+                     X-Spam-Symbols: A_RULE(7.00)\r\n";
+        let rewritten = format!("Subject: hi\r\nFrom: a@b\r\n{added}\r\nbody\r\n");
+        assert_eq!(
+            String::from_utf8(rewrite_reply(false, 5, &v, 6.0, message)).unwrap(),
+            format!(
+                "SPAMD/1.1 0 EX_OK\r\nSpam: True ; 7.0 / 6.0\r\nContent-length: {}\r\n\r\n{rewritten}",
+                rewritten.len()
+            )
+        );
+        let head = format!("Subject: hi\r\nFrom: a@b\r\n{added}\r\n");
+        assert_eq!(
+            String::from_utf8(rewrite_reply(true, 2, &v, 6.0, message)).unwrap(),
+            format!(
+                "SPAMD/1.1 0 EX_OK\r\nContent-length: {}\r\n\r\n{head}",
+                head.len()
+            )
+        );
+        // Bare newlines stay bare; a message of headers only gets its blank line.
+        let bare = rewrite(
+            b"Subject: x\n",
+            &[("X-Spam-Score".into(), "1 / 2".into())],
+            false,
+        );
+        assert_eq!(bare, b"Subject: x\nX-Spam-Score: 1 / 2\n\n");
     }
 
     #[test]

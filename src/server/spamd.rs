@@ -17,7 +17,7 @@ use tokio::sync::{watch, Semaphore};
 use super::listen::{accept_loop, Listener, Stream};
 use super::pool::{PoolError, ScanRequest};
 use super::Daemon;
-use crate::proto::spamd::{error_reply, pong, verdict_reply, Decoder, Exit, Method};
+use crate::proto::spamd::{error_reply, pong, rewrite_reply, verdict_reply, Decoder, Exit, Method};
 
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -103,16 +103,26 @@ where
     let reply = match request.method {
         Method::Ping => pong(),
         Method::Skip => return Ok(()),
-        Method::Process | Method::Headers => {
-            error_reply(Exit::Unavailable, "PROCESS and HEADERS are not served yet")
-        }
         method => {
+            let rewrite = matches!(method, Method::Process | Method::Headers);
+            let message = if rewrite {
+                request.body.clone()
+            } else {
+                Vec::new()
+            };
             let scan = ScanRequest {
                 raw: request.body,
                 envelope: Default::default(),
                 lists: false,
             };
             match daemon.pool.scan(scan, daemon.scan_timeout()).await {
+                Ok(answer) if rewrite => rewrite_reply(
+                    method == Method::Headers,
+                    request.minor,
+                    &answer.verdict,
+                    daemon.config.verdict.add_header,
+                    &message,
+                ),
                 Ok(answer) => verdict_reply(
                     method,
                     request.minor,
