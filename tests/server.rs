@@ -1,6 +1,7 @@
 //! The daemon over HTTP, as a real process: rspamd's protocol (also through the real `rspamc`),
 //! shrike's endpoints, limits, busy answers, reloads by SIGHUP and `POST /reload`, and state
-//! that survives SIGTERM and `kill -9`.
+//! that survives SIGTERM and `kill -9`; and SpamAssassin's spamd protocol through the real
+//! `spamc`.
 
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
