@@ -783,6 +783,11 @@ fn a_malformed_spamd_request_gets_a_protocol_error_and_the_daemon_keeps_serving(
         exchange(b"FROB SPAMC/1.5\r\n\r\n"),
         "SPAMD/1.0 76 Unknown method\r\n"
     );
+    // A message over max_body_bytes (50 MiB) is refused on its Content-length, while the client
+    // is still sending it.
+    let mut big = b"CHECK SPAMC/1.5\r\nContent-length: 52428801\r\n\r\n".to_vec();
+    big.resize(big.len() + 256 * 1024, b'a');
+    assert_eq!(exchange(&big), "SPAMD/1.0 65 Message too big\r\n");
     let gtube = read("gtube.eml");
     let mut request =
         format!("CHECK SPAMC/1.5\r\nContent-length: {}\r\n\r\n", gtube.len()).into_bytes();

@@ -85,7 +85,14 @@ where
             Err(e) => {
                 tracing::warn!(error = %e, "spamd: bad request");
                 io.write_all(&e.reply()).await?;
-                return io.shutdown().await;
+                io.shutdown().await?;
+                // The client may still be sending the message: read and drop it for a moment,
+                // so that closing with unread bytes does not reset the reply away.
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    while matches!(io.read(&mut buf).await, Ok(n) if n > 0) {}
+                })
+                .await;
+                return Ok(());
             }
         }
         let n = match tokio::time::timeout_at(deadline, io.read(&mut buf)).await {
