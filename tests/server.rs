@@ -783,6 +783,23 @@ fn a_malformed_spamd_request_gets_a_protocol_error_and_the_daemon_keeps_serving(
         exchange(b"FROB SPAMC/1.5\r\n\r\n"),
         "SPAMD/1.0 76 Unknown method\r\n"
     );
+    // SPAMC/1.0: no headers, the message runs to the client's half-close.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"SYMBOLS SPAMC/1.0\r\n").unwrap();
+    s.write_all(&read("gtube.eml")).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(
+        reply.starts_with("SPAMD/1.1 0 EX_OK\r\nSpam: True ; "),
+        "{reply}"
+    );
+    assert!(reply.contains(" / 6.0\r\n\r\n"), "{reply}");
+    assert!(
+        reply.ends_with("GTUBE\r\n") || reply.contains("GTUBE,"),
+        "{reply}"
+    );
     // A message over max_body_bytes (50 MiB) is refused on its Content-length, while the client
     // is still sending it.
     let mut big = b"CHECK SPAMC/1.5\r\nContent-length: 52428801\r\n\r\n".to_vec();

@@ -125,7 +125,9 @@ struct Head {
     method: Method,
     minor: u32,
     user: Option<String>,
-    length: usize,
+    /// `Content-length`; none under protocol 1.0 and 1.1, whose message runs to the end of
+    /// the client's stream (the client half-closes).
+    length: Option<usize>,
     /// Where the body starts in the buffer.
     start: usize,
 }
@@ -166,10 +168,20 @@ impl Decoder {
         let Some(head) = &self.head else {
             return Ok(None);
         };
-        if self.buf.len() - head.start < head.length {
+        let have = self.buf.len() - head.start;
+        let Some(length) = head.length else {
+            if have > self.max_body {
+                return Err(SpamdError::BodyTooBig {
+                    length: have,
+                    limit: self.max_body,
+                });
+            }
+            return Ok(None);
+        };
+        if have < length {
             return Ok(None);
         }
-        let body = self.buf[head.start..head.start + head.length].to_vec();
+        let body = self.buf[head.start..head.start + length].to_vec();
         let head = self.head.take().expect("parsed above");
         Ok(Some(Request {
             method: head.method,
@@ -177,6 +189,27 @@ impl Decoder {
             user: head.user,
             body,
         }))
+    }
+
+    /// The client closed its side: a protocol 1.0/1.1 request without `Content-length` is
+    /// complete (its message is what arrived); any other unfinished request stays `Ok(None)`.
+    pub fn finish(&mut self) -> Result<Option<Request>, SpamdError> {
+        if let Some(r) = self.request()? {
+            return Ok(Some(r));
+        }
+        match &self.head {
+            Some(head) if head.length.is_none() => {
+                let body = self.buf[head.start..].to_vec();
+                let head = self.head.take().expect("matched above");
+                Ok(Some(Request {
+                    method: head.method,
+                    minor: head.minor,
+                    user: head.user,
+                    body,
+                }))
+            }
+            _ => Ok(None),
+        }
     }
 
     fn parse_head(&self) -> Result<Option<Head>, SpamdError> {
@@ -193,7 +226,17 @@ impl Decoder {
                 method,
                 minor,
                 user: None,
-                length: 0,
+                length: Some(0),
+                start: lines.pos,
+            }));
+        }
+        if minor < 2 {
+            // SPAMC/1.0 and 1.1: no headers; the message follows the request line.
+            return Ok(Some(Head {
+                method,
+                minor,
+                user: None,
+                length: None,
                 start: lines.pos,
             }));
         }
@@ -236,7 +279,7 @@ impl Decoder {
             method,
             minor,
             user,
-            length: length.ok_or(SpamdError::MissingContentLength)?,
+            length: Some(length.ok_or(SpamdError::MissingContentLength)?),
             start: lines.pos,
         }))
     }
@@ -519,6 +562,35 @@ mod tests {
             let r = decode_every_split(bytes).unwrap().unwrap();
             assert_eq!((r.method, r.minor, r.body), (method, 5, Vec::new()));
         }
+    }
+
+    #[test]
+    fn protocol_1_0_messages_run_to_the_end_of_the_stream() {
+        let bytes = b"SYMBOLS SPAMC/1.0\r\nSubject: x\r\n\r\nbody";
+        for cut in 0..=bytes.len() {
+            let mut d = Decoder::new(MAX_HEAD, MAX_BODY);
+            d.feed(&bytes[..cut]);
+            assert_eq!(d.request(), Ok(None), "cut at {cut}");
+            d.feed(&bytes[cut..]);
+            assert_eq!(d.request(), Ok(None), "cut at {cut}");
+            let r = d.finish().unwrap().unwrap();
+            assert_eq!((r.method, r.minor), (Method::Symbols, 0));
+            assert_eq!(r.body, b"Subject: x\r\n\r\nbody");
+        }
+        let mut d = Decoder::new(MAX_HEAD, MAX_BODY);
+        d.feed(b"CHECK SPAMC/1.1\r\n");
+        d.feed(&[b'a'; MAX_BODY + 1]);
+        assert_eq!(
+            d.request(),
+            Err(SpamdError::BodyTooBig {
+                length: MAX_BODY + 1,
+                limit: MAX_BODY
+            })
+        );
+        // From 1.2 on, Content-length is required; an unfinished head stays unfinished.
+        let mut d = Decoder::new(MAX_HEAD, MAX_BODY);
+        d.feed(b"CHECK SPAMC/1.5\r\nUser: x\r\n");
+        assert_eq!(d.finish(), Ok(None));
     }
 
     #[test]

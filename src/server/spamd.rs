@@ -103,7 +103,15 @@ where
             }
         };
         if n == 0 {
-            return Ok(());
+            // The client half-closed: a SPAMC/1.0 or 1.1 message ends here.
+            match decoder.finish() {
+                Ok(Some(r)) => break r,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    io.write_all(&e.reply()).await?;
+                    return io.shutdown().await;
+                }
+            }
         }
         decoder.feed(&buf[..n]);
     };
