@@ -11,9 +11,9 @@ if [ ! -r "$corpus" ]; then
     exit 1
 fi
 # Debian packages of the daemon tests: a real Postfix and miltertest for the milter, the real
-# rspamc for the HTTP protocol, ss and python3 for the MTA harness (../shared/tools/mta).
+# rspamc for the HTTP protocol, spamc for the spamd protocol, ss and python3 for the MTA harness (../shared/tools/mta).
 missing=""
-for pkg in postfix miltertest rspamd iproute2 python3; do
+for pkg in postfix miltertest rspamd spamc iproute2 python3; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
         || missing="$missing $pkg"
 done

@@ -16,6 +16,7 @@ use crate::message::Limits;
 use crate::scan::{ScanSettings, TrafficConfig};
 use crate::server::http::HttpConfig;
 use crate::server::milter::MilterConfig;
+use crate::server::spamd::SpamdConfig;
 use crate::server::ServerConfig;
 use crate::store::{PersistConfig, StoreConfig, StoreConfigError};
 use crate::verdict::VerdictConfig;
@@ -42,6 +43,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The milter listener, its limits and what each action does to the MTA.
     pub milter: MilterConfig,
+    /// The spamd-protocol listener (SpamAssassin's spamc), off by default.
+    pub spamd: SpamdConfig,
     /// The online classifier: table size, FTRL parameters, cold start, autolearn.
     pub classifier: ClassifierConfig,
 }

@@ -1,6 +1,7 @@
 //! The daemon over HTTP, as a real process: rspamd's protocol (also through the real `rspamc`),
 //! shrike's endpoints, limits, busy answers, reloads by SIGHUP and `POST /reload`, and state
-//! that survives SIGTERM and `kill -9`.
+//! that survives SIGTERM and `kill -9`; and SpamAssassin's spamd protocol through the real
+//! `spamc`.
 
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
@@ -673,5 +674,135 @@ fn classifier_learning_survives_kill9() {
     assert!(
         symbols.get("CLF_HAM").is_some() || symbols.get("CLF_HAM_HIGH").is_some(),
         "the restored model knows the ham stream: {symbols}"
+    );
+}
+
+/// A daemon with the spamd listener on; its port.
+fn spamd_daemon(dir: &Path) -> (Daemon, u16) {
+    let port = daemon::free_port();
+    let d = Daemon::start(
+        dir,
+        Options {
+            config: Some(format!("[spamd]\nlisten = \"127.0.0.1:{port}\"\n")),
+            ..Options::default()
+        },
+    );
+    (d, port)
+}
+
+/// `spamc` against the spamd listener, with the message on stdin; (exit code, stdout).
+fn spamc(port: u16, args: &[&str], message: &str) -> (i32, String) {
+    let out = Command::new("spamc")
+        .args(["-d", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(std::fs::File::open(data(message)).expect("test message"))
+        .output()
+        .expect("spamc is installed (scripts/test.sh installs it)");
+    (
+        out.status.code().expect("spamc exited"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn real_spamc_checks_processes_lists_symbols_and_pings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, port) = spamd_daemon(dir.path());
+    // -c: exit 1 for spam, and score/threshold (the add-header threshold, 6.0 by default).
+    // GTUBE forces the reject action without adding to the score (as on /checkv2), so the
+    // score printed is the message's own.
+    let (code, text) = spamc(port, &["-c"], "gtube.eml");
+    assert_eq!(code, 1, "{text}\n{}", d.log_text());
+    let (score, threshold) = text.trim().split_once('/').expect("score/threshold");
+    assert!(score.parse::<f64>().is_ok(), "{text}");
+    assert_eq!(threshold, "6.0", "{text}");
+    let (code, text) = spamc(port, &["-c"], HAM);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.trim().ends_with("/6.0"), "{text}");
+    // -y: the symbols.
+    let (code, text) = spamc(port, &["-y"], "gtube.eml");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.split(',').any(|s| s.trim() == "GTUBE"), "{text}");
+    // -R: the report.
+    let (_, text) = spamc(port, &["-R"], "gtube.eml");
+    assert!(text.contains("GTUBE"), "{text}");
+    // Default (PROCESS): the message back with the X-Spam-* headers the milter adds.
+    let (code, text) = spamc(port, &[], "gtube.eml");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("X-Spam-Status: Yes, score="), "{text}");
+    assert!(text.contains("X-Spam-Symbols: "), "{text}");
+    assert!(
+        text.contains("GTUBE-STANDARD-ANTI-UBE-TEST-EMAIL"),
+        "{text}"
+    );
+    let (_, text) = spamc(port, &[], HAM);
+    assert!(text.contains("X-Spam-Status: No, score="), "{text}");
+    // --headers (HEADERS): shrike returns the header section only; spamc appends the body it
+    // kept, so the body appears once.
+    let (code, text) = spamc(port, &["--headers"], "gtube.eml");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("X-Spam-Status: Yes"), "{text}");
+    assert_eq!(text.matches("GTUBE-STANDARD").count(), 1, "{text}");
+    // -K: ping (spamc prints the version and code of the PONG it parsed).
+    let (code, text) = spamc(port, &["-K"], HAM);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(text.trim(), "SPAMD/1.5 0", "{text}");
+}
+
+#[test]
+fn a_malformed_spamd_request_gets_a_protocol_error_and_the_daemon_keeps_serving() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (_d, port) = spamd_daemon(dir.path());
+    let exchange = |request: &[u8]| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(request).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    assert_eq!(
+        exchange(b"CHECK SPAMC/1.5\r\nthis is no header\r\n\r\n"),
+        "SPAMD/1.0 76 Bad header line\r\n"
+    );
+    assert_eq!(
+        exchange(b"FROB SPAMC/1.5\r\n\r\n"),
+        "SPAMD/1.0 76 Unknown method\r\n"
+    );
+    // SPAMC/1.0: no headers, the message runs to the client's half-close.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"SYMBOLS SPAMC/1.0\r\n").unwrap();
+    s.write_all(&read("gtube.eml")).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(
+        reply.starts_with("SPAMD/1.1 0 EX_OK\r\nSpam: True ; "),
+        "{reply}"
+    );
+    assert!(reply.contains(" / 6.0\r\n\r\n"), "{reply}");
+    assert!(
+        reply.ends_with("GTUBE\r\n") || reply.contains("GTUBE,"),
+        "{reply}"
+    );
+    // A message over max_body_bytes (50 MiB) is refused on its Content-length, while the client
+    // is still sending it.
+    let mut big = b"CHECK SPAMC/1.5\r\nContent-length: 52428801\r\n\r\n".to_vec();
+    big.resize(big.len() + 256 * 1024, b'a');
+    assert_eq!(exchange(&big), "SPAMD/1.0 65 Message too big\r\n");
+    let gtube = read("gtube.eml");
+    let mut request =
+        format!("CHECK SPAMC/1.5\r\nContent-length: {}\r\n\r\n", gtube.len()).into_bytes();
+    request.extend_from_slice(&gtube);
+    let reply = exchange(&request);
+    assert!(
+        reply.starts_with("SPAMD/1.1 0 EX_OK\r\nSpam: True ; "),
+        "{reply}"
+    );
+    assert!(
+        reply.ends_with(" / 6.0\r\nContent-length: 0\r\n\r\n"),
+        "{reply}"
     );
 }

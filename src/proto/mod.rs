@@ -1,5 +1,6 @@
 //! Wire formats and protocol logic, without I/O: the Sendmail milter protocol (v6: the codec and
-//! the session state machine), rspamd's HTTP protocol, and the X-Spam-* headers both carry.
+//! the session state machine), rspamd's HTTP protocol, SpamAssassin's spamd protocol, and the
+//! X-Spam-* headers they carry.
 //!
 //! Owns: bytes and JSON on the wire, and what a milter session answers. Never touches: sockets,
 //! threads, the store.
@@ -7,3 +8,4 @@
 pub mod headers;
 pub mod milter;
 pub mod rspamd;
+pub mod spamd;

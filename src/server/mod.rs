@@ -1,9 +1,10 @@
 //! `shrike serve`: the daemon. Opens the durable store, loads the rules, starts the scan worker
-//! pool, serves HTTP (rspamd's protocol plus shrike's endpoints) and milter, reloads on SIGHUP,
+//! pool, serves HTTP (rspamd's protocol plus shrike's endpoints), milter and (when configured)
+//! SpamAssassin's spamd protocol, reloads on SIGHUP,
 //! and shuts down gracefully on SIGTERM/SIGINT.
 //!
 //! Owns: the listeners, the runtime, the worker pool, the shutdown order, and the `[server]`,
-//! `[http]` and `[milter]` options. Never touches: wire formats and the milter session's logic
+//! `[http]`, `[milter]` and `[spamd]` options. Never touches: wire formats and the milter session's logic
 //! (`proto`), scoring (`scan`).
 
 pub mod http;
@@ -11,6 +12,7 @@ pub mod listen;
 pub mod metrics;
 pub mod milter;
 pub mod pool;
+pub mod spamd;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -111,7 +113,7 @@ pub enum ServeError {
     Watch(crate::engine::watch::WatchError),
     #[error("{0}: the listener is off")]
     ListenerOff(&'static str),
-    #[error("neither HTTP nor milter is configured to listen")]
+    #[error("no listener is configured (HTTP, milter and spamd are all off)")]
     NoListener,
     #[error("saving the classifier at shutdown")]
     SaveClassifier(#[source] SnapshotError),
@@ -415,6 +417,7 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let http_listen = Listen::parse(&daemon.config.http.listen);
     let milter_listen = Listen::parse(&daemon.config.milter.listen);
+    let spamd_listen = Listen::parse(&daemon.config.spamd.listen);
     // Each open connection holds a permit; the shutdown waits until it has them all back.
     let http_slots = daemon
         .config
@@ -426,8 +429,14 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
         .milter
         .max_connections
         .clamp(1, u32::MAX as usize);
+    let spamd_slots = daemon
+        .config
+        .spamd
+        .max_connections
+        .clamp(1, u32::MAX as usize);
     let http_limit = Arc::new(Semaphore::new(http_slots));
     let milter_limit = Arc::new(Semaphore::new(milter_slots));
+    let spamd_limit = Arc::new(Semaphore::new(spamd_slots));
 
     let mut servers = Vec::new();
     if http_listen != Listen::Off {
@@ -448,6 +457,15 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
             stop_rx.clone(),
         )));
     }
+    if spamd_listen != Listen::Off {
+        let listener = listen::bind(&spamd_listen, "spamd").await?;
+        servers.push(tokio::spawn(spamd::run(
+            listener,
+            daemon.clone(),
+            spamd_limit.clone(),
+            stop_rx.clone(),
+        )));
+    }
     if servers.is_empty() {
         return Err(ServeError::NoListener);
     }
@@ -458,6 +476,7 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
     tracing::info!(
         http = ?http_listen,
         milter = ?milter_listen,
+        spamd = ?spamd_listen,
         workers = daemon.pool.workers(),
         generation = daemon.scanner.engine().generation().id,
         "shrike serving"
@@ -481,7 +500,11 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
     // Wait for the open connections (each holds a permit) up to the grace period.
     let grace = Duration::from_secs(daemon.config.server.shutdown_grace_secs);
     let drained = tokio::time::timeout(grace, async {
-        for (limit, n) in [(&http_limit, http_slots), (&milter_limit, milter_slots)] {
+        for (limit, n) in [
+            (&http_limit, http_slots),
+            (&milter_limit, milter_slots),
+            (&spamd_limit, spamd_slots),
+        ] {
             let _ = limit.acquire_many(n as u32).await;
         }
     })
