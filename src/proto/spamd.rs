@@ -181,14 +181,23 @@ impl Decoder {
         if have < length {
             return Ok(None);
         }
-        let body = self.buf[head.start..head.start + length].to_vec();
-        let head = self.head.take().expect("parsed above");
-        Ok(Some(Request {
+        let end = head.start + length;
+        Ok(Some(self.take_request(end)))
+    }
+
+    /// The parsed head with the body `buf[head.start..end]`, moved out of the buffer (a message
+    /// can be 50 MB: no second copy).
+    fn take_request(&mut self, end: usize) -> Request {
+        let head = self.head.take().expect("a head was parsed");
+        let mut body = std::mem::take(&mut self.buf);
+        body.truncate(end);
+        body.drain(..head.start);
+        Request {
             method: head.method,
             minor: head.minor,
             user: head.user,
             body,
-        }))
+        }
     }
 
     /// The client closed its side: a protocol 1.0/1.1 request without `Content-length` is
@@ -198,16 +207,7 @@ impl Decoder {
             return Ok(Some(r));
         }
         match &self.head {
-            Some(head) if head.length.is_none() => {
-                let body = self.buf[head.start..].to_vec();
-                let head = self.head.take().expect("matched above");
-                Ok(Some(Request {
-                    method: head.method,
-                    minor: head.minor,
-                    user: head.user,
-                    body,
-                }))
-            }
+            Some(head) if head.length.is_none() => Ok(Some(self.take_request(self.buf.len()))),
             _ => Ok(None),
         }
     }
@@ -334,7 +334,7 @@ pub fn pong() -> Vec<u8> {
 /// `1.minor`): spam when the action is add header or worse, against the add-header
 /// `threshold`. Content-length is sent from protocol 1.3 on, as spamd does.
 pub fn verdict_reply(method: Method, minor: u32, verdict: &Verdict, threshold: f64) -> Vec<u8> {
-    let spam = verdict.action >= Action::AddHeader;
+    let spam = is_spam(verdict);
     let body = match method {
         Method::Symbols => {
             let mut names = verdict
@@ -352,18 +352,25 @@ pub fn verdict_reply(method: Method, minor: u32, verdict: &Verdict, threshold: f
         Method::ReportIfSpam if spam => report(verdict, threshold),
         _ => String::new(),
     };
-    let mut out = format!(
-        "SPAMD/1.1 0 EX_OK\r\nSpam: {} ; {:.1} / {:.1}\r\n",
-        if spam { "True" } else { "False" },
-        verdict.score,
-        threshold
-    );
+    let mut out = format!("SPAMD/1.1 0 EX_OK\r\n{}", spam_line(verdict, threshold));
     if minor >= 3 {
         out.push_str(&format!("Content-length: {}\r\n", body.len()));
     }
     out.push_str("\r\n");
     out.push_str(&body);
     out.into_bytes()
+}
+
+/// Spam for spamd's clients: the action is add header or worse (the threshold reported is the
+/// add-header one).
+fn is_spam(verdict: &Verdict) -> bool {
+    verdict.action >= Action::AddHeader
+}
+
+/// `Spam: True ; 15.0 / 6.0`, with its line end: one decimal, as spamc and Exim parse it.
+fn spam_line(verdict: &Verdict, threshold: f64) -> String {
+    let spam = if is_spam(verdict) { "True" } else { "False" };
+    format!("Spam: {spam} ; {:.1} / {threshold:.1}\r\n", verdict.score)
 }
 
 /// The reply to a scanned PROCESS (`head_only` false) or HEADERS (true) request: the message
@@ -379,16 +386,7 @@ pub fn rewrite_reply(
     let body = rewrite(message, &spam_headers(verdict, threshold), head_only);
     let mut out = String::from("SPAMD/1.1 0 EX_OK\r\n");
     if minor >= 3 {
-        out.push_str(&format!(
-            "Spam: {} ; {:.1} / {:.1}\r\n",
-            if verdict.action >= Action::AddHeader {
-                "True"
-            } else {
-                "False"
-            },
-            verdict.score,
-            threshold
-        ));
+        out.push_str(&spam_line(verdict, threshold));
     }
     out.push_str(&format!("Content-length: {}\r\n\r\n", body.len()));
     let mut out = out.into_bytes();

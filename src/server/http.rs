@@ -294,23 +294,11 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
     let answer = match daemon.pool.scan(scan, daemon.scan_timeout()).await {
         Ok(a) => a,
         Err(e) => {
-            match e {
-                PoolError::Busy => {
-                    daemon.metrics.busy.fetch_add(1, Relaxed);
-                    if let Some(held) = BUSY_LOG.allow() {
-                        tracing::warn!(
-                            error = %e,
-                            refused_since_last_line = held,
-                            "check not scanned"
-                        );
-                    }
-                }
-                PoolError::Timeout | PoolError::Stopped => {
-                    if e == PoolError::Timeout {
-                        daemon.metrics.timeouts.fetch_add(1, Relaxed);
-                    }
-                    tracing::warn!(error = %e, "check not scanned");
-                }
+            daemon.metrics.not_scanned(&e);
+            if e != PoolError::Busy {
+                tracing::warn!(error = %e, "check not scanned");
+            } else if let Some(held) = BUSY_LOG.allow() {
+                tracing::warn!(error = %e, refused_since_last_line = held, "check not scanned");
             }
             return pool_error(e);
         }

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use super::pool::PoolError;
 use crate::verdict::Action;
 
 /// Upper bounds of the latency buckets, seconds.
@@ -109,6 +110,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Counts a scan the pool did not answer (queue full, or past the scan timeout).
+    pub fn not_scanned(&self, e: &PoolError) {
+        match e {
+            PoolError::Busy => self.busy.fetch_add(1, Relaxed),
+            PoolError::Timeout => self.timeouts.fetch_add(1, Relaxed),
+            PoolError::Stopped => 0,
+        };
+    }
+
     pub fn scanned(&self, action: Action) {
         if let Some(i) = Action::ALL.iter().position(|&a| a == action) {
             self.scans[i].fetch_add(1, Relaxed);

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
 use super::listen::{accept_loop, Listener, Stream};
-use super::pool::{PoolError, ScanRequest};
+use super::pool::ScanRequest;
 use super::Daemon;
 use crate::proto::milter::session::{Disposal, Fallback, Policy, PolicyError, Session, Step};
 use crate::proto::milter::{encode, Decoder, MilterError};
@@ -227,11 +227,7 @@ where
                             "milter verdict"
                         ),
                         Err(e) => {
-                            match e {
-                                PoolError::Busy => daemon.metrics.busy.fetch_add(1, Relaxed),
-                                PoolError::Timeout => daemon.metrics.timeouts.fetch_add(1, Relaxed),
-                                PoolError::Stopped => 0,
-                            };
+                            daemon.metrics.not_scanned(e);
                             daemon.metrics.milter_fallbacks.fetch_add(1, Relaxed);
                             tracing::warn!(
                                 queue_id,

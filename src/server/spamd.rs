@@ -6,7 +6,6 @@
 //! and closing (spamd serves one request a connection). Also the `[spamd]` options. The wire
 //! format is `proto::spamd`'s.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
 use super::listen::{accept_loop, Listener, Stream};
-use super::pool::{PoolError, ScanRequest};
+use super::pool::ScanRequest;
 use super::Daemon;
 use crate::proto::spamd::{error_reply, pong, rewrite_reply, verdict_reply, Decoder, Exit, Method};
 
@@ -145,11 +144,7 @@ where
                     daemon.config.verdict.add_header,
                 ),
                 Err(e) => {
-                    match e {
-                        PoolError::Busy => daemon.metrics.busy.fetch_add(1, Relaxed),
-                        PoolError::Timeout => daemon.metrics.timeouts.fetch_add(1, Relaxed),
-                        PoolError::Stopped => 0,
-                    };
+                    daemon.metrics.not_scanned(&e);
                     tracing::warn!(error = %e, "spamd: check not scanned");
                     error_reply(Exit::TempFail, &e.to_string())
                 }
