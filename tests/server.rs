@@ -374,6 +374,10 @@ fn reload_by_sighup_and_post_keeps_old_rules_on_error() {
     let r = d.post("/reload", &[], b"");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(symbols(&d), ["FIRST_RULE"]);
+    // Each reload is logged once (by the engine), not again by the daemon or per worker.
+    let log = d.log_text();
+    assert_eq!(log.matches("rules reloaded").count(), 2, "{log}");
+    assert_eq!(log.matches("rules reload failed").count(), 1, "{log}");
 }
 
 #[test]
