@@ -12,6 +12,7 @@ pub mod listen;
 pub mod metrics;
 pub mod milter;
 pub mod pool;
+pub mod sniff;
 pub mod spamd;
 
 use std::collections::BTreeMap;
