@@ -180,6 +180,31 @@ fn real_spamc_learns_spam_and_ham_once_and_forget_is_refused() {
     );
     assert_eq!(reply, "SPAMD/1.0 76 bad TELL: unknown Message-class\r\n");
     assert_eq!(learned(&d), (2, 1));
+    // Over a Unix socket (local too).
+    drop(d);
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("spamd.sock");
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(format!("[spamd]\nlisten = \"unix:{}\"\n", sock.display())),
+            ..Options::default()
+        },
+    );
+    let out = Command::new("spamc")
+        .arg("-U")
+        .arg(&sock)
+        .args(["-L", "spam"])
+        .stdin(std::fs::File::open(data(HAM)).unwrap())
+        .output()
+        .expect("spamc");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Message successfully un/learned",
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(learned(&d), (1, 0));
 }
 
 /// spamc built with zlib sends `Compress: zlib` and the Content-length of the compressed
