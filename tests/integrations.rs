@@ -1,13 +1,14 @@
-//! MTAs that reach shrike without milter, each the real program started by the test on
-//! loopback: Exim 4.96's `spam =` ACL condition in both variants (SpamAssassin's spamd protocol,
-//! and rspamd's legacy protocol with `variant=rspamd`), both pointed at shrike's HTTP port;
-//! and Haraka with its `rspamd` plugin on `/checkv2`. GTUBE is refused at DATA, ham is
-//! delivered carrying what the integration adds. docs/integrations.md gives these
-//! configurations to users.
+//! MTAs other than Postfix (tests/postfix.rs), each the real program started by the test on
+//! loopback: Sendmail 8.17 with shrike's milter; Exim 4.96's `spam =` ACL condition in both
+//! variants (SpamAssassin's spamd protocol, and rspamd's legacy protocol with
+//! `variant=rspamd`), both pointed at shrike's HTTP port; and Haraka with its `rspamd` plugin
+//! on `/checkv2`. GTUBE is refused at DATA, ham is delivered carrying what the integration
+//! adds. docs/integrations.md gives these configurations to users.
 //!
-//! Needs root (Exim switches users) and what scripts/test.sh installs: Exim extracted from
-//! Debian's `exim4-daemon-heavy` under target/exim4 (installing the package would remove
-//! Postfix), the `Debian-exim` user, and Haraka from npm under target/haraka.
+//! Needs root (Sendmail and Exim switch users) and what scripts/test.sh installs: Sendmail and
+//! Exim unpacked from Debian's `sendmail-bin`/`sendmail-cf` and `exim4-daemon-heavy` under
+//! target/ (installing either package would remove Postfix), the `Debian-exim` user, m4, and
+//! Haraka from npm under target/haraka.
 
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
@@ -340,4 +341,135 @@ fn haraka_rspamd_plugin_rejects_gtube_and_delivers_ham_with_its_headers() {
         1,
         "only the ham was queued"
     );
+}
+
+struct Sendmail {
+    pid_file: PathBuf,
+    sink: Child,
+}
+
+impl Drop for Sendmail {
+    fn drop(&mut self) {
+        if let Ok(text) = std::fs::read_to_string(&self.pid_file) {
+            if let Some(pid) = text.lines().next() {
+                let _ = Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+        let _ = self.sink.kill();
+        let _ = self.sink.wait();
+    }
+}
+
+/// Sendmail with `INPUT_MAIL_FILTER` on shrike's milter, relaying to a sink: GTUBE gets
+/// `550 5.7.1`, ham reaches the sink with the X-Spam-* headers, and with shrike stopped the
+/// filter's `F=T` tempfails mail instead of letting it through unchecked.
+#[test]
+fn sendmail_milter_rejects_gtube_delivers_ham_and_tempfails_without_shrike() {
+    let root_dir = tool("SHRIKE_SENDMAIL", "target/sendmail");
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), Options::default());
+    let (queue, sink_dir) = (dir.path().join("queue"), dir.path().join("sink"));
+    std::fs::create_dir_all(&queue).unwrap();
+    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::create_dir_all(&sink_dir).unwrap();
+    let (smtp, sink_port) = (free_port(), free_port());
+    let tools = std::env::var_os("SHRIKE_MTA_TOOLS")
+        .map_or_else(|| root().join("../shared/tools/mta"), PathBuf::from);
+    let sink = Command::new("python3")
+        .arg(tools.join("pysink.py"))
+        .args(["--port", &sink_port.to_string()])
+        .arg("--dir")
+        .arg(&sink_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the sink");
+    wait_for_port(sink_port, "pysink", String::new);
+    let t = dir.path().display();
+    std::fs::write(
+        dir.path().join("service.switch"),
+        "hosts files\naliases files\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("statistics"), "").unwrap();
+    let mc = format!(
+        "divert(0)dnl
+include(`{cf}/m4/cf.m4')dnl
+OSTYPE(`linux')dnl
+define(`confDOMAIN_NAME', `sendmail.shrike.test')dnl
+define(`confDONT_PROBE_INTERFACES', `True')dnl
+define(`confSERVICE_SWITCH_FILE', `{t}/service.switch')dnl
+define(`QUEUE_DIR', `{t}/queue')dnl
+define(`confPID_FILE', `{t}/sendmail.pid')dnl
+define(`ALIAS_FILE', `')dnl
+define(`STATUS_FILE', `{t}/statistics')dnl
+define(`confHOST_STATUS_DIRECTORY', `')dnl
+define(`SMART_HOST', `esmtp:[127.0.0.1]')dnl
+define(`ESMTP_MAILER_ARGS', `TCP $h {sink_port}')dnl
+define(`confMILTER_MACROS_ENVFROM', `i, {{auth_authen}}')dnl
+FEATURE(`promiscuous_relay')dnl
+FEATURE(`accept_unresolvable_domains')dnl
+FEATURE(`nocanonify')dnl
+DAEMON_OPTIONS(`Port={smtp}, Addr=127.0.0.1, Name=MTA')dnl
+INPUT_MAIL_FILTER(`shrike', `S=inet:{milter}@127.0.0.1, F=T, T=S:30s;R:30s;E:5m')dnl
+MAILER(`smtp')dnl
+",
+        cf = root_dir.join("usr/share/sendmail/cf").display(),
+        milter = d.milter,
+    );
+    let out = Command::new("m4")
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .and_then(|mut m4| {
+            use std::io::Write;
+            m4.stdin.take().unwrap().write_all(mc.as_bytes())?;
+            m4.wait_with_output()
+        })
+        .expect("m4 (scripts/test.sh installs it)");
+    assert!(out.status.success(), "m4 failed");
+    let cf = dir.path().join("sendmail.cf");
+    std::fs::write(&cf, out.stdout).unwrap();
+    // Sendmail sleeps a minute at start when the host name has no dot; in a UTS namespace of
+    // its own it gets a qualified one without touching the machine's.
+    let started = Command::new("unshare")
+        .arg("--uts")
+        .arg("sh")
+        .arg("-c")
+        .arg(r#"hostname sendmail.shrike.test && exec "$0" -C "$1" -bd -q30m"#)
+        .arg(root_dir.join("usr/libexec/sendmail/sendmail"))
+        .arg(&cf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("start sendmail");
+    assert!(started.success(), "sendmail did not start");
+    let _sendmail = Sendmail {
+        pid_file: dir.path().join("sendmail.pid"),
+        sink,
+    };
+    wait_for_port(smtp, "sendmail", String::new);
+    let line = send(smtp, &data("gtube.eml"));
+    assert!(
+        line.contains("EOD=550 5.7.1 Spam message rejected"),
+        "{line}\n{}",
+        d.log_text()
+    );
+    let line = send(smtp, &data("daemon/ham.eml"));
+    assert!(line.contains("EOD=250"), "{line}");
+    let message = delivered(&sink_dir, "planning meeting");
+    assert!(
+        header(&message, "X-Spam-Status").is_some_and(|s| s.starts_with("No, score=")),
+        "{message}"
+    );
+    assert!(!message.contains("GTUBE-STANDARD"));
+    // shrike stopped: F=T tempfails (Sendmail finds the filter down at MAIL) rather than
+    // accepting unchecked mail.
+    d.stop();
+    let line = send(smtp, &data("daemon/ham.eml"));
+    assert!(line.contains("=451"), "{line}");
+    assert_eq!(std::fs::read_dir(&sink_dir).unwrap().count(), 1);
 }
