@@ -56,8 +56,8 @@ impl Decoder {
         let have = self.buf.len() - head.start;
         let Some(length) = head.length else {
             if have > self.max_body {
-                return Err(SpamdError::BodyTooBig {
-                    length: have,
+                // How far past the limit depends on how the bytes arrived: not reported.
+                return Err(SpamdError::StreamTooBig {
                     limit: self.max_body,
                 });
             }

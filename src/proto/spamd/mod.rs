@@ -169,6 +169,9 @@ pub enum SpamdError {
     HeadTooLong(usize),
     #[error("message of {length} bytes exceeds the limit of {limit}")]
     BodyTooBig { length: usize, limit: usize },
+    /// A message without `Content-length` (protocol 1.0 and 1.1) ran past the limit.
+    #[error("message longer than the limit of {limit} bytes")]
+    StreamTooBig { limit: usize },
     #[error("bad request line")]
     BadRequestLine,
     #[error("unknown method")]
@@ -189,7 +192,7 @@ impl SpamdError {
     /// The sysexits code this error is answered with.
     pub fn exit(&self) -> Exit {
         match self {
-            SpamdError::BodyTooBig { .. } => Exit::DataErr,
+            SpamdError::BodyTooBig { .. } | SpamdError::StreamTooBig { .. } => Exit::DataErr,
             _ => Exit::Protocol,
         }
     }
@@ -198,7 +201,7 @@ impl SpamdError {
     pub fn reply(&self) -> Vec<u8> {
         let text = match self {
             SpamdError::HeadTooLong(_) => "Request head too long",
-            SpamdError::BodyTooBig { .. } => "Message too big",
+            SpamdError::BodyTooBig { .. } | SpamdError::StreamTooBig { .. } => "Message too big",
             SpamdError::BadRequestLine => "Bad request line",
             SpamdError::UnknownMethod => "Unknown method",
             SpamdError::BadVersion => "Bad protocol version",

@@ -110,10 +110,18 @@ fn protocol_1_0_messages_run_to_the_end_of_the_stream() {
     d.feed(&[b'a'; MAX_BODY + 1]);
     assert_eq!(
         d.request(),
-        Err(SpamdError::BodyTooBig {
-            length: MAX_BODY + 1,
-            limit: MAX_BODY
-        })
+        Err(SpamdError::StreamTooBig { limit: MAX_BODY })
+    );
+    // The same error however the bytes arrive.
+    let mut stream = b"CHECK SPAMC/1.1\r\n".to_vec();
+    stream.resize(stream.len() + MAX_BODY + 100, b'b');
+    assert_eq!(
+        decode_every_split(&stream),
+        Err(SpamdError::StreamTooBig { limit: MAX_BODY })
+    );
+    assert_eq!(
+        SpamdError::StreamTooBig { limit: 1 }.reply(),
+        b"SPAMD/1.0 65 Message too big\r\n"
     );
     // From 1.2 on, Content-length is required; an unfinished head stays unfinished.
     let mut d = Decoder::new(MAX_HEAD, MAX_BODY);
