@@ -203,7 +203,7 @@ fn exim_spam_acl_in_both_variants_rejects_gtube_and_delivers_ham() {
             "shrike_spamd_legacy_requests_total",
         ),
     ] {
-        let before = metric(&d, counter);
+        let before = d.metric(counter);
         let smtp = free_port();
         let exim = Exim::start(
             &dir.path().join(variant),
@@ -238,15 +238,8 @@ fn exim_spam_acl_in_both_variants_rejects_gtube_and_delivers_ham() {
             !message.contains("GTUBE-STANDARD"),
             "{variant}: GTUBE was not delivered"
         );
-        assert_eq!(metric(&d, counter), before + 2, "{variant}");
+        assert_eq!(d.metric(counter), before + 2, "{variant}");
     }
-}
-
-fn metric(d: &Daemon, name: &str) -> u64 {
-    let text = d.get("/metrics").text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} in /metrics"))
 }
 
 struct Haraka(Child);

@@ -70,13 +70,6 @@ fn with_body(head: &str, body: &[u8]) -> Vec<u8> {
     request
 }
 
-fn metric(d: &Daemon, name: &str) -> u64 {
-    let text = d.get("/metrics").text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} in /metrics"))
-}
-
 /// The whole spamc surface, once on each port: the dedicated listener, and the HTTP port where
 /// the request line tells spamd from HTTP.
 #[test]
@@ -128,8 +121,8 @@ fn real_spamc_checks_processes_lists_symbols_and_pings_on_both_ports() {
         assert_eq!(code, 0, "{text}");
         assert_eq!(text.trim(), "SPAMD/1.5 0", "{text}");
     }
-    assert!(metric(&d, "shrike_spamd_on_http_total") >= 8);
-    assert!(metric(&d, "shrike_spamd_requests_total") >= 16);
+    assert!(d.metric("shrike_spamd_on_http_total") >= 8);
+    assert!(d.metric("shrike_spamd_requests_total") >= 16);
     // HTTP on the same port is untouched.
     assert_eq!(d.get("/ping").text(), "pong\r\n");
     let r = d.post("/checkv2", &[], &read("gtube.eml"));
@@ -145,8 +138,8 @@ fn real_spamc_learns_spam_and_ham_once_and_forget_is_refused() {
     let (d, port) = spamd_daemon(dir.path());
     let learned = |d: &Daemon| {
         (
-            metric(d, "shrike_learns_total{class=\"spam\"}"),
-            metric(d, "shrike_learns_total{class=\"ham\"}"),
+            d.metric("shrike_learns_total{class=\"spam\"}"),
+            d.metric("shrike_learns_total{class=\"ham\"}"),
         )
     };
     assert_eq!(learned(&d), (0, 0));
@@ -313,7 +306,7 @@ fn legacy_rspamc_check_gets_the_metric_reply_exim_parses() {
         exchange(d.http, b"PING RSPAMC/1.3\r\n\r\n"),
         "RSPAMD/1.3 0 PONG\r\n"
     );
-    assert!(metric(&d, "shrike_spamd_legacy_requests_total") >= 4);
+    assert!(d.metric("shrike_spamd_legacy_requests_total") >= 4);
 }
 
 #[test]
@@ -360,5 +353,5 @@ fn a_malformed_spamd_request_gets_a_protocol_error_and_the_daemon_keeps_serving(
         reply,
         "SPAMD/1.1 0 EX_OK\r\nSpam: True ; 6.0 / 6.0\r\nContent-length: 0\r\n\r\n"
     );
-    assert!(metric(&d, "shrike_spamd_errors_total") >= 4);
+    assert!(d.metric("shrike_spamd_errors_total") >= 4);
 }

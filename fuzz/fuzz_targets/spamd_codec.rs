@@ -11,6 +11,9 @@
 
 use std::collections::BTreeMap;
 
+#[path = "split.rs"]
+mod split;
+
 use libfuzzer_sys::fuzz_target;
 use shrike::proto::compress::{unzlib, unzstd};
 use shrike::proto::rspamd::CheckRequest;
@@ -18,6 +21,7 @@ use shrike::proto::spamd::{
     client_score, legacy_reply, rewrite_reply, sniff, verdict_reply, Decoder, Method, Protocol,
 };
 use shrike::verdict::{Action, SymbolHit, Verdict};
+use split::chunk_len;
 
 const MAX_HEAD: usize = 4096;
 
@@ -128,16 +132,5 @@ fn replies(method: Method, minor: u32, body: &[u8]) {
                 .unwrap();
             assert_eq!(length, reply.len() - end);
         }
-    }
-}
-
-/// Size of the `step`-th chunk for a split pattern.
-fn chunk_len(pattern: u8, step: usize, remaining: usize) -> usize {
-    match pattern {
-        0 => remaining,
-        1 => 1,
-        2..=15 => usize::from(pattern),
-        16..=23 => 1 + (step * 7 + usize::from(pattern)) % 61,
-        _ => 1 << (step % 12),
     }
 }
