@@ -1,8 +1,9 @@
 //! A load client for comparing shrike's protocols with one client: `/checkv2` over HTTP/1.1
-//! keep-alive (as rspamc and the Haraka plugin use it), spamd's `CHECK SPAMC/1.5` and rspamd's
-//! legacy `CHECK RSPAMC/1.3` (one connection a request, as spamc and Exim make them).
+//! keep-alive (as the Haraka plugin uses it) or with a connection a request (`http-close`), and
+//! spamd's `CHECK SPAMC/1.5` and rspamd's legacy `CHECK RSPAMC/1.3` (a connection a request,
+//! as spamc and Exim make them).
 //!
-//! cargo run --release --example proto_load -- ADDR http|spamd|legacy LIST CONNS SECONDS
+//! cargo run --release --example proto_load -- ADDR http|http-close|spamd|legacy LIST CONNS SECONDS
 //!
 //! LIST is a file of message paths, cycled. Prints one line: protocol, messages/s, p50 and
 //! p99 latency in ms, errors.
@@ -17,6 +18,7 @@ use tokio::net::TcpStream;
 #[derive(Clone, Copy, PartialEq)]
 enum Proto {
     Http,
+    HttpClose,
     Spamd,
     Legacy,
 }
@@ -24,12 +26,13 @@ enum Proto {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 6 {
-        eprintln!("usage: proto_load ADDR http|spamd|legacy LIST CONNS SECONDS");
+        eprintln!("usage: proto_load ADDR http|http-close|spamd|legacy LIST CONNS SECONDS");
         std::process::exit(2);
     }
     let addr = args[1].clone();
     let proto = match args[2].as_str() {
         "http" => Proto::Http,
+        "http-close" => Proto::HttpClose,
         "spamd" => Proto::Spamd,
         "legacy" => Proto::Legacy,
         other => panic!("unknown protocol {other}"),
@@ -49,6 +52,11 @@ fn main() {
                 let head = match proto {
                     Proto::Http => format!(
                         "POST /checkv2 HTTP/1.1\r\nHost: shrike\r\nContent-Length: {}\r\n\r\n",
+                        m.len()
+                    ),
+                    Proto::HttpClose => format!(
+                        "POST /checkv2 HTTP/1.1\r\nHost: shrike\r\nConnection: close\r\n\
+                         Content-Length: {}\r\n\r\n",
                         m.len()
                     ),
                     Proto::Spamd => {
@@ -144,7 +152,9 @@ async fn once(addr: &str, request: &[u8], buf: &mut [u8]) -> bool {
             Err(_) => return false,
         }
     }
-    buf.starts_with(b"SPAMD/1.1 0 EX_OK") || buf.starts_with(b"RSPAMD/1.3 0 EX_OK")
+    buf.starts_with(b"SPAMD/1.1 0 EX_OK")
+        || buf.starts_with(b"RSPAMD/1.3 0 EX_OK")
+        || buf.starts_with(b"HTTP/1.1 200")
 }
 
 /// One request on the kept-alive connection (opened when there is none); reads the reply by

@@ -87,7 +87,6 @@ where
     let c = &daemon.config.spamd;
     let mut decoder = Decoder::new(MAX_HEAD_BYTES, c.max_body_bytes);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(c.read_timeout_secs.max(1));
-    let mut buf = vec![0u8; 64 * 1024];
     let request = loop {
         match decoder.request() {
             Ok(Some(r)) => break r,
@@ -99,14 +98,15 @@ where
                 io.shutdown().await?;
                 // The client may still be sending the message: read and drop it for a moment,
                 // so that closing with unread bytes does not reset the reply away.
+                let mut sink = vec![0u8; 16 * 1024];
                 let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                    while matches!(io.read(&mut buf).await, Ok(n) if n > 0) {}
+                    while matches!(io.read(&mut sink).await, Ok(n) if n > 0) {}
                 })
                 .await;
                 return Ok(());
             }
         }
-        let n = match tokio::time::timeout_at(deadline, io.read(&mut buf)).await {
+        let n = match tokio::time::timeout_at(deadline, io.read_buf(decoder.buffer())).await {
             Ok(read) => read?,
             Err(_) => {
                 tracing::debug!("spamd: request not complete before the read timeout");
@@ -125,9 +125,7 @@ where
                 }
             }
         }
-        decoder.feed(&buf[..n]);
     };
-    drop(buf);
     daemon.metrics.spamd_requests.fetch_add(1, Relaxed);
     if request.protocol == Protocol::Rspamc {
         daemon.metrics.spamd_legacy_requests.fetch_add(1, Relaxed);

@@ -42,6 +42,24 @@ impl Decoder {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// The buffer bytes are read into: a reader appends to it directly (`read_buf`), then calls
+    /// [`Decoder::request`]. Once the head is parsed it has room reserved for the whole body,
+    /// so a message is read without a copy and without regrowing.
+    pub fn buffer(&mut self) -> &mut Vec<u8> {
+        let want = match &self.head {
+            Some(Head {
+                length: Some(n),
+                start,
+                ..
+            }) => (start + n).saturating_sub(self.buf.len()),
+            _ => 0,
+        };
+        // At least a read's worth, at most what the limits allow.
+        let room = want.max(16 * 1024).min(self.max_head + self.max_body);
+        self.buf.reserve(room);
+        &mut self.buf
+    }
+
     /// The request once it has all arrived; `Ok(None)` while more is needed. An error is final.
     pub fn request(&mut self) -> Result<Option<Request>, SpamdError> {
         if self.head.is_none() {
