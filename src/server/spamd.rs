@@ -7,7 +7,7 @@
 //! format is `proto::spamd`'s.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
 use super::http::durable;
-use super::listen::{accept_loop, Listener, Stream};
+use super::listen::{accept_loop, Listener, LogThrottle, Stream};
 use super::pool::ScanRequest;
 use super::Daemon;
 use crate::message::Envelope;
@@ -26,6 +26,13 @@ use crate::proto::spamd::{
     MessageClass, Method, Protocol, Request, Tell,
 };
 use crate::store::Counter;
+
+/// Warnings a client can cause at will (malformed requests, checks the pool refused) are
+/// logged at most once per this interval each; the metrics count every one.
+static BAD_REQUEST_LOG: LazyLock<LogThrottle> =
+    LazyLock::new(|| LogThrottle::new(Duration::from_secs(10)));
+static NOT_SCANNED_LOG: LazyLock<LogThrottle> =
+    LazyLock::new(|| LogThrottle::new(Duration::from_secs(10)));
 
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -92,7 +99,9 @@ where
             Ok(Some(r)) => break r,
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "spamd: bad request");
+                if let Some(held) = BAD_REQUEST_LOG.allow() {
+                    tracing::warn!(error = %e, since_last_line = held, "spamd: bad request");
+                }
                 daemon.metrics.spamd_errors.fetch_add(1, Relaxed);
                 io.write_all(&e.reply()).await?;
                 io.shutdown().await?;
@@ -193,7 +202,9 @@ async fn answer(request: Request, daemon: &Daemon, local: bool) -> Result<Vec<u8
         .await
         .map_err(|e| {
             daemon.metrics.not_scanned(&e);
-            tracing::warn!(error = %e, "spamd: check not scanned");
+            if let Some(held) = NOT_SCANNED_LOG.allow() {
+                tracing::warn!(error = %e, since_last_line = held, "spamd: check not scanned");
+            }
             (Exit::TempFail, e.to_string())
         })?;
     let verdict = &answer.verdict;
