@@ -366,7 +366,13 @@ impl Hasher {
         let mut h = Sha256::new();
         h.update(self.key);
         if address {
-            h.update(value.trim().trim_matches(['<', '>']).to_lowercase().as_bytes());
+            h.update(
+                value
+                    .trim()
+                    .trim_matches(['<', '>'])
+                    .to_lowercase()
+                    .as_bytes(),
+            );
         } else {
             h.update(value.as_bytes());
         }
@@ -575,7 +581,10 @@ mod tests {
         assert!(Hasher::open(dir.path(), false).unwrap().is_none());
         let h = Hasher::open(dir.path(), true).unwrap().unwrap();
         let again = Hasher::open(dir.path(), false).unwrap().unwrap();
-        assert_eq!(h.hash("Bob@Example.com", true), again.hash("<bob@example.com>", true));
+        assert_eq!(
+            h.hash("Bob@Example.com", true),
+            again.hash("<bob@example.com>", true)
+        );
         let mut r = Record {
             sender: Some("bob@example.com".into()),
             rcpt: vec!["alice@example.org".into()],
@@ -589,6 +598,10 @@ mod tests {
         assert!(!format!("{r:?}").contains("Secret"));
         let other = tempfile::tempdir().unwrap();
         let h2 = Hasher::open(other.path(), true).unwrap().unwrap();
-        assert_ne!(h2.hash("bob@example.com", true), s, "keys differ per directory");
+        assert_ne!(
+            h2.hash("bob@example.com", true),
+            s,
+            "keys differ per directory"
+        );
     }
 }

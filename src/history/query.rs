@@ -156,9 +156,7 @@ impl Default for Query {
 pub fn parse_time(s: &str, now_us: i64) -> Option<i64> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<f64>() {
-        return secs
-            .is_finite()
-            .then(|| (secs * 1e6).round() as i64);
+        return secs.is_finite().then(|| (secs * 1e6).round() as i64);
     }
     let to_us = |t: std::time::SystemTime| {
         t.duration_since(std::time::UNIX_EPOCH)
@@ -230,7 +228,11 @@ impl Query {
                     })
                 }
                 "min_score" | "max_score" => {
-                    let name = if k == "min_score" { "min_score" } else { "max_score" };
+                    let name = if k == "min_score" {
+                        "min_score"
+                    } else {
+                        "max_score"
+                    };
                     let score = v
                         .trim()
                         .parse::<f64>()
@@ -481,6 +483,65 @@ impl Page {
     }
 }
 
+/// Cuts `s` to `max` characters, marking the cut.
+fn cut(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// Records as a table, one line each (`shrike history` without `--json`): time, action,
+/// score, listener, queue id, client IP, sender, first recipient (and how many more),
+/// subject, and the symbols that scored most.
+pub fn write_table(out: &mut impl std::io::Write, records: &[Record]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<19}  {:<15}  {:>7}  {:<6}  {:<12}  {:<15}  {:<24}  {:<24}  {:<24}  SYMBOLS",
+        "TIME (UTC)", "ACTION", "SCORE", "VIA", "QUEUE-ID", "IP", "SENDER", "RCPT", "SUBJECT"
+    )?;
+    for r in records {
+        let time = super::format_time(r.time_us);
+        let time = time.get(..19).unwrap_or(&time).replace('T', " ");
+        let score = if matches!(r.kind, Kind::Scan(_)) {
+            format!("{:.2}", r.score)
+        } else {
+            "-".into()
+        };
+        let rcpt = match r.rcpt.len() {
+            0 => String::new(),
+            1 => r.rcpt[0].clone(),
+            n => format!("{} +{}", r.rcpt[0], n - 1),
+        };
+        let mut symbols: Vec<&super::SymbolRecord> =
+            r.symbols.iter().filter(|s| !s.shadow).collect();
+        symbols.sort_by(|a, b| b.score.abs().total_cmp(&a.score.abs()));
+        let symbols: Vec<String> = symbols
+            .iter()
+            .take(4)
+            .map(|s| format!("{}({})", s.name, s.score))
+            .collect();
+        writeln!(
+            out,
+            "{:<19}  {:<15}  {:>7}  {:<6}  {:<12}  {:<15}  {:<24}  {:<24}  {:<24}  {}",
+            time,
+            r.kind.name(),
+            score,
+            cut(&r.listener, 6),
+            cut(r.queue_id.as_deref().unwrap_or("-"), 12),
+            r.ip.map_or_else(|| "-".to_string(), |ip| cut(&ip.to_string(), 15)),
+            cut(r.sender.as_deref().unwrap_or("-"), 24),
+            cut(if rcpt.is_empty() { "-" } else { &rcpt }, 24),
+            cut(r.subject.as_deref().unwrap_or("-"), 24),
+            symbols.join(" ")
+        )?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,6 +575,8 @@ mod tests {
         run(dir, &query).unwrap().records
     }
 
+    type Case<'a> = (Vec<(&'a str, &'a str)>, Box<dyn Fn(&Record) -> bool + 'a>);
+
     /// Each filter alone returns exactly the records a plain check of the same condition keeps,
     /// newest first.
     #[test]
@@ -525,7 +588,7 @@ mod tests {
         let t = |i: usize| records[i].time_us;
         let from = format!("{}", t(100) as f64 / 1e6);
         let to = format!("{}", t(120) as f64 / 1e6);
-        let cases: Vec<(Vec<(&str, &str)>, Box<dyn Fn(&Record) -> bool>)> = vec![
+        let cases: Vec<Case<'_>> = vec![
             (vec![], Box::new(|_| true)),
             (
                 vec![("from", from.as_str())],
@@ -545,9 +608,7 @@ mod tests {
             ),
             (
                 vec![("action", "no_action,greylist")],
-                Box::new(|r| {
-                    matches!(r.kind, Kind::Scan(Action::NoAction | Action::Greylist))
-                }),
+                Box::new(|r| matches!(r.kind, Kind::Scan(Action::NoAction | Action::Greylist))),
             ),
             (
                 vec![("sender", "S3@Sender0.example")],
@@ -583,16 +644,14 @@ mod tests {
                 vec![("symbol", "rule_5")],
                 Box::new(|r| r.symbols.iter().any(|s| s.name == "RULE_5")),
             ),
+            (vec![("min_score", "50")], Box::new(|r| r.score >= 50.0)),
+            (vec![("max_score", "-1.5")], Box::new(|r| r.score <= -1.5)),
             (
-                vec![("min_score", "50")],
-                Box::new(|r| r.score >= 50.0),
-            ),
-            (
-                vec![("max_score", "-1.5")],
-                Box::new(|r| r.score <= -1.5),
-            ),
-            (
-                vec![("action", "add_header"), ("min_score", "20"), ("symbol", "BAYES_SPAM")],
+                vec![
+                    ("action", "add_header"),
+                    ("min_score", "20"),
+                    ("symbol", "BAYES_SPAM"),
+                ],
                 Box::new(|r| r.kind == Kind::Scan(Action::AddHeader) && r.score >= 20.0),
             ),
             (vec![("symbol", "NO_SUCH_RULE")], Box::new(|_| false)),
@@ -605,7 +664,10 @@ mod tests {
             let nothing = ["NO_SUCH_RULE", "nobody@nowhere"];
             if !pairs.iter().any(|(_, v)| nothing.contains(v)) {
                 assert!(!want.is_empty(), "{pairs:?} selects something");
-                assert!(want.len() < records.len() || pairs.is_empty(), "{pairs:?} selects");
+                assert!(
+                    want.len() < records.len() || pairs.is_empty(),
+                    "{pairs:?} selects"
+                );
             }
         }
     }
@@ -662,14 +724,23 @@ mod tests {
         let now = 1_000_000_000_000_000;
         for (pairs, msg) in [
             (vec![("bogus", "1")], "unknown parameter \"bogus\""),
-            (vec![("from", "yesterday-ish")], "from: not a time or duration"),
+            (
+                vec![("from", "yesterday-ish")],
+                "from: not a time or duration",
+            ),
             (vec![("action", "nuke")], "action: not an action"),
-            (vec![("ip", "300.1.1.1")], "ip: not an address or CIDR range"),
+            (
+                vec![("ip", "300.1.1.1")],
+                "ip: not an address or CIDR range",
+            ),
             (vec![("min_score", "NaN")], "min_score: not a number"),
             (vec![("limit", "0")], "limit: not a positive integer"),
-            (vec![("cursor", "v2.1.2.3")], "cursor: not a cursor of this history"),
+            (
+                vec![("cursor", "v2.1.2.3")],
+                "cursor: not a cursor of this history",
+            ),
         ] {
-            let e = Query::parse(pairs.into_iter(), now).unwrap_err().to_string();
+            let e = Query::parse(pairs, now).unwrap_err().to_string();
             assert!(e.starts_with(msg), "{e}");
         }
         assert_eq!(parse_time("2h", now), Some(now - 7_200_000_000));
@@ -704,9 +775,13 @@ mod tests {
         drop(writer);
         let dir = base.path().join(crate::history::DIR);
         let got = all(&dir, &[("sender", "s3@sender0.example")]);
-        let want: Vec<u64> = (0..20).filter(|i| i % 7 == 3 && i % 3 == 0).collect();
+        let want: Vec<u64> = (0..20)
+            .filter(|i: &u64| i % 7 == 3 && i.is_multiple_of(3))
+            .collect();
         assert_eq!(got.len(), want.len());
-        assert!(got.iter().all(|r| r.sender.as_deref().unwrap().starts_with("h:")));
+        assert!(got
+            .iter()
+            .all(|r| r.sender.as_deref().unwrap().starts_with("h:")));
         assert!(all(&dir, &[("rcpt", "all@example.org")]).len() == 20);
         let missing = run(&base.path().join("nope"), &Query::default()).unwrap();
         assert!(missing.records.is_empty());

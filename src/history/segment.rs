@@ -558,24 +558,29 @@ pub(crate) mod tests {
         Record {
             time_us: 1_790_000_000_000_000 + i as i64 * 1_000,
             kind: Kind::Scan(Action::ALL[(i % 8) as usize]),
-            listener: if i % 2 == 0 { "http" } else { "milter" }.into(),
+            listener: if i.is_multiple_of(2) {
+                "http"
+            } else {
+                "milter"
+            }
+            .into(),
             queue_id: Some(format!("Q{i:06}")),
             message_id: Some(format!("<m{i}@example.com>")),
-            ip: Some(if i % 3 == 0 {
+            ip: Some(if i.is_multiple_of(3) {
                 IpAddr::from([192, 0, 2, (i % 250) as u8])
             } else {
                 "2001:db8::1".parse().unwrap()
             }),
             helo: Some("mx.example.net".into()),
-            rdns: (i % 4 != 0).then(|| "mail.example.net".into()),
-            user: (i % 5 == 0).then(|| "alice".into()),
+            rdns: (!i.is_multiple_of(4)).then(|| "mail.example.net".into()),
+            user: (i.is_multiple_of(5)).then(|| "alice".into()),
             sender: Some(format!("s{}@sender{}.example", i % 7, i % 3)),
             rcpt: vec![format!("r{}@example.org", i % 11), "all@example.org".into()],
             from: Some(format!("f{}@from.example", i % 5)),
             subject: Some(format!("Subject número {i}")),
             size: 1000 + i * 37,
             score: (i as f64) * 0.5 - 3.25,
-            required_score: (i % 2 == 0).then_some(15.0),
+            required_score: (i.is_multiple_of(2)).then_some(15.0),
             symbols: vec![
                 SymbolRecord {
                     name: "BAYES_SPAM".into(),
@@ -587,7 +592,7 @@ pub(crate) mod tests {
                     name: format!("RULE_{}", i % 13),
                     score: -0.125,
                     options: vec![],
-                    shadow: i % 6 == 0,
+                    shadow: i.is_multiple_of(6),
                 },
             ],
             generation: 3 + i % 2,
@@ -714,7 +719,10 @@ pub(crate) mod tests {
         let records: Vec<Record> = (0..30).map(sample).collect();
         let (bytes, ends) = segment(&[&records[..10], &records[10..20], &records[20..]]);
         let (start, end) = (ends[0], ends[1]);
-        for at in (start..end).step_by(7).chain([start, start + 5, start + 29, end - 1]) {
+        for at in (start..end)
+            .step_by(7)
+            .chain([start, start + 5, start + 29, end - 1])
+        {
             let mut bad = bytes.clone();
             bad[at] ^= 0x5a;
             let (back, s) = read_all(&bad);
@@ -762,7 +770,10 @@ pub(crate) mod tests {
             Err(FormatError::Bad("bytes after the last record"))
         );
         for cut in 0..plain.len() - 1 {
-            assert!(decode(&plain[..cut], &mut Batch::default()).is_err(), "cut {cut}");
+            assert!(
+                decode(&plain[..cut], &mut Batch::default()).is_err(),
+                "cut {cut}"
+            );
         }
         assert!(decompress(b"not zstd").is_err());
     }

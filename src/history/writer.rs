@@ -236,7 +236,10 @@ impl State {
         let current = self.current.as_ref().map(|c| (c.path.clone(), c.bytes));
         // Room for the current segment to grow to its full size: the total stays within
         // max_bytes (give or take the batch that crosses segment_bytes).
-        let limit = self.config.max_bytes.saturating_sub(self.config.segment_bytes)
+        let limit = self
+            .config
+            .max_bytes
+            .saturating_sub(self.config.segment_bytes)
             + current.as_ref().map_or(0, |c| c.1);
         let current = current.map(|c| c.0);
         match retain(
@@ -258,7 +261,9 @@ impl State {
                     );
                 }
             }
-            Err(e) => tracing::warn!(error = %e, dir = %self.dir.display(), "history retention failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, dir = %self.dir.display(), "history retention failed")
+            }
         }
     }
 }
@@ -397,7 +402,11 @@ mod tests {
                 deleted: 3
             }
         );
-        let left: Vec<i64> = segments(dir.path()).unwrap().iter().map(|s| s.start_us).collect();
+        let left: Vec<i64> = segments(dir.path())
+            .unwrap()
+            .iter()
+            .map(|s| s.start_us)
+            .collect();
         assert_eq!(left, vec![1003, 1004]);
         assert!(dir.path().join("key").exists(), "only segments are deleted");
         // The current segment stays even when it alone is over the bound.
@@ -448,7 +457,10 @@ mod tests {
         }
         recorder.flush();
         let stats = recorder.stats().unwrap();
-        assert_eq!(stats.written.load(Relaxed) + stats.dropped.load(Relaxed), 6000);
+        assert_eq!(
+            stats.written.load(Relaxed) + stats.dropped.load(Relaxed),
+            6000
+        );
         writer.close();
         let hist = dir.path().join(crate::history::DIR);
         let segs = segments(&hist).unwrap();
@@ -460,7 +472,8 @@ mod tests {
         let mut last = 0;
         let mut n = 0;
         for s in &segs {
-            let (records, scan) = crate::history::segment::read_all(&std::fs::read(&s.path).unwrap());
+            let (records, scan) =
+                crate::history::segment::read_all(&std::fs::read(&s.path).unwrap());
             assert_eq!(scan.skipped_bytes, 0);
             for r in records {
                 assert!(r.time_us >= last);
@@ -501,7 +514,10 @@ mod tests {
         let s = recorder.stats().unwrap();
         let (written, dropped) = (s.written.load(Relaxed), s.dropped.load(Relaxed));
         assert_eq!(written + dropped, 10_000);
-        assert!(dropped > 0, "a queue of one cannot keep up with a tight loop");
+        assert!(
+            dropped > 0,
+            "a queue of one cannot keep up with a tight loop"
+        );
         drop(writer);
     }
 }
