@@ -4,7 +4,9 @@
 #      `[history] enabled = false`, take turns under wrk (scripts/bench/checkv2_envelope.lua:
 #      every sixth dev-corpus message with an MTA's envelope headers) for ROUNDS rounds (default
 #      3), so a change in the machine's load hits both; each round prints both rates and the
-#      cost, the end the median cost. Then the on daemon's history bytes per record.
+#      cost, the end the median cost. Then the on daemon's history bytes per record; then
+#      shrike's CPU a message with the history on and off (scripts/bench_cpu.sh, which counts
+#      the writer thread too): throughput moves with the shared machine's load, CPU much less.
 #   2. bytes per record on the dev corpus, batches of 100, 1000 and 4096 records
 #      (examples/history_bench.rs corpus).
 #   3. a query over RECORDS (default 1 000 000) synthetic records (examples/history_bench.rs
@@ -62,11 +64,18 @@ for r in $(seq "$rounds"); do
 done
 sorted=$(printf '%s\n' "${costs[@]}" | sort -n | tr '\n' ' ')
 echo "median cost: $(echo "$sorted" | awk '{print $(int((NF + 1) / 2))}')% (rounds: $sorted)"
-health=$(curl -s http://127.0.0.1:21341/health)
-echo "history on: $(echo "$health" | python3 -c 'import json,sys; h=json.load(sys.stdin)["history"]; print(f"{h[\"written\"]} records, {h[\"dropped\"]} dropped, {h[\"bytes\"]} bytes, {h[\"bytes\"]/max(h[\"written\"],1):.1f} bytes/record")')"
+curl -s http://127.0.0.1:21341/health | python3 -c '
+import json, sys
+h = json.load(sys.stdin)["history"]
+print("history on: %d records, %d dropped, %d bytes, %.1f bytes/record"
+      % (h["written"], h["dropped"], h["bytes"], h["bytes"] / max(h["written"], 1)))'
 kill $on_pid $off_pid
 wait $on_pid $off_pid 2>/dev/null || true
 trap - EXIT
+
+echo "## 1b. shrike's CPU a message, history on and off (scripts/bench_cpu.sh, alternated)"
+WRK_SCRIPT=scripts/bench/checkv2_envelope.lua ROUNDS=${CPU_ROUNDS:-4} SECS=${CPU_SECS:-15} \
+    scripts/bench_cpu.sh http "$bin" "$bin:$work/off/shrike.toml"
 
 echo "## 2. bytes per record on the dev corpus"
 "$bench" corpus 100 1000 4096

@@ -51,8 +51,17 @@ pub const BATCH_HEADER_LEN: usize = 32;
 pub const MAX_BATCH_BYTES: usize = 256 << 20;
 /// Nor do more records than this fit in one.
 const MAX_BATCH_RECORDS: usize = 1 << 22;
-/// zstd level of the batches: the writer is off the reply path and its batches are small.
-const LEVEL: i32 = 9;
+/// zstd level of a batch of this many records. A small batch (light traffic) gets level 9: a
+/// few bytes less a record for CPU there is plenty of; a large one (a busy daemon: batches fill
+/// before the flush interval) level 3, which costs a fraction of the CPU a record and loses
+/// little, as large batches compress well anyway (BENCHMARKS.md, "Decision history").
+pub fn level_for(records: usize) -> i32 {
+    if records <= 1024 {
+        9
+    } else {
+        3
+    }
+}
 
 /// Why a batch could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -121,6 +130,11 @@ impl<'a> Strings<'a> {
 
 /// A batch ready to append: header and payload.
 pub fn encode_batch(records: &[Record]) -> Vec<u8> {
+    encode_batch_at(records, level_for(records.len()))
+}
+
+/// [`encode_batch`] at a given zstd level.
+pub fn encode_batch_at(records: &[Record], level: i32) -> Vec<u8> {
     let mut strings = Strings::default();
     // The table lists the strings field by field (every subject together, every message-id
     // together, …): zstd finds more in a run of alike strings (6% fewer bytes on the corpus in
@@ -234,7 +248,7 @@ pub fn encode_batch(records: &[Record]) -> Vec<u8> {
     plain.extend_from_slice(&body);
     // Compressing a Vec in memory cannot fail but for allocation; keep the bytes uncompressed
     // would break the format, so an impossible error yields an empty frame of zero records.
-    let payload = zstd::bulk::compress(&plain, LEVEL).unwrap_or_default();
+    let payload = zstd::bulk::compress(&plain, level).unwrap_or_default();
     let count = if payload.is_empty() { 0 } else { records.len() };
     let mut out = Vec::with_capacity(BATCH_HEADER_LEN + payload.len());
     out.extend_from_slice(BATCH_MAGIC);
