@@ -80,7 +80,7 @@ impl Default for HistoryConfig {
             segment_secs: 3600,
             flush_ms: 1000,
             batch_records: 4096,
-            queue: 65_536,
+            queue: 16_384,
         }
     }
 }

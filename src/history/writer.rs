@@ -173,8 +173,14 @@ impl State {
             Err(e) => {
                 self.stats.write_errors.fetch_add(1, Relaxed);
                 tracing::error!(error = %e, dir = %self.dir.display(), records = n, "history batch not written");
-                // The segment may end in a partial batch: start a new one next time.
-                self.current = None;
+                // Cut the partial batch off and keep the segment (a full disk would otherwise
+                // leave a new, empty segment behind every second); if even that fails, start a
+                // new segment next time.
+                if let Some(c) = self.current.as_mut() {
+                    if c.file.set_len(c.bytes).is_err() {
+                        self.current = None;
+                    }
+                }
             }
         }
         if self.last_sync.elapsed() >= SYNC_EVERY {
