@@ -392,3 +392,68 @@ fn hashed_privacy_hides_addresses_and_still_finds_them() {
     );
     assert!(d.data.join("history/key").exists());
 }
+
+/// A local address that is not loopback (the route to a documentation address; no packet is
+/// sent).
+fn non_loopback_ip() -> std::net::IpAddr {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    s.connect("192.0.2.123:9").expect("a route off loopback");
+    let ip = s.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback(), "{ip}");
+    ip
+}
+
+/// `/history` follows the admin rules of `/reload`: a client off loopback needs the password.
+#[test]
+fn history_needs_loopback_or_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = non_loopback_ip();
+    let port = daemon::free_port();
+    std::fs::write(
+        dir.path().join("shrike.toml"),
+        "[http]\npassword = \"s3cret\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .arg("--config")
+        .arg(dir.path().join("shrike.toml"))
+        .args([
+            "serve",
+            "--milter",
+            "off",
+            "--http",
+            &format!("0.0.0.0:{port}"),
+            "--data",
+        ])
+        .arg(dir.path().join("data"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let request = |headers: &[(&str, &str)]| -> u16 {
+        let mut s = std::net::TcpStream::connect((ip, port)).unwrap();
+        use std::io::{Read, Write};
+        let mut req = "GET /history HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".to_string();
+        for (n, v) in headers {
+            req.push_str(&format!("{n}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    wait_until("the daemon", || {
+        daemon::http(port, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200)
+    });
+    assert_eq!(request(&[]), 403);
+    assert_eq!(request(&[("Password", "wrong")]), 403);
+    assert_eq!(request(&[("Password", "s3cret")]), 200);
+    assert_eq!(
+        daemon::http(port, "GET", "/history", &[], b"")
+            .unwrap()
+            .status,
+        200
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
