@@ -94,6 +94,8 @@ pub enum HistoryConfigError {
     SegmentBytes,
     #[error("history.segment_secs, batch_records and queue must be greater than 0")]
     Zero,
+    #[error("history.batch_records must be at most 16384, got {0}")]
+    BatchRecords(usize),
 }
 
 impl HistoryConfig {
@@ -107,6 +109,9 @@ impl HistoryConfig {
         }
         if self.segment_secs == 0 || self.batch_records == 0 || self.queue == 0 {
             return Err(HistoryConfigError::Zero);
+        }
+        if self.batch_records > 16_384 {
+            return Err(HistoryConfigError::BatchRecords(self.batch_records));
         }
         Ok(())
     }
@@ -553,6 +558,13 @@ mod tests {
                     ..Default::default()
                 },
                 "history.segment_secs, batch_records and queue must be greater than 0",
+            ),
+            (
+                HistoryConfig {
+                    batch_records: 20_000,
+                    ..Default::default()
+                },
+                "history.batch_records must be at most 16384, got 20000",
             ),
         ] {
             assert_eq!(c.validate().unwrap_err().to_string(), msg);

@@ -49,6 +49,9 @@ pub const BATCH_MAGIC: &[u8; 4] = b"SHB1";
 pub const BATCH_HEADER_LEN: usize = 32;
 /// A batch larger than this is taken for damage (the writer's batches are far smaller).
 pub const MAX_BATCH_BYTES: usize = 256 << 20;
+/// Most bytes a batch decompresses to (a batch of the most records the config allows, 16,384,
+/// takes a few MiB).
+const MAX_PLAIN_BYTES: u64 = 64 << 20;
 /// Nor do more records than this fit in one.
 const MAX_BATCH_RECORDS: usize = 1 << 22;
 /// zstd level of a batch of this many records. A small batch (light traffic) gets level 9: a
@@ -447,7 +450,7 @@ pub fn decompress(payload: &[u8]) -> Result<Vec<u8>, FormatError> {
         .ok()
         .flatten()
         .ok_or_else(|| FormatError::Zstd("no content size".into()))?;
-    if size > MAX_BATCH_BYTES as u64 * 8 {
+    if size > MAX_PLAIN_BYTES {
         return Err(FormatError::Zstd("content size too large".into()));
     }
     zstd::bulk::decompress(payload, size as usize).map_err(|e| FormatError::Zstd(e.to_string()))
@@ -475,6 +478,11 @@ pub fn decode<'a>(plain: &'a [u8], out: &mut Batch<'a>) -> Result<(), FormatErro
         }
     };
     let records = r.count()?;
+    // A record takes at least 18 bytes: a damaged count cannot make the vector outgrow the
+    // payload many times.
+    if records > (plain.len() - r.pos) / 18 {
+        return Err(FormatError::Bad("more records than bytes"));
+    }
     let base = unzigzag(r.varint()?);
     out.records.reserve(records);
     let mut prev = base;
