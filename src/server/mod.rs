@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod milter;
 pub mod pool;
 mod record;
+pub mod sniff;
 pub mod spamd;
 
 use std::collections::BTreeMap;

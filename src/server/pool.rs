@@ -51,6 +51,8 @@ pub struct LearnReply {
     /// Store keys that got the complaint or rescue.
     pub keys: usize,
     pub message_id: Option<String>,
+    /// Whether the classifier trained on it (not when it had already learned this message).
+    pub trained: bool,
     /// Why the classifier's training of it was not recorded, if it was not.
     pub journal_error: Option<String>,
 }
@@ -336,6 +338,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let _ = reply.send(LearnReply {
                 keys: learned.keys,
                 message_id: learned.message_id,
+                trained: learned.trained,
                 journal_error: learned.journal_error,
             });
         }
