@@ -457,3 +457,31 @@ fn history_needs_loopback_or_the_password() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// The spamd listener records its verdicts too (the real `spamc`).
+#[test]
+fn spamc_verdicts_are_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = daemon::free_port();
+    let mut d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(format!(
+                "[spamd]\nlisten = \"127.0.0.1:{port}\"\n[history]\nflush_ms = 100\n"
+            )),
+            ..Options::default()
+        },
+    );
+    let out = Command::new("spamc")
+        .args(["-d", "127.0.0.1", "-p", &port.to_string(), "-c"])
+        .stdin(std::fs::File::open(data("gtube.eml")).unwrap())
+        .output()
+        .expect("spamc is installed (scripts/test.sh installs it)");
+    assert!(!out.stdout.is_empty(), "spamc answered");
+    wait_until("a record", || count(&d, "") == 1);
+    let r = &records(&d, "")["records"][0];
+    assert_eq!(r["listener"], "spamd", "{r}");
+    assert_eq!(r["action"], "reject", "{r}");
+    assert_eq!(r["subject"], "Test spam mail (GTUBE)", "{r}");
+    d.stop();
+}

@@ -315,7 +315,11 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         envelope: request.envelope,
         lists: true,
     };
-    let answer = match daemon.scan_recorded(scan, "http").await {
+    let answer = match daemon
+        .recorded("http")
+        .scan(scan, daemon.scan_timeout())
+        .await
+    {
         Ok(a) => a,
         Err(e) => {
             daemon.metrics.not_scanned(&e);

@@ -1,8 +1,8 @@
 //! The listeners' side of the decision history: a scan or learn through the pool, and its
 //! record handed to the history's writer (which never makes the reply wait).
 //!
-//! A listener scans with [`Daemon::scan_recorded`] instead of `daemon.pool.scan(...)`: one
-//! call that scans and records.
+//! A listener scans with `daemon.recorded("NAME").scan(request, timeout)` instead of
+//! `daemon.pool.scan(request, timeout)`: one call that scans and records.
 
 use std::time::Instant;
 
@@ -13,32 +13,14 @@ use crate::message::Envelope;
 use crate::store::Counter;
 
 impl Daemon {
-    /// Scans a message through the pool (as `pool.scan` with the scan timeout) and records the
-    /// verdict in the decision history under `listener` (`http`, `milter`, `spamd`). A message
-    /// the pool did not answer (busy, timeout) has no verdict and no record.
-    pub async fn scan_recorded(
-        &self,
-        request: ScanRequest,
-        listener: &'static str,
-    ) -> Result<ScanReply, PoolError> {
-        if !self.history.enabled() {
-            return self.pool.scan(request, self.scan_timeout()).await;
+    /// The worker pool, recording what it answers in the decision history under `listener`
+    /// (`http`, `milter`, `spamd`): `daemon.recorded("spamd").scan(request, timeout)` where a
+    /// listener would call `daemon.pool.scan(request, timeout)`.
+    pub fn recorded(&self, listener: &'static str) -> Recorded<'_> {
+        Recorded {
+            daemon: self,
+            listener,
         }
-        let start = Instant::now();
-        let envelope = request.envelope.clone();
-        let size = request.raw.len() as u64;
-        let result = self.pool.scan(request, self.scan_timeout()).await;
-        if let Ok(answer) = &result {
-            let mut r = Record::from_verdict(&answer.verdict).with_envelope(&envelope);
-            r.listener = listener.to_string();
-            r.message_id = answer.message_id.clone();
-            r.from = answer.from.clone();
-            r.subject = Some(answer.subject.clone()).filter(|s| !s.is_empty());
-            r.size = size;
-            r.scan_us = start.elapsed().as_micros() as u64;
-            self.history.record(r);
-        }
-        result
     }
 
     /// Records an acknowledged learn (`Counter::Complaint` spam, `Counter::Rescue` ham).
@@ -69,6 +51,42 @@ impl Daemon {
         r.size = size as u64;
         r.scan_us = start.elapsed().as_micros() as u64;
         self.history.record(r);
+    }
+}
+
+/// The pool seen through the decision history ([`Daemon::recorded`]).
+pub struct Recorded<'a> {
+    daemon: &'a Daemon,
+    listener: &'static str,
+}
+
+impl Recorded<'_> {
+    /// Scans a message as `Pool::scan` does and records the verdict. A message the pool did
+    /// not answer (busy, timeout) has no verdict and no record.
+    pub async fn scan(
+        self,
+        request: ScanRequest,
+        timeout: std::time::Duration,
+    ) -> Result<ScanReply, PoolError> {
+        let d = self.daemon;
+        if !d.history.enabled() {
+            return d.pool.scan(request, timeout).await;
+        }
+        let start = Instant::now();
+        let envelope = request.envelope.clone();
+        let size = request.raw.len() as u64;
+        let result = d.pool.scan(request, timeout).await;
+        if let Ok(answer) = &result {
+            let mut r = Record::from_verdict(&answer.verdict).with_envelope(&envelope);
+            r.listener = self.listener.to_string();
+            r.message_id = answer.message_id.clone();
+            r.from = answer.from.clone();
+            r.subject = Some(answer.subject.clone()).filter(|s| !s.is_empty());
+            r.size = size;
+            r.scan_us = start.elapsed().as_micros() as u64;
+            d.history.record(r);
+        }
+        result
     }
 }
 

@@ -188,7 +188,7 @@ async fn answer(request: Request, daemon: &Daemon, local: bool) -> Result<Vec<u8
         lists: false,
     };
     let answer = daemon
-        .pool
+        .recorded("spamd")
         .scan(scan, daemon.scan_timeout())
         .await
         .map_err(|e| {
