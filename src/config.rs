@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::ClassifierConfig;
 use crate::engine::EngineConfig;
+use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::message::Limits;
 use crate::scan::{ScanSettings, TrafficConfig};
 use crate::server::http::HttpConfig;
@@ -47,6 +48,8 @@ pub struct Config {
     pub spamd: SpamdConfig,
     /// The online classifier: table size, FTRL parameters, cold start, autolearn.
     pub classifier: ClassifierConfig,
+    /// The decision history: every verdict and learn of the daemon, on disk.
+    pub history: HistoryConfig,
 }
 
 /// Why a configuration could not be used.
@@ -68,6 +71,8 @@ pub enum ConfigError {
     Store(StoreConfigError),
     #[error("invalid config: {0}")]
     Server(crate::server::SettingsError),
+    #[error("invalid config: {0}")]
+    History(HistoryConfigError),
 }
 
 impl Config {
@@ -102,6 +107,7 @@ impl Config {
         self.store.validate().map_err(ConfigError::Store)?;
         crate::server::validate(&self.server, &self.http, &self.milter)
             .map_err(ConfigError::Server)?;
+        self.history.validate().map_err(ConfigError::History)?;
         Ok(())
     }
 }
@@ -192,6 +198,7 @@ mod tests {
             ),
             ("[milter]\nmax_packet_bytes = 1000", "milter.max_packet_bytes must hold a 64 KiB body chunk"),
             ("[classifier]\ntable_bits = 30", "classifier.table_bits must be 16..=26, got 30"),
+            ("[history]\nflush_ms = 2000", "history.flush_ms must be 1..=1000, got 2000"),
             (
                 "[classifier]\nalpha = 0.0",
                 "classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)",

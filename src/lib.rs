@@ -5,6 +5,7 @@ pub mod classify;
 pub mod config;
 pub mod engine;
 pub mod entities;
+pub mod history;
 pub mod message;
 pub mod proto;
 pub mod replay;

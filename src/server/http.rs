@@ -202,10 +202,11 @@ async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Re
         (&Method::GET, "/health") => health(daemon),
         (&Method::POST, "/reload") => reload(&req, daemon, local).await,
         (&Method::GET, "/reputation") => reputation(req.uri().query().unwrap_or(""), daemon),
+        (&Method::GET, "/history") => history(&req, daemon, local).await,
         (
             _,
             "/ping" | "/checkv2" | "/check" | "/symbols" | "/learnspam" | "/learnham" | "/stat"
-            | "/metrics" | "/health" | "/reload" | "/reputation",
+            | "/metrics" | "/health" | "/reload" | "/reputation" | "/history",
         ) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
@@ -314,7 +315,11 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         envelope: request.envelope,
         lists: true,
     };
-    let answer = match daemon.pool.scan(scan, daemon.scan_timeout()).await {
+    let answer = match daemon
+        .recorded("http")
+        .scan(scan, daemon.scan_timeout())
+        .await
+    {
         Ok(a) => a,
         Err(e) => {
             daemon.metrics.not_scanned(&e);
@@ -393,10 +398,13 @@ async fn learn(
             "learning needs a loopback client or the password",
         );
     }
+    let start = Instant::now();
+    let envelope = CheckRequest::from_headers(req.headers()).envelope;
     let raw = match body(req, daemon).await {
         Ok(b) => b,
         Err(r) => return r,
     };
+    let size = raw.len();
     let l = match daemon.pool.learn(raw, counter, daemon.scan_timeout()).await {
         Ok(l) => l,
         Err(e) => {
@@ -410,6 +418,7 @@ async fn learn(
         tracing::error!(error = %e, "learn not made durable");
         return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string());
     }
+    daemon.record_learn("http", counter, &envelope, size, &l, start);
     json(
         StatusCode::OK,
         serde_json::json!({
@@ -446,6 +455,19 @@ pub(super) async fn durable(
         Ok(result) => result.map_err(|e| NotDurable::Wal(e.to_string())),
         Err(e) => Err(NotDurable::Wal(e.to_string())),
     }
+}
+
+/// `GET /history?…`: the decision history, newest first (admin, as `/reload`).
+async fn history(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
+    if !admin_allowed(req, daemon, local) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "the history needs a loopback client or the password",
+        );
+    }
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let (status, body) = super::record::history_query(daemon, &query).await;
+    json(status, body)
 }
 
 async fn reload(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
@@ -487,6 +509,7 @@ fn health(daemon: &Daemon) -> Reply {
         "last_reload_error": engine.last_error,
         "uptime": daemon.started.elapsed().as_secs(),
         "queue": daemon.pool.depth(),
+        "history": super::record::history_health(daemon),
     });
     let status = if ready {
         StatusCode::OK
@@ -594,6 +617,7 @@ fn metrics(daemon: &Daemon) -> String {
         "Keys evicted at the memory bound.",
     );
     let _ = writeln!(out, "shrike_store_evictions_total {}", store.evictions);
+    super::record::history_metrics(daemon, &mut out);
     let engine = daemon.scanner.engine();
     let h = engine.health();
     gauge(

@@ -217,7 +217,10 @@ where
                         envelope: collected.envelope,
                         lists: false,
                     };
-                    let result = daemon.pool.scan(request, daemon.scan_timeout()).await;
+                    let result = daemon
+                        .recorded("milter")
+                        .scan(request, daemon.scan_timeout())
+                        .await;
                     daemon.metrics.milter_messages.fetch_add(1, Relaxed);
                     match &result {
                         Ok(a) => tracing::debug!(

@@ -36,6 +36,8 @@ pub struct ScanReply {
     pub verdict: Verdict,
     pub message_id: Option<String>,
     pub subject: String,
+    /// The first From header address.
+    pub from: Option<String>,
     pub urls: Vec<String>,
     pub emails: Vec<String>,
     pub times: StageTimes,
@@ -298,6 +300,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 verdict,
                 message_id: scanned.analysis.entities.message_id.clone(),
                 subject: scanned.analysis.message.subject.display.clone(),
+                from: scanned.analysis.entities.from().map(|e| e.address.clone()),
                 times: scanned.times,
                 queued,
             };

@@ -197,7 +197,7 @@ async fn answer(request: Request, daemon: &Daemon, local: bool) -> Result<Vec<u8
         lists: false,
     };
     let answer = daemon
-        .pool
+        .recorded("spamd")
         .scan(scan, daemon.scan_timeout())
         .await
         .map_err(|e| {
@@ -272,6 +272,7 @@ async fn learn(
         Some(MessageClass::Ham) => Counter::Rescue,
         _ => Counter::Complaint,
     };
+    let (size, start) = (message.len(), std::time::Instant::now());
     let learned = daemon
         .pool
         .learn(message, counter, daemon.scan_timeout())
@@ -285,5 +286,13 @@ async fn learn(
         tracing::error!(error = %e, "spamd: learn not made durable");
         return Err((Exit::Software, e.to_string()));
     }
+    daemon.record_learn(
+        "spamd",
+        counter,
+        &Envelope::default(),
+        size,
+        &learned,
+        start,
+    );
     Ok(tell_reply(minor, learned.trained, false))
 }
