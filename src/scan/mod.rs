@@ -445,6 +445,12 @@ impl ScanWorker {
         self.scan_as(input, envelope, false)
     }
 
+    /// A trial scan (the web UI's Test page): as `scan`, but `ratelimit` answers without
+    /// counting, as for a learn. The caller applies none of its `updates`.
+    pub fn trial<'p>(&mut self, input: &'p Prepared<'_>, envelope: &Envelope) -> Scanned<'p> {
+        self.scan_as(input, envelope, true)
+    }
+
     /// `scan`, or with `observe` the scan of a learn: the rules run but record nothing.
     fn scan_as<'p>(
         &mut self,

@@ -191,6 +191,7 @@ async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Re
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let method = req.method().clone();
     let r = match (&method, path.as_str()) {
+        _ if super::ui::owns(&path) => super::ui::handle(req, &path, daemon, local).await,
         (&Method::GET, "/ping") => reply(StatusCode::OK, "text/plain", "pong\r\n"),
         (&Method::POST, "/checkv2" | "/check" | "/symbols") => check(req, daemon).await,
         (&Method::POST, "/learnspam") => learn(req, daemon, local, Counter::Complaint).await,
@@ -700,18 +701,30 @@ fn metrics(daemon: &Daemon) -> String {
     out
 }
 
-fn reputation(query: &str, daemon: &Daemon) -> Reply {
+/// `GET /reputation?type=T&value=V` (or `&hash=H`, a key's 16 hex digits as `shrike scan`
+/// prints its shingles).
+pub(super) fn reputation(query: &str, daemon: &Daemon) -> Reply {
     let mut kind = None;
     let mut value = None;
+    let mut hash = None;
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
         match k.as_ref() {
             "type" => kind = Some(v.into_owned()),
             "value" => value = Some(v.into_owned()),
+            "hash" => hash = Some(v.into_owned()),
             _ => {}
         }
     }
-    let (Some(kind_arg), Some(value)) = (kind, value) else {
-        return error(StatusCode::BAD_REQUEST, "need ?type=T&value=V");
+    let hash = match hash.map(|h| u64::from_str_radix(h.trim(), 16)) {
+        None => None,
+        Some(Ok(h)) => Some(h),
+        Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "hash must be 16 hex digits"),
+    };
+    let (Some(kind_arg), Some(value)) = (kind, value.or(hash.map(|h| format!("{h:016x}")))) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "need ?type=T&value=V or ?type=T&hash=H",
+        );
     };
     let Some(kind) = Kind::parse(&kind_arg) else {
         return error(
@@ -719,7 +732,10 @@ fn reputation(query: &str, daemon: &Daemon) -> Reply {
             &format!("unknown shingle type {kind_arg:?}"),
         );
     };
-    let hashes = shingle::of_value(kind, &value);
+    let hashes = match hash {
+        Some(h) => vec![h],
+        None => shingle::of_value(kind, &value),
+    };
     if hashes.is_empty() {
         return error(
             StatusCode::BAD_REQUEST,

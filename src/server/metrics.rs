@@ -41,6 +41,30 @@ impl Histogram {
         self.counts.iter().map(|c| c.load(Relaxed)).sum()
     }
 
+    /// The `q` quantile (0–1) in seconds, as the upper bound of the bucket it falls in (the
+    /// largest bound for the +Inf bucket); `None` before the first observation.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q.clamp(0.0, 1.0) * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(
+                    BUCKETS
+                        .get(i)
+                        .copied()
+                        .unwrap_or(BUCKETS[BUCKETS.len() - 1]),
+                );
+            }
+        }
+        Some(BUCKETS[BUCKETS.len() - 1])
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         let sep = if labels.is_empty() { "" } else { "," };
@@ -80,7 +104,7 @@ pub enum Stage {
 }
 
 /// Stage label values, in `Stage` order.
-const STAGE_NAMES: [&str; 5] = ["queue", "analyze", "lookup", "rules", "total"];
+pub const STAGE_NAMES: [&str; 5] = ["queue", "analyze", "lookup", "rules", "total"];
 
 /// Everything the daemon counts.
 #[derive(Debug, Default)]
@@ -115,6 +139,8 @@ pub struct Metrics {
     pub spamd_on_http: AtomicU64,
     /// Indexed by `Stage`.
     pub stages: [Histogram; STAGE_NAMES.len()],
+    /// Scans by action per minute over the last day (the web UI's Status chart).
+    pub activity: super::activity::Activity,
 }
 
 impl Metrics {
@@ -130,6 +156,7 @@ impl Metrics {
     pub fn scanned(&self, action: Action) {
         if let Some(i) = Action::ALL.iter().position(|&a| a == action) {
             self.scans[i].fetch_add(1, Relaxed);
+            self.activity.count(i);
         }
     }
 

@@ -7,6 +7,7 @@
 //! `[http]`, `[milter]` and `[spamd]` options. Never touches: wire formats and the milter session's logic
 //! (`proto`), scoring (`scan`).
 
+pub mod activity;
 pub mod http;
 pub mod listen;
 pub mod metrics;
@@ -15,6 +16,7 @@ pub mod pool;
 mod record;
 pub mod sniff;
 pub mod spamd;
+mod ui;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -164,6 +166,8 @@ pub struct Daemon {
     pub started: Instant,
     /// False until the listeners are up, and again from the start of shutdown.
     pub ready: AtomicBool,
+    /// The web UI's login sessions.
+    pub ui: ui::Sessions,
 }
 
 impl Daemon {
@@ -249,6 +253,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         history,
         started: Instant::now(),
         ready: AtomicBool::new(false),
+        ui: ui::Sessions::default(),
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -72,6 +72,12 @@ enum Job {
         reply: oneshot::Sender<LearnReply>,
         span: tracing::Span,
     },
+    /// A trial scan (the web UI's Test page): the report `shrike scan` prints, with no store
+    /// update, no autolearn and no count in the scan metrics — it is not arrived mail.
+    Test {
+        request: Box<ScanRequest>,
+        reply: oneshot::Sender<serde_json::Value>,
+    },
     Stop,
 }
 
@@ -163,6 +169,21 @@ impl Pool {
             counter,
             reply,
             span: tracing::Span::current(),
+        })?;
+        wait(rx, timeout).await
+    }
+
+    /// A trial scan: `shrike scan`'s report of the message (DESIGN.md §3), leaving the store,
+    /// the classifier and the scan counters as they were.
+    pub async fn test(
+        &self,
+        request: ScanRequest,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, PoolError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Test {
+            request: Box::new(request),
+            reply,
         })?;
         wait(rx, timeout).await
     }
@@ -341,6 +362,17 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 trained: learned.trained,
                 journal_error: learned.journal_error,
             });
+        }
+        Job::Test { request, reply } => {
+            if reply.is_closed() {
+                return;
+            }
+            let input = prepare(&request.raw, worker.scanner().limits());
+            let scanned = worker.trial(&input, &request.envelope);
+            // The report borrows the analysis: serialized here, on the worker.
+            let report = serde_json::to_value(scanned.analysis.report("test", &scanned.verdict))
+                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
+            let _ = reply.send(report);
         }
         Job::Stop => {}
     }

@@ -34,6 +34,9 @@ pub struct Options {
     pub workers: Option<usize>,
     /// Ports to reuse (a restart on the same ports); fresh ones when None.
     pub ports: Option<(u16, u16)>,
+    /// The HTTP listener's address without its port (default 127.0.0.1; 0.0.0.0 to be reached
+    /// from a non-loopback address too).
+    pub http_host: Option<String>,
 }
 
 impl Daemon {
@@ -52,7 +55,10 @@ impl Daemon {
         }
         cmd.arg("serve")
             .arg("--http")
-            .arg(format!("127.0.0.1:{http}"))
+            .arg(format!(
+                "{}:{http}",
+                options.http_host.as_deref().unwrap_or("127.0.0.1")
+            ))
             .arg("--milter")
             .arg(format!("127.0.0.1:{milter}"))
             .arg("--data")

@@ -1,0 +1,649 @@
+//! The web UI in a real browser: Debian's chromium driven over WebDriver (chromedriver and the
+//! `fantoccini` client). A remote operator logs in with the password, every page loads without
+//! a console error, a trial scan of GTUBE says reject with its symbols (and counts nothing),
+//! a verdict is found in History by its queue id and opened, a message is learned, a
+//! reputation chart is opened; screenshots go to `target/ui-screenshots/`. The access rules
+//! (login, cookie, CSRF token, Origin, DNS-rebinding Host) are checked over plain HTTP.
+
+#[allow(dead_code)]
+#[path = "common/daemon.rs"]
+mod daemon;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use daemon::{free_port, Daemon, Options};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+
+const PASSWORD: &str = "ui-test-password";
+
+fn gtube() -> Vec<u8> {
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gtube.eml"))
+        .expect("tests/data/gtube.eml")
+}
+
+fn screenshots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
+    std::fs::create_dir_all(&dir).expect("create target/ui-screenshots");
+    dir
+}
+
+/// This machine's first non-loopback IPv4 address: the browser reaches the daemon through it,
+/// as a remote operator's would (a loopback client needs no login).
+fn outside_ip() -> IpAddr {
+    let out = Command::new("hostname").arg("-I").output();
+    let listed = out
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    listed
+        .split_whitespace()
+        .filter_map(|w| w.parse::<IpAddr>().ok())
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .expect("the UI test needs a non-loopback IPv4 address on this machine (hostname -I)")
+}
+
+/// A raw request to `addr:port` with the given Host header (the shared helper always sends
+/// 127.0.0.1): status, headers, body.
+fn raw(
+    addr: IpAddr,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, String) {
+    let mut s = TcpStream::connect((addr, port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}:{port}\r\n"));
+    }
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("write");
+    s.write_all(body).expect("write body");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("read");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+fn set_cookie(head: &str) -> Option<String> {
+    head.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("set-cookie")
+                .then(|| v.trim().to_string())
+        })
+        .filter(|c| c.starts_with("shrike_ui=") && !c.starts_with("shrike_ui=;"))
+}
+
+fn start_daemon(dir: &Path) -> Daemon {
+    Daemon::start(
+        dir,
+        Options {
+            config: Some(format!(
+                "[http]\npassword = \"{PASSWORD}\"\n[history]\nflush_ms = 100\n"
+            )),
+            http_host: Some("0.0.0.0".into()),
+            ..Options::default()
+        },
+    )
+}
+
+#[test]
+fn access_needs_loopback_a_login_or_the_password_and_posts_need_the_csrf_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = start_daemon(dir.path());
+    let ip = outside_ip();
+    let port = d.http;
+
+    // A remote client without a login gets the login form, and no data.
+    let (status, _, body) = raw(ip, port, "GET", "/", &[], b"");
+    assert_eq!(status, 200);
+    assert!(body.contains("action=\"/ui/login\""), "{body}");
+    assert!(
+        !body.contains("app.js"),
+        "the app is not served before a login"
+    );
+    for path in [
+        "/ui/api/status",
+        "/ui/api/history",
+        "/ui/api/rules",
+        "/ui/app.js",
+    ] {
+        assert_eq!(raw(ip, port, "GET", path, &[], b"").0, 403, "{path}");
+    }
+
+    // A wrong password: back to the form, no cookie; the right one: an HttpOnly,
+    // SameSite=Strict session cookie, and the secret never in a URL.
+    let form = "application/x-www-form-urlencoded";
+    let (status, head, _) = raw(
+        ip,
+        port,
+        "POST",
+        "/ui/login",
+        &[("Content-Type", form)],
+        b"password=guess",
+    );
+    assert_eq!(status, 303);
+    assert!(head.contains("/ui/login#failed"), "{head}");
+    assert_eq!(set_cookie(&head), None);
+    let login = format!("password={PASSWORD}");
+    // A login posted from another site's page is refused.
+    let (status, head, _) = raw(
+        ip,
+        port,
+        "POST",
+        "/ui/login",
+        &[("Content-Type", form), ("Origin", "http://evil.example")],
+        login.as_bytes(),
+    );
+    assert_eq!(status, 403);
+    assert_eq!(set_cookie(&head), None);
+    let (status, head, _) = raw(
+        ip,
+        port,
+        "POST",
+        "/ui/login",
+        &[("Content-Type", form)],
+        login.as_bytes(),
+    );
+    assert_eq!(status, 303);
+    let cookie = set_cookie(&head).expect("a session cookie");
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(!head.contains(PASSWORD));
+    let session = cookie.split(';').next().expect("name=value").to_string();
+
+    let with_cookie = [("Cookie", session.as_str())];
+    let (status, _, body) = raw(ip, port, "GET", "/ui/api/status", &with_cookie, b"");
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = raw(ip, port, "GET", "/ui/api/session", &with_cookie, b"");
+    assert_eq!(status, 200);
+    let csrf = serde_json::from_str::<Value>(&body).expect("json")["csrf"]
+        .as_str()
+        .expect("csrf")
+        .to_string();
+    assert_eq!(csrf.len(), 64);
+
+    // A POST needs the token; another site's Origin is refused even with it.
+    let message = gtube();
+    let (status, _, _) = raw(ip, port, "POST", "/ui/api/test", &with_cookie, &message);
+    assert_eq!(status, 403, "a POST without the CSRF token");
+    let wrong = [("Cookie", session.as_str()), ("X-CSRF-Token", "0000")];
+    assert_eq!(
+        raw(ip, port, "POST", "/ui/api/test", &wrong, &message).0,
+        403
+    );
+    let foreign = [
+        ("Cookie", session.as_str()),
+        ("X-CSRF-Token", csrf.as_str()),
+        ("Origin", "http://evil.example"),
+    ];
+    assert_eq!(
+        raw(ip, port, "POST", "/ui/api/test", &foreign, &message).0,
+        403
+    );
+    let good = [
+        ("Cookie", session.as_str()),
+        ("X-CSRF-Token", csrf.as_str()),
+    ];
+    let (status, _, body) = raw(ip, port, "POST", "/ui/api/test", &good, &message);
+    assert_eq!(status, 200, "{body}");
+    let report: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(report["action"], "reject");
+    assert!(report["symbols"]["GTUBE"].is_object(), "{report}");
+
+    // The rspamd Password header works as for the other admin endpoints.
+    let header = [("Password", PASSWORD)];
+    assert_eq!(raw(ip, port, "GET", "/ui/api/status", &header, b"").0, 200);
+    assert_eq!(
+        raw(
+            ip,
+            port,
+            "GET",
+            "/ui/api/status",
+            &[("Password", "nope")],
+            b""
+        )
+        .0,
+        403
+    );
+
+    // Logged out: the cookie no longer opens anything.
+    let (status, head, _) = raw(ip, port, "POST", "/ui/logout", &good, b"");
+    assert_eq!(status, 200);
+    assert!(head.contains("Max-Age=0"), "{head}");
+    assert_eq!(
+        raw(ip, port, "GET", "/ui/api/status", &with_cookie, b"").0,
+        403
+    );
+
+    // A loopback client needs no login, unless it names another host (DNS rebinding).
+    let lo: IpAddr = "127.0.0.1".parse().expect("ip");
+    assert_eq!(raw(lo, port, "GET", "/ui/api/status", &[], b"").0, 200);
+    let rebound = [("Host", "evil.example:80")];
+    assert_eq!(raw(lo, port, "GET", "/ui/api/status", &rebound, b"").0, 403);
+    let (_, _, body) = raw(lo, port, "GET", "/", &rebound, b"");
+    assert!(body.contains("action=\"/ui/login\""));
+
+    // The trial scans counted nothing and recorded nothing.
+    assert_eq!(d.metric("shrike_scans_total{action=\"reject\"}"), 0);
+    std::thread::sleep(Duration::from_millis(400));
+    let h = d.get("/history").json();
+    assert_eq!(h["records"].as_array().map(Vec::len), Some(0), "{h}");
+}
+
+/// chromedriver on a free port; killed when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    fn start(log: &Path) -> Driver {
+        let port = free_port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .arg(format!("--log-path={}", log.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver is installed (scripts/test.sh installs chromium-driver)");
+        // Owned from here on: dropped (killed) on every path, the panic below included.
+        let driver = Driver { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            // A short read timeout: a request that reaches chromedriver while it is still
+            // starting may never be answered.
+            match probe(port) {
+                Ok(true) => return driver,
+                Ok(false) => last = "not ready".into(),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        panic!("chromedriver did not start ({last}):\n{log}");
+    }
+}
+
+/// One request to chromedriver, its JSON answer. The body is read by its Content-Length:
+/// chromedriver says `Connection: close` but keeps the socket open.
+fn driver_request(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<Value> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes())?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            if length.is_some_and(|len| buf.len() >= end + 4 + len) {
+                break;
+            }
+        }
+    }
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of head"))?;
+    serde_json::from_slice(&buf[end + 4..]).map_err(std::io::Error::other)
+}
+
+fn probe(port: u16) -> std::io::Result<bool> {
+    Ok(driver_request(port, "GET", "/status", "")?["value"]["ready"] == json!(true))
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The browser's console entries since the last call (chromedriver's log endpoint).
+async fn console(c: &Client, driver: u16) -> Vec<Value> {
+    let id = c
+        .session_id()
+        .await
+        .expect("session id")
+        .expect("a session");
+    let r = driver_request(
+        driver,
+        "POST",
+        &format!("/session/{id}/se/log"),
+        r#"{"type":"browser"}"#,
+    )
+    .expect("read the browser log");
+    r["value"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("browser log: {r}"))
+}
+
+async fn no_console_errors(c: &Client, driver: u16, page: &str) {
+    let entries = console(c, driver).await;
+    let bad: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["level"] == "SEVERE" || e["level"] == "WARNING")
+        .collect();
+    assert!(bad.is_empty(), "console errors on {page}: {bad:#?}");
+}
+
+/// Waits until the script (a function body returning a boolean) is true in the page.
+async fn wait_for(c: &Client, what: &str, script: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = c.execute(script, vec![]).await.expect("execute");
+        if v == json!(true) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let error = c
+                .execute(
+                    "return document.getElementById('error')?.textContent",
+                    vec![],
+                )
+                .await
+                .unwrap_or(Value::Null);
+            let url = c
+                .current_url()
+                .await
+                .map(|u| u.to_string())
+                .unwrap_or_default();
+            let body = c
+                .execute("return document.body.innerText", vec![])
+                .await
+                .unwrap_or(Value::Null);
+            shot(c, "failure").await;
+            panic!("timed out waiting for {what} at {url} (page error: {error}):\n{body}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn text(c: &Client, id: &str) -> String {
+    c.find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("#{id}: {e}"))
+        .text()
+        .await
+        .expect("text")
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    std::fs::write(screenshots().join(format!("{name}.png")), png).expect("write screenshot");
+}
+
+async fn open(c: &Client, base: &str, page: &str, driver: u16) {
+    c.goto(&format!("{base}/#{page}")).await.expect("goto");
+    wait_for(
+        c,
+        page,
+        &format!("return document.body.dataset.page === '{page}'"),
+    )
+    .await;
+    no_console_errors(c, driver, page).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_works_in_a_real_browser() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = start_daemon(dir.path());
+    let driver = Driver::start(&dir.path().join("chromedriver.log"));
+    let profile = dir.path().join("chromium-profile");
+    let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1300,1000", format!("--user-data-dir={}", profile.display())],
+        },
+        "goog:loggingPrefs": { "browser": "ALL" },
+    }))
+    .expect("capabilities");
+    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a WebDriver session with chromium");
+
+    // A verdict to find later, sent as an MTA would, with its queue id.
+    let message = gtube();
+    let r = d.post("/checkv2", &[("Queue-Id", "UIQUEUE42")], &message);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["action"], "reject");
+
+    // A remote operator: the login form, then the app.
+    let base = format!("http://{}:{}", outside_ip(), d.http);
+    c.goto(&format!("{base}/")).await.expect("goto");
+    c.wait()
+        .for_element(Locator::Id("password"))
+        .await
+        .expect("the login form");
+    shot(&c, "login").await;
+    no_console_errors(&c, driver.port, "login").await;
+    c.find(Locator::Id("password"))
+        .await
+        .expect("password field")
+        .send_keys(PASSWORD)
+        .await
+        .expect("type the password");
+    c.find(Locator::Id("login"))
+        .await
+        .expect("login button")
+        .click()
+        .await
+        .expect("log in");
+    wait_for(
+        &c,
+        "the app",
+        "return document.body.dataset.page === 'status'",
+    )
+    .await;
+    assert!(
+        !c.current_url()
+            .await
+            .expect("url")
+            .as_str()
+            .contains(PASSWORD),
+        "the password never goes into a URL"
+    );
+    no_console_errors(&c, driver.port, "status").await;
+    // The status chart shows the scan of this minute.
+    let bars = c
+        .execute(
+            "return document.querySelectorAll('#chart-hour rect').length",
+            vec![],
+        )
+        .await
+        .expect("count bars");
+    assert!(bars.as_u64().unwrap_or(0) >= 1, "the hour chart has a bar");
+    assert!(text(&c, "status-cards").await.contains("rule generation"));
+    shot(&c, "status").await;
+
+    // Every page loads without a console error.
+    for page in ["history", "test", "reputation", "rules", "status"] {
+        open(&c, &base, page, driver.port).await;
+        shot(&c, page).await;
+    }
+    let rules = text(&c, "rules-table").await;
+    open(&c, &base, "rules", driver.port).await;
+    let rules = if rules.is_empty() {
+        text(&c, "rules-table").await
+    } else {
+        rules
+    };
+    assert!(rules.contains("GTUBE"), "{rules}");
+
+    // Test a message: GTUBE is a reject, with its symbol listed; not counted as mail.
+    open(&c, &base, "test", driver.port).await;
+    let body = String::from_utf8(message.clone()).expect("utf-8 fixture");
+    c.execute(
+        "document.getElementById('test-message').value = arguments[0]",
+        vec![json!(body)],
+    )
+    .await
+    .expect("paste the message");
+    c.find(Locator::Id("test-run"))
+        .await
+        .expect("scan button")
+        .click()
+        .await
+        .expect("scan");
+    wait_for(
+        &c,
+        "the test result",
+        "return !document.getElementById('test-result').hidden",
+    )
+    .await;
+    assert_eq!(text(&c, "test-action").await, "reject");
+    let symbols = text(&c, "test-symbols").await;
+    assert!(symbols.contains("GTUBE"), "{symbols}");
+    assert!(
+        !text(&c, "test-shingles").await.is_empty(),
+        "shingles listed"
+    );
+    no_console_errors(&c, driver.port, "test result").await;
+    shot(&c, "test-result").await;
+    assert_eq!(
+        d.metric("shrike_scans_total{action=\"reject\"}"),
+        1,
+        "a trial scan is not arrived mail"
+    );
+
+    // Learn it as spam.
+    c.find(Locator::Id("learn-spam"))
+        .await
+        .expect("learn button")
+        .click()
+        .await
+        .expect("learn");
+    wait_for(
+        &c,
+        "the learn",
+        "return document.getElementById('learn-result').textContent.startsWith('Learned as spam')",
+    )
+    .await;
+    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 1);
+    no_console_errors(&c, driver.port, "learn").await;
+
+    // A reputation chart from a click on an entity of the tested message.
+    c.execute("document.querySelector('#test-entities a').click()", vec![])
+        .await
+        .expect("click an entity");
+    wait_for(
+        &c,
+        "the reputation charts",
+        "return document.querySelectorAll('#rep-result .rep-chart svg').length >= 2",
+    )
+    .await;
+    let rep = text(&c, "rep-result").await;
+    assert!(
+        rep.contains("last 24 hours") && rep.contains("last 14 days"),
+        "{rep}"
+    );
+    no_console_errors(&c, driver.port, "reputation").await;
+    shot(&c, "reputation-chart").await;
+    // And from a shingle's hash: the learned complaint shows in its counters.
+    open(&c, &base, "test", driver.port).await;
+    c.execute("document.querySelector('#test-shingles a').click()", vec![])
+        .await
+        .expect("click a shingle");
+    wait_for(
+        &c,
+        "a shingle's reputation",
+        "return document.querySelectorAll('#rep-result .rep-chart svg').length >= 2",
+    )
+    .await;
+    let hash = c
+        .execute("return document.getElementById('rep-hash').value", vec![])
+        .await
+        .expect("the hash field");
+    assert_eq!(hash.as_str().map(str::len), Some(16), "{hash}");
+    let rep = text(&c, "rep-result").await;
+    assert!(
+        !rep.contains("never seen"),
+        "a scanned and learned shingle is known: {rep}"
+    );
+
+    // History: the verdict found by its queue id, and opened.
+    open(&c, &base, "history", driver.port).await;
+    let field = c
+        .find(Locator::Id("history-queue-id"))
+        .await
+        .expect("queue id field");
+    field
+        .send_keys("UIQUEUE42")
+        .await
+        .expect("type the queue id");
+    c.find(Locator::Id("history-search"))
+        .await
+        .expect("search")
+        .click()
+        .await
+        .expect("search");
+    wait_for(
+        &c,
+        "the record's row",
+        "return document.querySelectorAll('#history-table tr[data-queue-id=\"UIQUEUE42\"]').length === 1 \
+         && document.querySelectorAll('#history-table tr.clickable').length === 1",
+    )
+    .await;
+    c.find(Locator::Css("#history-table tr.clickable"))
+        .await
+        .expect("the row")
+        .click()
+        .await
+        .expect("open the record");
+    wait_for(
+        &c,
+        "the record",
+        "return !document.getElementById('history-record').hidden",
+    )
+    .await;
+    let record = text(&c, "history-record").await;
+    assert!(record.contains("UIQUEUE42"), "{record}");
+    assert!(record.contains("GTUBE"), "{record}");
+    assert!(record.contains("reject"), "{record}");
+    no_console_errors(&c, driver.port, "history record").await;
+    shot(&c, "history-record").await;
+
+    c.close().await.expect("close the browser");
+}

@@ -1,0 +1,417 @@
+// shrike's web UI: one page, five views chosen by the URL's fragment. Plain DOM, no library;
+// every value from the daemon goes in as text (never as HTML). State-changing requests are
+// POSTs that carry the session's CSRF token in a header.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let csrf = "";
+const COLORS = ["#3a7d44", "#9bc53d", "#e8b10c", "#f08a24", "#c8553d", "#8e2c48", "#5d3a9b", "#1f5f8b",
+  "#58a4b0", "#777"];
+const SVGNS = "http://www.w3.org/2000/svg";
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+function showError(message) {
+  const p = $("error");
+  p.textContent = message || "";
+  p.hidden = !message;
+}
+
+async function api(path, options) {
+  const o = options || {};
+  const headers = Object.assign({}, o.headers || {});
+  if (o.method === "POST") headers["X-CSRF-Token"] = csrf;
+  const r = await fetch(path, { method: o.method || "GET", headers, body: o.body, credentials: "same-origin" });
+  const text = await r.text();
+  let body;
+  try { body = JSON.parse(text); } catch (_) { body = { error: text }; }
+  if (!r.ok) throw new Error(body.error || ("HTTP " + r.status));
+  return body;
+}
+
+function fmt(n, digits) {
+  if (n === null || n === undefined) return "–";
+  if (typeof n !== "number") return String(n);
+  return Number.isInteger(n) && digits === undefined ? n.toLocaleString("en") : n.toFixed(digits === undefined ? 2 : digits);
+}
+
+function duration(secs) {
+  const d = Math.floor(secs / 86400), h = Math.floor(secs % 86400 / 3600), m = Math.floor(secs % 3600 / 60);
+  return (d ? d + "d " : "") + (d || h ? h + "h " : "") + m + "m " + (secs % 60) + "s";
+}
+
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return n.toFixed(i ? 1 : 0) + " " + units[i];
+}
+
+// A stacked bar chart: rows[slot][series], one bar per slot; labels[slot] for the x axis ticks.
+function barChart(container, names, rows, labels) {
+  container.replaceChildren();
+  const W = 900, H = 200, L = 44, B = 22, T = 8;
+  // A ceiling that divides into 4 whole grid steps.
+  const max = Math.ceil(Math.max(4, ...rows.map((r) => r.reduce((a, b) => a + b, 0))) / 4) * 4;
+  const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img" });
+  const bw = (W - L - 4) / Math.max(1, rows.length);
+  for (let g = 0; g <= 4; g++) {
+    const y = T + (H - T - B) * (1 - g / 4);
+    s.append(svg("line", { x1: L, x2: W, y1: y, y2: y, stroke: "#e4e7ec" }));
+    const t = svg("text", { x: L - 4, y: y + 4, "text-anchor": "end", "font-size": 10, fill: "#5b6575" });
+    t.textContent = fmt(Math.round(max * g / 4));
+    s.append(t);
+  }
+  rows.forEach((r, i) => {
+    let y = H - B;
+    r.forEach((v, k) => {
+      if (!v) return;
+      const h = (H - T - B) * v / max;
+      y -= h;
+      const rect = svg("rect", { x: L + i * bw, y, width: Math.max(1, bw - 1), height: h, fill: COLORS[k % COLORS.length] });
+      const title = svg("title");
+      title.textContent = `${labels[i]}: ${names[k]} ${v}`;
+      rect.append(title);
+      s.append(rect);
+    });
+  });
+  const every = Math.max(1, Math.ceil(rows.length / 8));
+  labels.forEach((lab, i) => {
+    if (i % every) return;
+    const t = svg("text", { x: L + i * bw, y: H - 6, "font-size": 10, fill: "#5b6575" });
+    t.textContent = lab;
+    s.append(t);
+  });
+  const legend = el("div", { class: "legend" });
+  names.forEach((n, k) => {
+    const sw = el("i");
+    sw.style.background = COLORS[k % COLORS.length];
+    legend.append(el("span", {}, sw, n));
+  });
+  container.append(s, legend);
+}
+
+function clock(ms) {
+  const d = new Date(ms);
+  return d.toISOString().slice(11, 16);
+}
+
+function card(k, v) {
+  return el("div", { class: "card" }, el("div", { class: "k" }, k), el("div", { class: "v" }, v));
+}
+
+function table(t, head, rows) {
+  t.replaceChildren(el("tr", {}, head.map((h) => el("th", {}, h))), ...rows);
+}
+
+// ---- Status ----
+
+async function status() {
+  const s = await api("/ui/api/status");
+  const st = s.store || {};
+  $("status-cards").replaceChildren(
+    card("uptime", duration(s.uptime)),
+    card("scanned", fmt(s.scanned)),
+    card("scans/s (last minute)", fmt(s.throughput_1m)),
+    card("scans/s (last 5 minutes)", fmt(s.throughput_5m)),
+    card("queue", `${s.queue} / ${s.queue_capacity} (${s.workers} workers)`),
+    card("rule generation", `${s.generation} (${s.rules} rules)`),
+    card("last reload error", s.last_reload_error || "none"),
+    card("store", `${fmt(st.keys)} keys, ${bytes(st.approx_bytes || 0)}`),
+    card("learned", `${s.learned_spam} spam, ${s.learned_ham} ham`),
+    card("history", s.history.enabled ? `${fmt(s.history.written)} records, ${bytes(s.history.bytes)}` : "off"),
+  );
+  const minute = s.now_minute * 60000;
+  barChart($("chart-hour"), s.actions, s.hour, s.hour.map((_, i) => clock(minute - (s.hour.length - 1 - i) * 60000)));
+  const dayStart = minute - (s.day.length * 10 - 1) * 60000;
+  barChart($("chart-day"), s.actions, s.day, s.day.map((_, i) => clock(dayStart + i * 600000)));
+  const rows = Object.entries(s.latency).map(([stage, l]) =>
+    el("tr", {}, el("td", {}, stage), el("td", { class: "num" }, fmt(l.count)),
+      ["p50", "p90", "p99"].map((p) => el("td", { class: "num" }, l[p] === null ? "–" : l[p]))));
+  table($("latency"), ["stage", "scans", "p50 ≤", "p90 ≤", "p99 ≤"], rows);
+  shingleTypes = s.shingle_types || shingleTypes;
+}
+
+// ---- History ----
+
+let historyCursor = null;
+let symbolInfo = null;
+
+async function symbols() {
+  if (!symbolInfo) {
+    const r = await api("/ui/api/rules");
+    symbolInfo = {};
+    for (const rule of r.rules) for (const sym of rule.symbols) symbolInfo[sym.name] = sym;
+  }
+  return symbolInfo;
+}
+
+function historyQuery() {
+  const p = new URLSearchParams();
+  for (const [k, v] of new FormData($("history-form"))) if (String(v).trim()) p.set(k, String(v).trim());
+  return p;
+}
+
+async function history(more) {
+  const p = historyQuery();
+  if (more && historyCursor) p.set("cursor", historyCursor);
+  const page = await api("/ui/api/history?" + p);
+  const t = $("history-table");
+  if (!more) table(t, ["time (UTC)", "action", "score", "via", "queue id", "IP", "sender", "recipients", "subject"], []);
+  for (const r of page.records) {
+    const tr = el("tr", { class: "clickable", "data-queue-id": r.queue_id || "" },
+      el("td", {}, (r.time || "").replace("T", " ").slice(0, 19)), el("td", {}, r.action),
+      el("td", { class: "num" }, r.score === undefined ? "–" : fmt(r.score)), el("td", {}, r.listener || ""),
+      el("td", {}, r.queue_id || ""), el("td", {}, r.ip || ""), el("td", {}, r.sender || ""),
+      el("td", {}, (r.rcpt || []).join(", ")), el("td", {}, r.subject || ""));
+    tr.addEventListener("click", () => openRecord(r).catch((e) => showError(e.message)));
+    t.append(tr);
+  }
+  if (!page.records.length && !more) t.append(el("tr", {}, el("td", { colspan: 9 }, "No records match.")));
+  historyCursor = page.cursor;
+  $("history-more").hidden = !page.cursor;
+}
+
+async function openRecord(r) {
+  const info = await symbols();
+  const box = $("history-record");
+  const env = [["time", r.time], ["action", r.action], ["score", r.score !== undefined ? `${fmt(r.score)} / ${fmt(r.required_score)}` : undefined],
+    ["listener", r.listener], ["queue id", r.queue_id], ["Message-ID", r.message_id], ["client IP", r.ip],
+    ["HELO", r.helo], ["rDNS", r.rdns], ["user", r.user], ["envelope sender", r.sender],
+    ["recipients", (r.rcpt || []).join(", ")], ["From", r.from], ["subject", r.subject], ["size", r.size],
+    ["rule generation", r.generation], ["scan time (ms)", r.scan_ms]]
+    .filter(([, v]) => v !== undefined && v !== null && v !== "")
+    .map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)));
+  const syms = normalizeSymbols(r.symbols).map((s) => el("tr", {},
+    el("td", {}, s.name), el("td", { class: "num" }, fmt(s.score)),
+    el("td", {}, (info[s.name] || {}).description || ""), el("td", {}, (s.options || []).join(", "))));
+  const symTable = el("table", { class: "rows", id: "record-symbols" });
+  table(symTable, ["symbol", "score", "description", "options"], syms);
+  box.replaceChildren(el("h3", {}, "Record"), el("table", { id: "record-envelope" }, env),
+    el("h3", {}, "Symbols"), symTable,
+    el("p", { class: "note" }, "Learning needs the message itself, which the history does not keep: ",
+      el("a", { href: "#test" }, "paste it on the Test page"), " and learn it there as spam or ham."),
+    el("div", { class: "row" },
+      el("button", { type: "button", id: "record-learn-spam", onclick: () => learnFromRecord(r, "spam") }, "Learn as spam…"),
+      el("button", { type: "button", id: "record-learn-ham", onclick: () => learnFromRecord(r, "ham") }, "Learn as ham…")));
+  box.hidden = false;
+  box.scrollIntoView();
+}
+
+// The history has no message body: the Test page takes it, with the record's envelope filled in.
+function learnFromRecord(r, cls) {
+  $("test-ip").value = r.ip || "";
+  $("test-from").value = r.sender || "";
+  $("learn-result").textContent = `Paste the message of ${r.queue_id || r.message_id || "this record"} above, ` +
+    `then press "Learn as ${cls}".`;
+  location.hash = "#test";
+}
+
+function normalizeSymbols(symbols) {
+  if (!symbols) return [];
+  if (Array.isArray(symbols)) return symbols;
+  return Object.entries(symbols).map(([name, s]) => Object.assign({ name }, s));
+}
+
+// ---- Test a message ----
+
+let lastMessage = "";
+
+function messageHeaders() {
+  const h = { "Content-Type": "message/rfc822" };
+  if ($("test-ip").value.trim()) h["IP"] = $("test-ip").value.trim();
+  if ($("test-from").value.trim()) h["From"] = $("test-from").value.trim();
+  return h;
+}
+
+async function testMessage() {
+  const msg = $("test-message").value;
+  if (!msg.trim()) throw new Error("Paste or upload a message first.");
+  const r = await api("/ui/api/test", { method: "POST", body: msg, headers: messageHeaders() });
+  lastMessage = msg;
+  $("test-action").textContent = r.action;
+  $("test-score").textContent = fmt(r.score);
+  $("test-required").textContent = r.required_score !== undefined ? `required ${fmt(r.required_score)}` : "no required score";
+  const info = await symbols();
+  const all = Object.entries(r.symbols || {}).map(([name, s]) => [name, s, false])
+    .concat(Object.entries(r.shadow || {}).map(([name, s]) => [name, s, true]));
+  table($("test-symbols"), ["symbol", "score", "description", "options"], all.map(([name, s, shadow]) =>
+    el("tr", {}, el("td", {}, name, shadow ? el("span", { class: "tag shadow" }, "shadow") : null),
+      el("td", { class: "num" }, fmt(s.score)), el("td", {}, s.description || (info[name] || {}).description || ""),
+      el("td", {}, (s.options || []).join(", ")))));
+  const e = r.entities || {};
+  const lists = [["URLs", e.urls, "url"], ["hosts", e.hosts, "url_host"], ["domains", e.domains, "url_domain"],
+    ["email addresses", e.emails, "body_email"], ["IPs", e.ips, "received_ip"],
+    ["Message-ID domain", e.message_id_domain ? [e.message_id_domain] : [], "message_id_domain"],
+    ["mailer", e.mailer ? [e.mailer] : [], "mailer"]];
+  $("test-entities").replaceChildren(...lists.filter(([, v]) => v && v.length).map(([title, values, type]) =>
+    el("p", {}, el("b", {}, title + ": "), el("span", { class: "chips" }, values.map((v) =>
+      el("a", { href: "#reputation", onclick: () => openReputation(type, v, null) }, v))))));
+  if (!$("test-entities").childElementCount) $("test-entities").append(el("p", { class: "note" }, "none"));
+  $("test-shingles").replaceChildren(...(r.shingles || []).map((s) =>
+    el("a", { href: "#reputation", class: "shingle", onclick: () => openReputation(s.type, null, s.hash) }, `${s.type} ${s.hash}`)));
+  $("test-result").hidden = false;
+}
+
+async function learnMessage(cls) {
+  const msg = $("test-message").value;
+  if (!msg.trim()) throw new Error("Paste or upload a message first.");
+  const r = await api("/ui/api/learn?class=" + cls, { method: "POST", body: msg, headers: messageHeaders() });
+  $("learn-result").textContent = `Learned as ${r.class}: ${r.keys} reputation keys` + (r.trained ? ", classifier trained." : ".");
+}
+
+// ---- Reputation ----
+
+let shingleTypes = ["url", "url_host", "url_domain", "subject", "from", "sender_ip", "from_domain", "from_name",
+  "reply_to", "envelope_from", "helo", "received_ip", "message_id_domain", "mailer", "body_email", "body_exact",
+  "sender_net", "recipient", "attachment_name", "attachment_ext", "attachment_hash", "body_fuzzy",
+  "pair_sender_rcpt", "unique_sender"];
+let pendingReputation = null;
+
+function fillTypes() {
+  const sel = $("rep-type");
+  if (sel.options.length) return;
+  for (const t of shingleTypes) sel.append(el("option", {}, t));
+}
+
+function openReputation(type, value, hash) {
+  pendingReputation = { type, value, hash };
+}
+
+async function reputation(type, value, hash) {
+  fillTypes();
+  $("rep-type").value = type;
+  $("rep-value").value = value || "";
+  $("rep-hash").value = hash || "";
+  const p = new URLSearchParams({ type });
+  if (hash) p.set("hash", hash); else p.set("value", value);
+  const r = await api("/ui/api/reputation?" + p);
+  const out = $("rep-result");
+  out.replaceChildren(el("p", {}, el("b", {}, `${r.type} ${r.value}`), ` (${r.keys.length} key${r.keys.length === 1 ? "" : "s"})`));
+  for (const key of r.keys) {
+    out.append(el("h3", {}, `key ${key.hash}` + (key.known ? "" : ": never seen")));
+    const wins = Object.entries(key.windows);
+    const counters = wins.length ? Object.keys(wins[0][1]) : [];
+    const wt = el("table", { class: "rows" });
+    table(wt, ["window"].concat(counters), wins.map(([w, c]) =>
+      el("tr", {}, el("td", {}, w), counters.map((k) => el("td", { class: "num" }, fmt(c[k]))))));
+    out.append(wt);
+    const bySize = {};
+    for (const b of key.buckets) (bySize[b.seconds] = bySize[b.seconds] || []).push(b);
+    const sizes = Object.keys(bySize).map(Number).sort((a, b) => a - b);
+    const spans = sizes.length ? [[sizes[0], 86400, "last 24 hours"], [sizes[sizes.length - 1], 14 * 86400, "last 14 days"]] : [];
+    if (!spans.length) spans.push([600, 86400, "last 24 hours"], [86400, 14 * 86400, "last 14 days"]);
+    for (const [size, span, title] of spans) {
+      const n = Math.min(400, Math.ceil(span / size));
+      const end = Math.floor(r.now / size) * size;
+      const start = end - (n - 1) * size;
+      const rows = Array.from({ length: n }, () => counters.map(() => 0));
+      for (const b of bySize[size] || []) {
+        const i = Math.floor((b.start - start) / size);
+        if (i >= 0 && i < n) counters.forEach((k, j) => { rows[i][j] += b[k] || 0; });
+      }
+      const div = el("div", { class: "chart rep-chart" });
+      out.append(el("h4", {}, `${title} (${size >= 3600 ? size / 3600 + " h" : size / 60 + " min"} buckets)`), div);
+      barChart(div, counters, rows, rows.map((_, i) => {
+        const d = new Date((start + i * size) * 1000).toISOString();
+        return size >= 86400 ? d.slice(5, 10) : d.slice(11, 16);
+      }));
+    }
+  }
+}
+
+// ---- Rules ----
+
+async function rules() {
+  const r = await api("/ui/api/rules");
+  $("rules-summary").textContent = `Generation ${r.generation}, built in ${fmt(r.build_ms, 1)} ms; counters since it loaded (flushed every few hundred scans, or after a second idle).`;
+  table($("rules-table"), ["rule", "file", "runs", "hits", "hit rate", "mean µs", "errors", "timeouts"], r.rules.map((x) =>
+    el("tr", {}, el("td", {}, x.name, x.shadow ? el("span", { class: "tag shadow" }, "shadow: would have fired " + x.hits + "×") : null,
+      x.share !== null && x.share !== undefined ? el("span", { class: "tag" }, `test: ${fmt(x.share * 100, 0)}% share`) : null),
+      el("td", {}, x.file), el("td", { class: "num" }, fmt(x.runs)), el("td", { class: "num" }, fmt(x.hits)),
+      el("td", { class: "num" }, fmt(x.hit_rate * 100, 2) + "%"), el("td", { class: "num" }, fmt(x.mean_us, 1)),
+      el("td", { class: "num" }, fmt(x.errors)), el("td", { class: "num" }, fmt(x.timeouts)))));
+}
+
+// ---- Routing ----
+
+const PAGES = ["status", "history", "test", "reputation", "rules"];
+
+async function route() {
+  const page = PAGES.includes(location.hash.slice(1)) ? location.hash.slice(1) : "status";
+  for (const p of PAGES) {
+    $("page-" + p).hidden = p !== page;
+    $("nav-" + p).classList.toggle("active", p === page);
+  }
+  showError("");
+  try {
+    if (page === "status") await status();
+    else if (page === "rules") await rules();
+    else if (page === "history" && !$("history-table").childElementCount) await history(false);
+    else if (page === "reputation") {
+      fillTypes();
+      if (pendingReputation) {
+        const p = pendingReputation;
+        pendingReputation = null;
+        await reputation(p.type, p.value, p.hash);
+      }
+    }
+    document.body.dataset.page = page;
+  } catch (e) {
+    showError(e.message);
+    document.body.dataset.page = page;
+  }
+}
+
+function guard(f) {
+  return (ev) => {
+    if (ev) ev.preventDefault();
+    showError("");
+    f().catch((e) => showError(e.message));
+  };
+}
+
+async function start() {
+  const s = await api("/ui/api/session");
+  csrf = s.csrf;
+  $("logout").hidden = !s.login;
+  $("logout").addEventListener("click", guard(async () => {
+    await api("/ui/logout", { method: "POST" });
+    location.href = "/";
+  }));
+  $("history-form").addEventListener("submit", guard(() => history(false)));
+  $("history-more").addEventListener("click", guard(() => history(true)));
+  $("test-form").addEventListener("submit", guard(testMessage));
+  $("learn-spam").addEventListener("click", guard(() => learnMessage("spam")));
+  $("learn-ham").addEventListener("click", guard(() => learnMessage("ham")));
+  $("test-file").addEventListener("change", guard(async () => {
+    const f = $("test-file").files[0];
+    if (f) $("test-message").value = await f.text();
+  }));
+  $("rep-form").addEventListener("submit", guard(() => {
+    const hash = $("rep-hash").value.trim();
+    return reputation($("rep-type").value, $("rep-value").value.trim(), hash || null);
+  }));
+  window.addEventListener("hashchange", route);
+  await route();
+}
+
+start().catch((e) => showError(e.message));
