@@ -206,11 +206,22 @@ fn access_needs_loopback_a_login_or_the_password_and_posts_need_the_csrf_token()
         ("Cookie", session.as_str()),
         ("X-CSRF-Token", csrf.as_str()),
     ];
+    let keys_before = d.get("/stat").json()["store"]["keys"].clone();
     let (status, _, body) = raw(ip, port, "POST", "/ui/api/test", &good, &message);
     assert_eq!(status, 200, "{body}");
     let report: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(report["action"], "reject");
     assert!(report["symbols"]["GTUBE"].is_object(), "{report}");
+    assert!(report["shingles"].as_array().is_some_and(|s| !s.is_empty()));
+    assert_eq!(
+        d.get("/stat").json()["store"]["keys"],
+        keys_before,
+        "a trial scan adds nothing to the reputation store"
+    );
+    // An empty message is refused with a reason, not scanned.
+    let (status, _, body) = raw(ip, port, "POST", "/ui/api/test", &good, b"");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no message"), "{body}");
 
     // The rspamd Password header works as for the other admin endpoints.
     let header = [("Password", PASSWORD)];
