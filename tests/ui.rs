@@ -590,6 +590,11 @@ async fn every_page_works_in_a_real_browser() {
         rep.contains("last 24 hours") && rep.contains("last 14 days"),
         "{rep}"
     );
+    assert!(rep.starts_with("from sender@example.net"), "{rep}");
+    assert!(
+        !rep.contains("never seen"),
+        "the From address of a scanned message is known: {rep}"
+    );
     no_console_errors(&c, driver.port, "reputation").await;
     shot(&c, "reputation-chart").await;
     // And from a shingle's hash: the learned complaint shows in its counters.
@@ -655,6 +660,22 @@ async fn every_page_works_in_a_real_browser() {
     assert!(record.contains("reject"), "{record}");
     no_console_errors(&c, driver.port, "history record").await;
     shot(&c, "history-record").await;
+
+    // The history keeps no message body: its learn buttons lead to the Test page.
+    c.find(Locator::Id("record-learn-spam"))
+        .await
+        .expect("the record's learn button")
+        .click()
+        .await
+        .expect("learn from the record");
+    wait_for(
+        &c,
+        "the Test page with the record's note",
+        "return document.body.dataset.page === 'test' && \
+         document.getElementById('learn-result').textContent.includes('UIQUEUE42')",
+    )
+    .await;
+    no_console_errors(&c, driver.port, "learn from a record").await;
 
     c.close().await.expect("close the browser");
 }

@@ -258,8 +258,19 @@ async function testMessage() {
       el("td", { class: "num" }, fmt(s.score)), el("td", {}, s.description || (info[name] || {}).description || ""),
       el("td", {}, (s.options || []).join(", ")))));
   const e = r.entities || {};
+  // Each address under the shingle type of its role (a From address is a `from` key, …).
+  const roleType = { from: "from", reply_to: "reply_to", return_path: "envelope_from", envelope_from: "envelope_from",
+    to: "recipient", cc: "recipient", envelope_rcpt: "recipient", body: "body_email", mailto: "body_email" };
+  const addresses = {};
+  for (const a of e.addresses || []) {
+    const type = roleType[a.role];
+    if (!type) continue;
+    (addresses[type] = addresses[type] || []).includes(a.address) || addresses[type].push(a.address);
+  }
   const lists = [["URLs", e.urls, "url"], ["hosts", e.hosts, "url_host"], ["domains", e.domains, "url_domain"],
-    ["email addresses", e.emails, "body_email"], ["IPs", e.ips, "received_ip"],
+    ["From", addresses.from, "from"], ["Reply-To", addresses.reply_to, "reply_to"],
+    ["envelope sender", addresses.envelope_from, "envelope_from"], ["recipients", addresses.recipient, "recipient"],
+    ["addresses in the body", addresses.body_email, "body_email"], ["IPs", e.ips, "received_ip"],
     ["Message-ID domain", e.message_id_domain ? [e.message_id_domain] : [], "message_id_domain"],
     ["mailer", e.mailer ? [e.mailer] : [], "mailer"]];
   $("test-entities").replaceChildren(...lists.filter(([, v]) => v && v.length).map(([title, values, type]) =>
