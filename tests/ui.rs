@@ -95,10 +95,33 @@ fn set_cookie(head: &str) -> Option<String> {
         .filter(|c| c.starts_with("shrike_ui=") && !c.starts_with("shrike_ui=;"))
 }
 
+/// The shipped rules plus a shadow rule and a test-share rule, for the Rules page's marks.
+fn rules_with_shadow_and_share(dir: &Path) -> PathBuf {
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).expect("rules dir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules");
+    for entry in std::fs::read_dir(&shipped).expect("rules/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "lua") {
+            std::fs::copy(&path, rules.join(path.file_name().expect("name"))).expect("copy");
+        }
+    }
+    std::fs::write(
+        rules.join("95_ui_test.lua"),
+        "rule { name = 'UI_SHADOWED', score = 100, shadow = true, \
+           description = 'always, in shadow', check = function() return true end }\n\
+         rule { name = 'UI_TRIAL', score = 0.5, share = 0.25, \
+           description = 'always, on a quarter of the mail', check = function() return true end }\n",
+    )
+    .expect("write the test rules");
+    rules
+}
+
 fn start_daemon(dir: &Path) -> Daemon {
     Daemon::start(
         dir,
         Options {
+            rules: Some(rules_with_shadow_and_share(dir)),
             config: Some(format!(
                 "[http]\npassword = \"{PASSWORD}\"\n[history]\nflush_ms = 100\n"
             )),
@@ -514,14 +537,23 @@ async fn every_page_works_in_a_real_browser() {
         open(&c, &base, page, driver.port).await;
         shot(&c, page).await;
     }
-    let rules = text(&c, "rules-table").await;
-    open(&c, &base, "rules", driver.port).await;
-    let rules = if rules.is_empty() {
-        text(&c, "rules-table").await
-    } else {
-        rules
+    // The workers hand over their per-rule counters after a second idle: reload until the
+    // scan of the verdict sent above shows.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let rules = loop {
+        open(&c, &base, "rules", driver.port).await;
+        let rules = text(&c, "rules-table").await;
+        if rules.contains("would have fired 1×") || Instant::now() > deadline {
+            break rules;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     };
     assert!(rules.contains("GTUBE"), "{rules}");
+    assert!(
+        rules.contains("UI_SHADOWED") && rules.contains("shadow: would have fired 1×"),
+        "{rules}"
+    );
+    assert!(rules.contains("test: 25% share"), "{rules}");
 
     // Test a message: GTUBE is a reject, with its symbol listed; not counted as mail.
     open(&c, &base, "test", driver.port).await;
