@@ -293,6 +293,7 @@ impl Scanner {
         stats: &'a [WindowCounts],
         envelope: &'a Envelope,
         observe: bool,
+        net: Option<&'a crate::netcheck::NetChecks>,
     ) -> MessageData<'a> {
         MessageData {
             message: &analysis.message,
@@ -306,6 +307,7 @@ impl Scanner {
             classifier: Some(&self.classifier),
             reputation_window: self.reputation_window,
             observe,
+            net,
         }
     }
 
@@ -371,7 +373,7 @@ impl Scanner {
             None => {
                 let envelope = Envelope::default();
                 std::borrow::Cow::Owned(
-                    self.message_data(&scanned.analysis, &scanned.stats, &envelope, true)
+                    self.message_data(&scanned.analysis, &scanned.stats, &envelope, true, None)
                         .classifier_features(scanned.verdict.symbols.keys().map(String::as_str)),
                 )
             }
@@ -442,7 +444,18 @@ impl ScanWorker {
     /// Scans one prepared message: the pure stages, the store reads, the rules and the
     /// verdict. Nothing is recorded: pass `updates` to `Scanner::apply` (after replying).
     pub fn scan<'p>(&mut self, input: &'p Prepared<'_>, envelope: &Envelope) -> Scanned<'p> {
-        self.scan_as(input, envelope, false)
+        self.scan_as(input, envelope, false, None)
+    }
+
+    /// `scan` with the results of the message's network checks (`netcheck`), gathered
+    /// before the message reached this worker: the rules read them, nothing here waits.
+    pub fn scan_with<'p>(
+        &mut self,
+        input: &'p Prepared<'_>,
+        envelope: &Envelope,
+        net: Option<&crate::netcheck::NetChecks>,
+    ) -> Scanned<'p> {
+        self.scan_as(input, envelope, false, net)
     }
 
     /// `scan`, or with `observe` the scan of a learn: the rules run but record nothing.
@@ -451,6 +464,7 @@ impl ScanWorker {
         input: &'p Prepared<'_>,
         envelope: &Envelope,
         observe: bool,
+        net: Option<&crate::netcheck::NetChecks>,
     ) -> Scanned<'p> {
         let sc = &*self.scanner;
         let start = std::time::Instant::now();
@@ -461,7 +475,7 @@ impl ScanWorker {
             .extend(analysis.shingles.iter().map(|s| sc.key(s)));
         let stats: Vec<WindowCounts> = sc.store.lookup_many(&self.keys);
         let looked_up = std::time::Instant::now();
-        let data = sc.message_data(&analysis, &stats, envelope, observe);
+        let data = sc.message_data(&analysis, &stats, envelope, observe, net);
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
         let features = outcome.features.take();
         // Descriptions come from the generation that judged the message, even if a reload
@@ -505,7 +519,7 @@ impl ScanWorker {
     fn learn_as(&mut self, raw: &[u8], counter: Option<Counter>, class: Class) -> Learned {
         let sc = self.scanner.clone();
         let input = message::prepare(raw, &sc.limits);
-        let scanned = self.scan_as(&input, &Envelope::default(), true);
+        let scanned = self.scan_as(&input, &Envelope::default(), true, None);
         let keys = counter.map_or(0, |c| sc.learn(&scanned.analysis, c));
         let (trained, journal_error) = match counter {
             Some(_) => match sc.train_learned(&scanned, class) {

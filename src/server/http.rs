@@ -290,6 +290,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         raw,
         envelope: request.envelope,
         lists: true,
+        checks: None,
     };
     let answer = match daemon.pool.scan(scan, daemon.scan_timeout()).await {
         Ok(a) => a,
@@ -486,6 +487,7 @@ fn health(daemon: &Daemon) -> Reply {
         "last_reload_error": engine.last_error,
         "uptime": daemon.started.elapsed().as_secs(),
         "queue": daemon.pool.depth(),
+        "dns": daemon.pool.checker().map_or("off", |c| c.health_word()),
     });
     let status = if ready {
         StatusCode::OK
@@ -544,6 +546,9 @@ fn stat(daemon: &Daemon) -> String {
 fn metrics(daemon: &Daemon) -> String {
     let mut out = String::with_capacity(16 * 1024);
     daemon.metrics.render(&mut out);
+    if let Some(c) = daemon.pool.checker() {
+        c.render_metrics(&mut out);
+    }
     gauge(
         &mut out,
         "shrike_queue_depth",

@@ -216,6 +216,7 @@ where
                         raw: collected.raw,
                         envelope: collected.envelope,
                         lists: false,
+                        checks: None,
                     };
                     let result = daemon.pool.scan(request, daemon.scan_timeout()).await;
                     daemon.metrics.milter_messages.fetch_add(1, Relaxed);

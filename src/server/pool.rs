@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 
 use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
+use crate::netcheck::{Checker, NetChecks};
 use crate::scan::{ScanWorker, Scanner, StageTimes};
 use crate::store::Counter;
 use crate::verdict::Verdict;
@@ -28,6 +29,8 @@ pub struct ScanRequest {
     /// Whether the reply carries the message's distinct URLs and addresses (the HTTP reply's
     /// extras; the milter has no use for them).
     pub lists: bool,
+    /// The message's network checks, filled by `Pool::scan` when the pool has a checker.
+    pub checks: Option<Arc<NetChecks>>,
 }
 
 /// What a worker found, owned (the analysis borrows the raw bytes and stays on the worker).
@@ -41,6 +44,8 @@ pub struct ScanReply {
     pub times: StageTimes,
     /// Time spent waiting in the queue.
     pub queued: Duration,
+    /// The network checks the rules saw (the milter writes them as Authentication-Results).
+    pub checks: Option<Arc<NetChecks>>,
 }
 
 /// What a learn job recorded.
@@ -88,6 +93,8 @@ pub struct Pool {
     handles: Mutex<Vec<JoinHandle<()>>>,
     workers: usize,
     capacity: usize,
+    /// The network checks every scanned message gets first (none: offline).
+    checker: Option<Arc<Checker>>,
 }
 
 impl Pool {
@@ -127,15 +134,37 @@ impl Pool {
             handles: Mutex::new(handles),
             workers,
             capacity,
+            checker: None,
         })
+    }
+
+    /// Gives every scanned message its network checks before it is queued.
+    pub fn with_checker(mut self, checker: Arc<Checker>) -> Pool {
+        self.checker = Some(checker);
+        self
+    }
+
+    pub fn checker(&self) -> Option<&Arc<Checker>> {
+        self.checker.as_ref()
     }
 
     /// Scans a message; `Busy` at once when the queue is full.
     pub async fn scan(
         &self,
-        request: ScanRequest,
+        mut request: ScanRequest,
         timeout: Duration,
     ) -> Result<ScanReply, PoolError> {
+        if let Some(checker) = &self.checker {
+            if request.checks.is_none() {
+                // A full queue refuses at once, without the lookups.
+                if self.tx.is_full() {
+                    return Err(PoolError::Busy);
+                }
+                // The connection's task waits here, at most the budget; the worker never does.
+                let checks = checker.check(&request.raw, &request.envelope).await;
+                request.checks = Some(Arc::new(checks));
+            }
+        }
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Scan {
             request: Box::new(request),
@@ -273,7 +302,8 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let start = Instant::now();
             let scanner = worker.scanner().clone();
             let input = prepare(&request.raw, scanner.limits());
-            let mut scanned = worker.scan(&input, &request.envelope);
+            let mut scanned =
+                worker.scan_with(&input, &request.envelope, request.checks.as_deref());
             let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
             let cfg = scanner.classifier().config();
             let autolearn = cfg.autolearn_spam_at.is_some() || cfg.autolearn_ham_at.is_some();
@@ -298,6 +328,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 subject: scanned.analysis.message.subject.display.clone(),
                 times: scanned.times,
                 queued,
+                checks: request.checks.clone(),
             };
             span.record("generation", answer.verdict.generation);
             metrics.scanned(answer.verdict.action);

@@ -128,6 +128,7 @@ where
                 raw: request.body,
                 envelope: Default::default(),
                 lists: false,
+                checks: None,
             };
             match daemon.pool.scan(scan, daemon.scan_timeout()).await {
                 Ok(answer) if rewrite => rewrite_reply(
