@@ -220,9 +220,19 @@ fn spf_result(o: &SpfOutput, health: &DnsHealth) -> MethodResult {
 }
 
 fn dkim_status(r: &DkimResult) -> Status {
+    use mail_auth::arc::ArcError;
+    use mail_auth::dkim::DkimError;
+    use mail_auth::Error;
     match r {
         DkimResult::Pass => Status::Pass,
-        DkimResult::Neutral(_) => Status::Neutral,
+        // mail-auth says neutral for a body that does not match its hash and for an expired
+        // signature (RFC 6376 6.1: both fail verification), and for a signature it cannot
+        // parse (a permanent error of the signature itself).
+        DkimResult::Neutral(
+            Error::Dkim(DkimError::FailedBodyHashMatch | DkimError::SignatureExpired)
+            | Error::Arc(ArcError::FailedBodyHashMatch | ArcError::SignatureExpired),
+        ) => Status::Fail,
+        DkimResult::Neutral(_) => Status::PermError,
         DkimResult::Fail(_) => Status::Fail,
         DkimResult::PermError(_) => Status::PermError,
         DkimResult::TempError(_) => Status::TempError,
