@@ -648,3 +648,191 @@ fn dns_off_means_no_auth_symbols_and_no_queries() {
     assert_eq!(w.dns.queries(), 0);
     assert_eq!(d.get("/health").json()["dns"], "off");
 }
+
+// --- milter: Authentication-Results -------------------------------------------------------
+
+mod mta {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use shrike::proto::milter::{encode_command, Command, OptNeg, Reply, ReplyDecoder};
+
+    /// Postfix 3.7's offer.
+    pub const POSTFIX: OptNeg = OptNeg {
+        version: 6,
+        actions: 0x1ff,
+        protocol: 0x1f_ffff,
+    };
+
+    pub struct Mta {
+        s: TcpStream,
+        replies: ReplyDecoder,
+    }
+
+    impl Mta {
+        pub fn connect(port: u16) -> Mta {
+            let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the milter");
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            Mta {
+                s,
+                replies: ReplyDecoder::new(1 << 20),
+            }
+        }
+
+        pub fn send(&mut self, cmds: &[Command]) {
+            let mut out = Vec::new();
+            for c in cmds {
+                encode_command(c, &mut out);
+            }
+            self.s.write_all(&out).unwrap();
+        }
+
+        /// Replies until a final one.
+        pub fn until_final(&mut self) -> Vec<Reply> {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                while let Some(r) = self.replies.next_reply().expect("a well-formed reply") {
+                    let done = matches!(
+                        r,
+                        Reply::Accept
+                            | Reply::Reject
+                            | Reply::Tempfail
+                            | Reply::Discard
+                            | Reply::ReplyCode(_)
+                            | Reply::Continue
+                            | Reply::OptNeg(_)
+                    );
+                    got.push(r);
+                    if done {
+                        return got;
+                    }
+                }
+                let n = self.s.read(&mut buf).expect("read from the milter");
+                assert!(n > 0, "milter closed the connection; got {got:?}");
+                self.replies.feed(&buf[..n]);
+            }
+        }
+    }
+
+    /// A whole SMTP transaction for `raw` (CRLF), headers sent with their leading space.
+    pub fn transaction(ip: &str, helo: &str, mail_from: &str, raw: &str) -> Vec<Command> {
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        let mut cmds = vec![
+            Command::Connect {
+                hostname: b"client.example".to_vec(),
+                family: b'4',
+                port: 40000,
+                address: ip.as_bytes().to_vec(),
+            },
+            Command::Helo(helo.as_bytes().to_vec()),
+            Command::Mail(vec![format!("<{mail_from}>").into_bytes()]),
+            Command::Rcpt(vec![b"<bob@rcpt.example>".to_vec()]),
+            Command::Data,
+        ];
+        let mut headers: Vec<(String, String)> = Vec::new();
+        for line in head.split("\r\n") {
+            if line.starts_with([' ', '\t']) {
+                let last = headers.last_mut().unwrap();
+                last.1.push_str("\r\n");
+                last.1.push_str(line);
+            } else if let Some((n, v)) = line.split_once(':') {
+                headers.push((n.to_string(), v.to_string()));
+            }
+        }
+        for (n, v) in headers {
+            cmds.push(Command::Header {
+                name: n.into_bytes(),
+                value: v.into_bytes(),
+            });
+        }
+        cmds.push(Command::EndOfHeaders);
+        cmds.push(Command::Body(body.as_bytes().to_vec()));
+        cmds.push(Command::EndOfMessage(Vec::new()));
+        cmds
+    }
+}
+
+#[test]
+fn milter_adds_authentication_results_and_removes_forged_ones() {
+    use shrike::proto::milter::{Command, Reply};
+    let w = world();
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(format!(
+                "{}\n[auth]\nauthserv_id = \"mx.shrike.test\"\n",
+                w.dns.dns_section(2000)
+            )),
+            ..Default::default()
+        },
+    );
+    let raw = sign_rsa(
+        &message("alice@sender.example", "milter"),
+        "sender.example",
+        "rsa",
+        "rsa2048.pk8.der",
+    );
+    // a forged result claiming our id (before the signature and after it), and a third
+    // party's, which stays
+    let raw = format!(
+        "Authentication-Results: MX.shrike.test; dkim=pass header.d=bank.example\r\n\
+         Authentication-Results: relay.other.example; spf=pass smtp.mailfrom=x@y.example\r\n{}",
+        raw.replacen(
+            "\r\nFrom:",
+            "\r\nAuthentication-Results: mx.shrike.test;\r\n\tdmarc=pass header.from=bank.example\r\nFrom:",
+            1
+        )
+    );
+    let mut mta = mta::Mta::connect(d.milter);
+    mta.send(&[Command::OptNeg(mta::POSTFIX)]);
+    mta.until_final();
+    mta.send(&mta::transaction(
+        SENDER_IP,
+        "mail.sender.example",
+        "alice@sender.example",
+        &raw,
+    ));
+    let replies = mta.until_final();
+    assert!(matches!(replies.last(), Some(Reply::Accept)), "{replies:?}");
+    let removed: Vec<u32> = replies
+        .iter()
+        .filter_map(|r| match r {
+            Reply::ChangeHeader { index, name, value }
+                if name == "Authentication-Results" && value.is_empty() =>
+            {
+                Some(*index)
+            }
+            _ => None,
+        })
+        .collect();
+    // the first and third of the three, highest index first
+    assert_eq!(removed, vec![3, 1], "{replies:?}");
+    let added: Vec<&String> = replies
+        .iter()
+        .filter_map(|r| match r {
+            Reply::InsertHeader {
+                index: 0,
+                name,
+                value,
+            } if name == "Authentication-Results" => Some(value),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(added.len(), 1, "{replies:?}");
+    let v = added[0];
+    assert!(v.starts_with(" mx.shrike.test;"), "{v}");
+    for part in [
+        "dkim=pass header.d=sender.example header.s=rsa",
+        "spf=pass smtp.mailfrom=alice@sender.example",
+        "dmarc=pass policy.dmarc=reject header.from=sender.example",
+    ] {
+        assert!(v.contains(part), "{part} not in {v}");
+    }
+    // the X-Spam headers are still there too
+    assert!(replies
+        .iter()
+        .any(|r| matches!(r, Reply::AddHeader { name, .. } if name == "X-Spam-Status")));
+}
