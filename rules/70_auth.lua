@@ -139,3 +139,25 @@ rule {
     return hits
   end,
 }
+
+-- The reputation of a sender that proved who it is: the signing domain of a valid DKIM
+-- signature aligned with From (store key type `dkim_domain`). A forger can copy a good
+-- sender's From, not its signature, so this history cannot be borrowed.
+rule {
+  name = "REPUTATION_DKIM",
+  scores = { REP_DKIM_GOOD = -1.0, REP_DKIM_SPAM = 3.0 },
+  description = "Mail signed (DKIM, aligned) by this domain in the last 7 days was mostly ham, or mostly spam",
+  group = "reputation",
+  check = function(msg)
+    local d = msg:auth().aligned_dkim_domain
+    if not d then return end
+    local seen, spam, ham, complaints = msg:stat("dkim_domain", "7d")
+    if spam + ham < 10 then return end
+    if ham >= 10 and spam * 10 <= ham and complaints * 20 <= seen then
+      return { REP_DKIM_GOOD = opts(1, d, string.format("%d ham of %d", ham, seen)) }
+    end
+    if spam >= 10 and ham * 4 <= spam then
+      return { REP_DKIM_SPAM = opts(1, d, string.format("%d spam of %d", spam, seen)) }
+    end
+  end,
+}

@@ -836,3 +836,56 @@ fn milter_adds_authentication_results_and_removes_forged_ones() {
         .iter()
         .any(|r| matches!(r, Reply::AddHeader { name, .. } if name == "X-Spam-Status")));
 }
+
+/// The aligned DKIM domain is a reputation key: a sender that signs builds a history that a
+/// forger of its From address (who cannot sign) does not get.
+#[test]
+fn an_aligned_dkim_domain_builds_a_reputation_a_forger_cannot_borrow() {
+    let w = world();
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(w.dns.dns_section(2000)),
+            ..Default::default()
+        },
+    );
+    for i in 0..12 {
+        let raw = sign_rsa(
+            &message("alice@sender.example", &format!("weekly-{i}")),
+            "sender.example",
+            "rsa",
+            "rsa2048.pk8.der",
+        );
+        let r = checkv2(&d, &raw, SENDER_IP, "alice@sender.example");
+        assert_eq!(r["action"], "no action", "{r}");
+    }
+    let rep = d
+        .get("/reputation?type=dkim_domain&value=sender.example")
+        .json();
+    let ham = rep["keys"][0]["windows"]["7d"]["ham"].as_u64();
+    assert!(ham >= Some(10), "{rep}");
+    let raw = sign_rsa(
+        &message("alice@sender.example", "weekly-next"),
+        "sender.example",
+        "rsa",
+        "rsa2048.pk8.der",
+    );
+    let r = checkv2(&d, &raw, SENDER_IP, "alice@sender.example");
+    assert!(symbols(&r).contains(&"REP_DKIM_GOOD".to_string()), "{r}");
+    // the same From, from elsewhere, unsigned: no borrowed reputation
+    let forged = message("alice@sender.example", "weekly-forged");
+    let r = checkv2(&d, &forged, OTHER_IP, "alice@sender.example");
+    let s = symbols(&r);
+    assert!(!s.contains(&"REP_DKIM_GOOD".to_string()), "{s:?}");
+    assert!(s.contains(&"DMARC_POLICY_REJECT".to_string()), "{s:?}");
+    // nor with a signature by the wrong key
+    let wrong = sign_rsa(
+        &message("alice@sender.example", "weekly-wrong-key"),
+        "sender.example",
+        "rsa",
+        "rsa2048-other.pk8.der",
+    );
+    let r = checkv2(&d, &wrong, OTHER_IP, "alice@sender.example");
+    assert!(!symbols(&r).contains(&"REP_DKIM_GOOD".to_string()), "{r}");
+}

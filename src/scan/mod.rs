@@ -468,7 +468,16 @@ impl ScanWorker {
     ) -> Scanned<'p> {
         let sc = &*self.scanner;
         let start = std::time::Instant::now();
-        let analysis = analyze(input, envelope, &sc.limits);
+        let mut analysis = analyze(input, envelope, &sc.limits);
+        if let Some(domain) = net.and_then(|n| n.auth.aligned_dkim_domain()) {
+            let hashes = crate::shingle::of_value(crate::shingle::Kind::DkimDomain, domain);
+            if let Some(&hash) = hashes.first() {
+                analysis.shingles.push(Shingle {
+                    kind: crate::shingle::Kind::DkimDomain,
+                    hash,
+                });
+            }
+        }
         let analyzed = std::time::Instant::now();
         self.keys.clear();
         self.keys
