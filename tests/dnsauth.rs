@@ -889,3 +889,49 @@ fn an_aligned_dkim_domain_builds_a_reputation_a_forger_cannot_borrow() {
     let r = checkv2(&d, &wrong, OTHER_IP, "alice@sender.example");
     assert!(!symbols(&r).contains(&"REP_DKIM_GOOD".to_string()), "{r}");
 }
+
+/// `shrike scan` runs offline (its results repeat) unless its config turns DNS on.
+#[test]
+fn scan_cli_is_offline_unless_dns_is_enabled() {
+    let w = world();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.eml");
+    let raw = sign_rsa(
+        &message("alice@sender.example", "cli"),
+        "sender.example",
+        "rsa",
+        "rsa2048.pk8.der",
+    );
+    std::fs::write(&file, &raw).unwrap();
+    let scan = |config: &str| -> serde_json::Value {
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shrike"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["scan", "--ip", SENDER_IP, "--helo", "mail.sender.example"])
+            .args(["--from", "alice@sender.example"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let offline = scan(&format!("[dns]\nservers = [\"{}\"]\n", w.dns.addr));
+    assert_eq!(w.dns.queries(), 0);
+    let s = symbols(&offline);
+    assert!(
+        !s.iter()
+            .any(|x| x.starts_with("R_SPF") || x.starts_with("R_DKIM")),
+        "{s:?}"
+    );
+    let online = scan(&w.dns.dns_section(2000));
+    let s = symbols(&online);
+    for want in ["R_SPF_ALLOW", "R_DKIM_ALLOW", "DMARC_POLICY_ALLOW"] {
+        assert!(s.contains(&want.to_string()), "{want} not in {s:?}");
+    }
+}
