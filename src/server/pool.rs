@@ -337,6 +337,9 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             metrics.stage(Stage::Lookup, answer.times.lookup);
             metrics.stage(Stage::Rules, answer.times.rules);
             metrics.stage(Stage::Total, start.elapsed());
+            if let Some(c) = &request.checks {
+                metrics.stage(Stage::Dns, Duration::from_micros(c.waited_us));
+            }
             tracing::debug!(
                 action = answer.verdict.action.as_str(),
                 score = answer.verdict.score,
