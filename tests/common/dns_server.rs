@@ -94,6 +94,13 @@ impl DnsServer {
     }
 
     /// `[dns]` for a config file that queries this server.
+    /// Serves until the process ends (for a server in its own process).
+    pub fn wait(&self) {
+        while !self.state.stop.load(SeqCst) {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
     pub fn dns_section(&self, budget_ms: u64) -> String {
         format!(
             "[dns]\nenabled = true\nservers = [\"{}\"]\ntimeout_ms = 500\nattempts = 1\nmessage_budget_ms = {budget_ms}\n",
@@ -169,7 +176,7 @@ fn answer(s: &State, query: &[u8], udp_limit: Option<usize>) -> Option<Vec<u8>> 
     match found {
         Some(data) => {
             for d in data {
-                m.add_answer(Record::from_rdata(question.name().clone(), 300, d.clone()));
+                m.add_answer(Record::from_rdata(question.name().clone(), 3600, d.clone()));
             }
         }
         None => {
@@ -186,10 +193,10 @@ fn answer(s: &State, query: &[u8], udp_limit: Option<usize>) -> Option<Vec<u8>> 
                 3600,
                 600,
                 86400,
-                60,
+                3600,
             );
             m.authorities
-                .push(Record::from_rdata(zone, 60, RData::SOA(soa)));
+                .push(Record::from_rdata(zone, 3600, RData::SOA(soa)));
         }
     }
     drop(records);
