@@ -935,3 +935,42 @@ fn scan_cli_is_offline_unless_dns_is_enabled() {
         assert!(s.contains(&want.to_string()), "{want} not in {s:?}");
     }
 }
+
+/// Under a dead resolver the lookups of earlier messages are still out; past the in-flight
+/// bound a message gets temporary failures at once, without queries, so memory stays bounded.
+#[test]
+fn past_the_in_flight_bound_a_message_gets_temporary_failures_at_once() {
+    let w = world();
+    w.dns.set_silent(true);
+    let c = checker(&w.dns, 200, &zones()).with_max_in_flight(1);
+    let raw = message("alice@sender.example", "shed");
+    let env = envelope(SENDER_IP, "alice@sender.example");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = rt.block_on(c.check(raw.as_bytes(), &env));
+    assert!(!first.complete);
+    let asked = w.dns.queries();
+    let start = Instant::now();
+    let second = rt.block_on(c.check(raw.as_bytes(), &env));
+    assert!(
+        start.elapsed() < Duration::from_millis(150),
+        "{:?}",
+        start.elapsed()
+    );
+    let spf = second.auth.spf.clone().unwrap();
+    assert_eq!(spf.result, Status::TempError);
+    assert_eq!(
+        spf.reason.as_deref(),
+        Some("too many messages waiting for DNS")
+    );
+    assert_eq!(w.dns.queries(), asked, "a shed message asks nothing");
+    // once the first message's lookups give up (budget + timeout), checks run again
+    std::thread::sleep(Duration::from_millis(700));
+    let third = rt.block_on(c.check(raw.as_bytes(), &env));
+    assert_eq!(
+        third.auth.spf.unwrap().reason.as_deref(),
+        Some("no answer within the message's DNS budget")
+    );
+}

@@ -175,6 +175,8 @@ impl DnsHealth {
 pub struct Resolver {
     inner: TokioResolver,
     health: Arc<DnsHealth>,
+    /// How long one lookup may take before it fails: `timeout_ms` × `attempts`.
+    patience: Duration,
 }
 
 impl std::fmt::Debug for Resolver {
@@ -219,6 +221,9 @@ impl Resolver {
         Ok(Resolver {
             inner,
             health: Arc::new(DnsHealth::new()),
+            patience: Duration::from_millis(
+                config.timeout_ms.saturating_mul(config.attempts as u64),
+            ),
         })
     }
 
@@ -229,6 +234,11 @@ impl Resolver {
 
     pub fn health(&self) -> &Arc<DnsHealth> {
         &self.health
+    }
+
+    /// How long one lookup may take before it fails (`timeout_ms` × `attempts`).
+    pub fn patience(&self) -> Duration {
+        self.patience
     }
 
     /// The IPv4 addresses of `name` (a DNS list query).

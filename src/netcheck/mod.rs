@@ -25,7 +25,12 @@ use crate::message::Envelope;
 
 /// List queries one message makes at most.
 const MAX_LIST_QUERIES: usize = 96;
+/// Messages whose authentication may run at once (each task holds a copy of its message, and
+/// runs past the budget to fill the cache): beyond, a message gets temporary failures at once,
+/// so a dead resolver under a flood costs bounded memory.
+const MAX_IN_FLIGHT: usize = 2048;
 const LATE: &str = "no answer within the message's DNS budget";
+const SHED: &str = "too many messages waiting for DNS";
 
 /// What the network said of one message (everything `Default`: checks not run).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -50,6 +55,8 @@ pub struct CheckCounters {
     pub over_budget: AtomicU64,
     pub list_queries: AtomicU64,
     pub wait_us: AtomicU64,
+    /// Messages that got no checks because `MAX_IN_FLIGHT` were running.
+    pub shed: AtomicU64,
 }
 
 /// Runs a message's network checks.
@@ -58,6 +65,10 @@ pub struct Checker {
     auth: MessageAuthenticator,
     zones: Arc<Vec<Zone>>,
     budget: Duration,
+    /// A message's lookups are abandoned this long after they started (the budget, then one
+    /// more lookup's time for late answers to reach the cache).
+    task_limit: Duration,
+    in_flight: Arc<tokio::sync::Semaphore>,
     host: Arc<str>,
     pub counters: CheckCounters,
 }
@@ -76,13 +87,21 @@ impl Checker {
     pub fn new(resolver: Resolver, zones: Vec<Zone>, budget: Duration, host: &str) -> Checker {
         let auth = MessageAuthenticator(resolver.hickory().clone());
         Checker {
+            task_limit: budget + resolver.patience(),
             resolver,
             auth,
             zones: Arc::new(zones),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             budget,
             host: Arc::from(host),
             counters: CheckCounters::default(),
         }
+    }
+
+    /// At most `n` messages' authentication in flight (default 2048).
+    pub fn with_max_in_flight(mut self, n: usize) -> Checker {
+        self.in_flight = Arc::new(tokio::sync::Semaphore::new(n));
+        self
     }
 
     pub fn resolver(&self) -> &Resolver {
@@ -129,7 +148,10 @@ impl Checker {
              shrike_dns_list_queries_total {}\n\
              # HELP shrike_dns_wait_seconds_total Time messages waited for their checks.\n\
              # TYPE shrike_dns_wait_seconds_total counter\n\
-             shrike_dns_wait_seconds_total {}",
+             shrike_dns_wait_seconds_total {}\n\
+             # HELP shrike_dns_shed_total Messages given no checks because too many were in flight.\n\
+             # TYPE shrike_dns_shed_total counter\n\
+             shrike_dns_shed_total {}",
             h.answered.load(Relaxed),
             h.negative.load(Relaxed),
             h.failed.load(Relaxed),
@@ -138,6 +160,7 @@ impl Checker {
             c.over_budget.load(Relaxed),
             c.list_queries.load(Relaxed),
             c.wait_us.load(Relaxed) as f64 / 1e6,
+            c.shed.load(Relaxed),
         );
     }
 
@@ -149,7 +172,9 @@ impl Checker {
 
         // Authentication: one task, which sends each result as it is known.
         let (atx, mut arx) = mpsc::unbounded_channel::<Piece>();
-        {
+        let permit = self.in_flight.clone().try_acquire_owned().ok();
+        let shed = permit.is_none();
+        if let Some(permit) = permit {
             let auth = self.auth.clone();
             let health = self.resolver.health().clone();
             let host = self.host.clone();
@@ -166,6 +191,7 @@ impl Checker {
                         .to_string()
                 })
                 .unwrap_or_default();
+            let limit = self.task_limit;
             tokio::spawn(async move {
                 let smtp = crate::auth::Smtp {
                     ip,
@@ -173,14 +199,19 @@ impl Checker {
                     mail_from: &mail_from,
                     host: &host,
                 };
-                crate::auth::verify(&auth, &health, &raw, smtp, &atx).await;
+                let verify = crate::auth::verify(&auth, &health, &raw, smtp, &atx);
+                let _ = tokio::time::timeout(limit, verify).await;
+                drop(permit);
             });
+        } else {
+            self.counters.shed.fetch_add(1, Relaxed);
+            drop(atx);
         }
 
         // Lists: one task per distinct query.
         let (ltx, mut lrx) = mpsc::unbounded_channel::<(usize, Vec<ListHit>, bool)>();
         let mut pending_lists = 0usize;
-        if !self.zones.is_empty() {
+        if !self.zones.is_empty() && !shed {
             let urls = self
                 .zones
                 .iter()
@@ -261,7 +292,7 @@ impl Checker {
                 }
             }
         }
-        got.fill_missing(raw, &mut out.auth);
+        got.fill_missing(raw, &mut out.auth, if shed { SHED } else { LATE });
         hits.sort_by_key(|(zi, _)| *zi);
         out.lists = hits.into_iter().map(|(_, h)| h).collect();
         failed_zones.sort_unstable();
@@ -331,25 +362,25 @@ impl Got {
 
     /// Results that did not arrive are temporary failures (DKIM: one per signature the
     /// message carries; ARC: only when it carries a seal).
-    fn fill_missing(&self, raw: &[u8], a: &mut AuthResults) {
+    fn fill_missing(&self, raw: &[u8], a: &mut AuthResults, why: &str) {
         if !self.spf {
-            a.spf = Some(MethodResult::temp(LATE));
+            a.spf = Some(MethodResult::temp(why));
         }
         if !self.helo {
-            a.helo = Some(MethodResult::temp(LATE));
+            a.helo = Some(MethodResult::temp(why));
         }
         if !self.dmarc {
-            let mut r = MethodResult::temp(LATE);
+            let mut r = MethodResult::temp(why);
             r.domain = a.from_domain.clone();
             a.dmarc = Some(r);
         }
         let (dkim, arc) = signature_headers(raw);
         if !self.dkim {
-            a.dkim = (0..dkim).map(|_| MethodResult::temp(LATE)).collect();
+            a.dkim = (0..dkim).map(|_| MethodResult::temp(why)).collect();
         }
         if !self.arc {
             a.arc = Some(if arc {
-                MethodResult::temp(LATE)
+                MethodResult::temp(why)
             } else {
                 MethodResult::of(Status::None)
             });
@@ -384,7 +415,7 @@ mod tests {
         let mut got = Got::default();
         got.take(Piece::From(Some("y.example".into())), &mut a);
         got.take(Piece::Spf(MethodResult::of(Status::Pass)), &mut a);
-        got.fill_missing(raw, &mut a);
+        got.fill_missing(raw, &mut a, LATE);
         assert_eq!(a.spf.unwrap().result, Status::Pass);
         assert_eq!(a.dkim.len(), 2);
         assert!(a.dkim.iter().all(|d| d.result == Status::TempError));
