@@ -13,7 +13,6 @@ pub use targets::{targets, Targets};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -404,33 +403,43 @@ pub fn interpret(zone: &Zone, name: &str, check: Check, answers: &[Ipv4Addr]) ->
     hits
 }
 
-/// A refusal is logged at most once per `BLOCKED_LOG_EVERY`, naming the zone and the fix.
+/// A zone's refusals are logged at most once per `BLOCKED_LOG_EVERY` (per zone), naming the
+/// zone and the fix, with the count held back since the last line.
 const BLOCKED_LOG_EVERY: Duration = Duration::from_secs(600);
-static BLOCKED_LOGGED: AtomicU64 = AtomicU64::new(0);
-static BLOCKED_HELD: AtomicU64 = AtomicU64::new(0);
+
+/// Per zone: when its refusal was last logged, and refusals since.
+static BLOCKED_LOG: std::sync::LazyLock<
+    parking_lot::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
+> = std::sync::LazyLock::new(Default::default);
 
 fn warn_blocked(zone: &Zone, code: Ipv4Addr) {
-    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let now = START.get_or_init(Instant::now).elapsed().as_secs() + 1;
-    let last = BLOCKED_LOGGED.load(Relaxed);
-    if last != 0 && now < last + BLOCKED_LOG_EVERY.as_secs() {
-        BLOCKED_HELD.fetch_add(1, Relaxed);
-        return;
-    }
-    if BLOCKED_LOGGED
-        .compare_exchange(last, now, Relaxed, Relaxed)
-        .is_ok()
-    {
-        let held = BLOCKED_HELD.swap(0, Relaxed);
-        tracing::warn!(
-            zone = %zone.zone,
-            code = %code,
-            refused_since_last_line = held,
-            "DNS list refused our resolver (not a listing; scored 0): query it through your own \
-             recursive resolver, not a public or forwarding one, and check the zone name \
-             and your query volume ([dns] servers)"
-        );
-    }
+    let held = {
+        let mut log = BLOCKED_LOG.lock();
+        let now = Instant::now();
+        match log.get_mut(&zone.zone) {
+            Some((last, held)) if now.duration_since(*last) < BLOCKED_LOG_EVERY => {
+                *held += 1;
+                return;
+            }
+            Some((last, held)) => {
+                *last = now;
+                std::mem::take(held)
+            }
+            None => {
+                // One entry per configured zone: bounded by the configuration.
+                log.insert(zone.zone.clone(), (now, 0));
+                0
+            }
+        }
+    };
+    tracing::warn!(
+        zone = %zone.zone,
+        code = %code,
+        refused_since_last_line = held,
+        "DNS list refused our resolver (not a listing; scored 0): query it through your own \
+         recursive resolver, not a public or forwarding one, and check the zone name and your \
+         query volume ([dns] servers)"
+    );
 }
 
 #[cfg(test)]
