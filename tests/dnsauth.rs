@@ -427,6 +427,16 @@ async fn dns_lists_listings_and_refusals_each_name_once() {
         .filter(|q| q.starts_with("spammy.example.dbl.spamhaus.org"))
         .count();
     assert_eq!(spammy, 1, "{asked:?}");
+    // the next message with the same names is answered from the cache, positive and negative
+    // answers alike, with the same hits
+    let again = check(&c, raw, &envelope(SENDER_IP, "x@sender.example")).await;
+    assert_eq!(again.lists, n.lists);
+    let asked_again = dns.asked();
+    assert!(
+        !asked_again[asked.len()..].iter().any(|q| q.ends_with(" A")),
+        "{:?}",
+        &asked_again[asked.len()..]
+    );
     // private addresses are never asked
     let n = check(&c, raw, &envelope("10.1.2.3", "x@sender.example")).await;
     assert!(!n.lists.iter().any(|h| h.check == "client_ip"));

@@ -170,11 +170,18 @@ impl DnsHealth {
     }
 }
 
+/// DNS list answers by query name, with the instant they expire.
+type ACache = lru::LruCache<String, (Answer<std::net::Ipv4Addr>, Instant)>;
+
 /// The resolver shared by every check (cheap to clone: one cache, one connection pool).
 #[derive(Clone)]
 pub struct Resolver {
     inner: TokioResolver,
     health: Arc<DnsHealth>,
+    /// DNS list answers (A) by query name, until their TTL: a hit is answered without a task
+    /// or hickory's lookup path (a message asks ~8 of them; hickory's cache still holds them
+    /// too). Bounded by `cache_size`.
+    a_cache: Arc<parking_lot::Mutex<ACache>>,
     /// How long one lookup may take before it fails: `timeout_ms` × `attempts`.
     patience: Duration,
 }
@@ -218,9 +225,12 @@ impl Resolver {
             .with_options(opts)
             .build()
             .map_err(|e| DnsConfigError::Build(e.to_string()))?;
+        let size = std::num::NonZeroUsize::new(config.cache_size as usize)
+            .unwrap_or(std::num::NonZeroUsize::MIN);
         Ok(Resolver {
             inner,
             health: Arc::new(DnsHealth::new()),
+            a_cache: Arc::new(parking_lot::Mutex::new(lru::LruCache::new(size))),
             patience: Duration::from_millis(
                 config.timeout_ms.saturating_mul(config.attempts as u64),
             ),
@@ -241,6 +251,21 @@ impl Resolver {
         self.patience
     }
 
+    /// The cached answer for `name`, if any and not expired (no I/O: for the caller to skip
+    /// spawning a lookup).
+    pub fn cached_a(&self, name: &str) -> Option<Answer<std::net::Ipv4Addr>> {
+        let mut cache = self.a_cache.lock();
+        let (answer, until) = cache.get(name)?;
+        if *until > Instant::now() {
+            let answer = answer.clone();
+            drop(cache);
+            self.health.record_answer(matches!(answer, Answer::None));
+            return Some(answer);
+        }
+        cache.pop(name);
+        None
+    }
+
     /// The IPv4 addresses of `name` (a DNS list query).
     pub async fn a(&self, name: &str) -> Answer<std::net::Ipv4Addr> {
         let fqdn = if name.ends_with('.') {
@@ -248,7 +273,7 @@ impl Resolver {
         } else {
             format!("{name}.")
         };
-        match self.inner.lookup(fqdn.as_str(), RecordType::A).await {
+        let (answer, until) = match self.inner.lookup(fqdn.as_str(), RecordType::A).await {
             Ok(lookup) => {
                 let found: Vec<_> = lookup
                     .answers()
@@ -259,14 +284,29 @@ impl Resolver {
                     })
                     .collect();
                 self.health.record_answer(found.is_empty());
+                let until = lookup.valid_until();
                 if found.is_empty() {
-                    Answer::None
+                    (Answer::None, Some(until))
                 } else {
-                    Answer::Found(found)
+                    (Answer::Found(found), Some(until))
                 }
             }
-            Err(e) => self.failure(e),
+            Err(NetError::Dns(DnsError::NoRecordsFound(nr))) => {
+                self.health.record_answer(true);
+                // Negative answers are kept for their SOA's negative TTL (RFC 2308), else not.
+                let until = nr
+                    .negative_ttl
+                    .map(|ttl| Instant::now() + Duration::from_secs(u64::from(ttl)));
+                (Answer::None, until)
+            }
+            Err(e) => return self.failure(e),
+        };
+        if let Some(until) = until.filter(|u| *u > Instant::now()) {
+            self.a_cache
+                .lock()
+                .put(name.to_string(), (answer.clone(), until));
         }
+        answer
     }
 
     fn failure<T>(&self, e: NetError) -> Answer<T> {

@@ -208,7 +208,8 @@ impl Checker {
             drop(atx);
         }
 
-        // Lists: one task per distinct query.
+        // Lists: answered from the cache, else one task per distinct query.
+        let mut hits: Vec<(usize, ListHit)> = Vec::new();
         let (ltx, mut lrx) = mpsc::unbounded_channel::<(usize, Vec<ListHit>, bool)>();
         let mut pending_lists = 0usize;
         if !self.zones.is_empty() && !shed {
@@ -232,6 +233,16 @@ impl Checker {
                             continue;
                         }
                         asked.push(query.clone());
+                        if let Some(answer) = self.resolver.cached_a(&query) {
+                            if let Answer::Found(a) = answer {
+                                hits.extend(
+                                    dnsbl::interpret(zone, &name, check, &a)
+                                        .into_iter()
+                                        .map(|h| (zi, h)),
+                                );
+                            }
+                            continue;
+                        }
                         pending_lists += 1;
                         let (resolver, zones, ltx) =
                             (self.resolver.clone(), self.zones.clone(), ltx.clone());
@@ -260,7 +271,6 @@ impl Checker {
             ..Default::default()
         };
         let mut got = Got::default();
-        let mut hits: Vec<(usize, ListHit)> = Vec::new();
         let mut failed_zones: Vec<usize> = Vec::new();
         let mut auth_open = true;
         while auth_open || pending_lists > 0 {
