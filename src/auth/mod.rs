@@ -7,9 +7,11 @@
 //! Owns: the result types, the mapping of mail-auth's outputs onto them, the header.
 //! Never touches: the scan workers, rules, sockets other than the resolver's.
 
+mod cache;
 mod header;
 mod verify;
 
+pub use cache::AuthCaches;
 pub use header::{authentication_results, claims_authserv_id};
 pub use verify::{verify, Piece, Smtp};
 

@@ -41,6 +41,7 @@ pub struct Smtp<'a> {
 pub async fn verify(
     auth: &MessageAuthenticator,
     health: &DnsHealth,
+    caches: &super::AuthCaches,
     raw: &[u8],
     smtp: Smtp<'_>,
     tx: &UnboundedSender<Piece>,
@@ -88,7 +89,7 @@ pub async fn verify(
             return None;
         };
         let o = auth
-            .verify_spf(SpfParameters::verify_mail_from(ip, helo, host, &sender))
+            .verify_spf(caches.with(SpfParameters::verify_mail_from(ip, helo, host, &sender)))
             .await;
         send(Piece::Spf(spf_result(&o, health)));
         Some(o)
@@ -97,7 +98,7 @@ pub async fn verify(
         let result = match ip {
             Some(ip) if !helo.is_empty() && helo.parse::<IpAddr>().is_err() => {
                 let o = auth
-                    .verify_spf(SpfParameters::verify_ehlo(ip, helo, host))
+                    .verify_spf(caches.with(SpfParameters::verify_ehlo(ip, helo, host)))
                     .await;
                 spf_result(&o, health)
             }
@@ -106,7 +107,7 @@ pub async fn verify(
         send(Piece::Helo(result));
     };
     let dkim = async {
-        let o = auth.verify_dkim(&msg).await;
+        let o = auth.verify_dkim(caches.with(&msg)).await;
         let results = o
             .iter()
             .map(|d| dkim_result(d, from_domain.as_deref(), health))
@@ -115,7 +116,7 @@ pub async fn verify(
         o
     };
     let arc = async {
-        let o = auth.verify_arc(&msg).await;
+        let o = auth.verify_arc(caches.with(&msg)).await;
         let mut r = MethodResult {
             result: dkim_status(o.result()),
             reason: dkim_reason(o.result()),
@@ -132,7 +133,9 @@ pub async fn verify(
     // outputs, finds it in the cache.
     let prefetch = async {
         if let Some(d) = &from_domain {
-            let _ = auth.0.txt_lookup(format!("_dmarc.{d}.")).await;
+            let _ = auth
+                .txt_lookup::<mail_auth::dmarc::Dmarc>(format!("_dmarc.{d}."), Some(&caches.txt))
+                .await;
         }
     };
     let (spf_out, (), dkim_out, (), ()) = tokio::join!(spf, helo_spf, dkim, arc, prefetch);
@@ -151,12 +154,12 @@ pub async fn verify(
     let spf_out = spf_out
         .unwrap_or_else(|| SpfOutput::new(mail_from_domain.clone()).with_result(SpfResult::None));
     let o = auth
-        .verify_dmarc(mail_auth::dmarc::verify::DmarcParameters::new(
+        .verify_dmarc(caches.with(mail_auth::dmarc::verify::DmarcParameters::new(
             &msg,
             &dkim_out,
             &mail_from_domain,
             &spf_out,
-        ))
+        )))
         .await;
     let (s, d) = (o.spf_result(), o.dkim_result());
     let result = if matches!(s, DmarcResult::Pass) || matches!(d, DmarcResult::Pass) {

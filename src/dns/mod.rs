@@ -184,6 +184,7 @@ pub struct Resolver {
     a_cache: Arc<parking_lot::Mutex<ACache>>,
     /// How long one lookup may take before it fails: `timeout_ms` × `attempts`.
     patience: Duration,
+    cache_size: usize,
 }
 
 impl std::fmt::Debug for Resolver {
@@ -231,6 +232,7 @@ impl Resolver {
             inner,
             health: Arc::new(DnsHealth::new()),
             a_cache: Arc::new(parking_lot::Mutex::new(lru::LruCache::new(size))),
+            cache_size: config.cache_size as usize,
             patience: Duration::from_millis(
                 config.timeout_ms.saturating_mul(config.attempts as u64),
             ),
@@ -244,6 +246,11 @@ impl Resolver {
 
     pub fn health(&self) -> &Arc<DnsHealth> {
         &self.health
+    }
+
+    /// `[dns] cache_size`: the bound of each cache of answers.
+    pub fn cache_size(&self) -> usize {
+        self.cache_size
     }
 
     /// How long one lookup may take before it fails (`timeout_ms` × `attempts`).

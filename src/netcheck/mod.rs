@@ -69,6 +69,8 @@ pub struct Checker {
     /// more lookup's time for late answers to reach the cache).
     task_limit: Duration,
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// mail-auth's parsed-record caches.
+    caches: Arc<crate::auth::AuthCaches>,
     host: Arc<str>,
     pub counters: CheckCounters,
 }
@@ -86,12 +88,14 @@ impl Checker {
     /// `host` is our own name: the authserv-id, and SPF's `%{r}`.
     pub fn new(resolver: Resolver, zones: Vec<Zone>, budget: Duration, host: &str) -> Checker {
         let auth = MessageAuthenticator(resolver.hickory().clone());
+        let cache_size = resolver.cache_size();
         Checker {
             task_limit: budget + resolver.patience(),
             resolver,
             auth,
             zones: Arc::new(zones),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            caches: Arc::new(crate::auth::AuthCaches::new(cache_size)),
             budget,
             host: Arc::from(host),
             counters: CheckCounters::default(),
@@ -176,6 +180,7 @@ impl Checker {
         let shed = permit.is_none();
         if let Some(permit) = permit {
             let auth = self.auth.clone();
+            let caches = self.caches.clone();
             let health = self.resolver.health().clone();
             let host = self.host.clone();
             let raw: Arc<[u8]> = Arc::from(raw);
@@ -199,7 +204,7 @@ impl Checker {
                     mail_from: &mail_from,
                     host: &host,
                 };
-                let verify = crate::auth::verify(&auth, &health, &raw, smtp, &atx);
+                let verify = crate::auth::verify(&auth, &health, &caches, &raw, smtp, &atx);
                 let _ = tokio::time::timeout(limit, verify).await;
                 drop(permit);
             });
