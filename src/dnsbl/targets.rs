@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use crate::entities::{canonicalize, is_private, received, registrable_domain};
+use crate::entities::{is_private, received, registrable_domain};
 use crate::message::Envelope;
 
 /// Received headers read at most.
@@ -69,19 +69,33 @@ fn split(raw: &[u8]) -> (&[u8], &[u8]) {
     (raw, &[])
 }
 
-/// Unfolded (name, value) pairs of a header section.
+/// Unfolded (name, value) pairs of the header section's Received and From headers (the only
+/// ones asked about; the others are skipped without copying).
 fn headers(head: &[u8]) -> Vec<(String, String)> {
-    let text = String::from_utf8_lossy(head);
     let mut out: Vec<(String, String)> = Vec::new();
-    for line in text.split('\n') {
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        if line.starts_with([' ', '\t']) {
-            if let Some((_, v)) = out.last_mut() {
-                v.push(' ');
-                v.push_str(line.trim());
+    let mut keep = false;
+    for line in crate::netcheck::lines(head) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.first().is_some_and(|b| *b == b' ' || *b == b'\t') {
+            if keep {
+                if let Some((_, v)) = out.last_mut() {
+                    v.push(' ');
+                    v.push_str(String::from_utf8_lossy(line).trim());
+                }
             }
-        } else if let Some((n, v)) = line.split_once(':') {
-            out.push((n.trim().to_string(), v.trim().to_string()));
+            continue;
+        }
+        let Some(colon) = memchr::memchr(b':', line) else {
+            keep = false;
+            continue;
+        };
+        let name = line[..colon].trim_ascii();
+        keep = name.eq_ignore_ascii_case(b"received") || name.eq_ignore_ascii_case(b"from");
+        if keep {
+            out.push((
+                String::from_utf8_lossy(name).into_owned(),
+                String::from_utf8_lossy(line[colon + 1..].trim_ascii()).into_owned(),
+            ));
         }
     }
     out
@@ -105,46 +119,76 @@ fn address_domain(value: &str) -> Option<String> {
     ok.then_some(domain)
 }
 
+/// Registrable domains of the `http(s)://` and `www.` URLs of `body`, by a byte scan (a message
+/// asks this on the network side for every message, so it does not run the full URL finder of
+/// the analysis: ~1 µs instead of ~12): a URL's host is the run of letters, digits, dots and
+/// hyphens after the scheme (a user name before `@` skipped), across quoted-printable soft
+/// line breaks; hosts that are addresses or carry other characters (IDN in UTF-8) are left out.
 fn url_domains(body: &[u8]) -> Vec<String> {
-    // Undo quoted-printable's soft line breaks and its `=3D`, so URLs in QP text are whole.
-    let mut text = Vec::with_capacity(body.len());
-    let mut i = 0;
-    while i < body.len() {
-        if body[i] == b'=' {
-            if body[i + 1..].starts_with(b"\r\n") {
-                i += 3;
-                continue;
-            }
-            if body[i + 1..].starts_with(b"\n") {
-                i += 2;
-                continue;
-            }
-            if body[i + 1..].starts_with(b"3D") || body[i + 1..].starts_with(b"3d") {
-                text.push(b'=');
-                i += 3;
-                continue;
+    let mut out: Vec<String> = Vec::new();
+    let mut seen_hosts: Vec<Vec<u8>> = Vec::new();
+    let mut consider = |host: Vec<u8>, out: &mut Vec<String>| {
+        if host.len() < 3 || seen_hosts.contains(&host) || seen_hosts.len() >= 4 * MAX_URL_DOMAINS {
+            return;
+        }
+        seen_hosts.push(host.clone());
+        let Ok(h) = std::str::from_utf8(&host) else {
+            return;
+        };
+        let h = h.trim_matches(['.', '-']);
+        if !h.contains('.')
+            || h.parse::<IpAddr>().is_ok()
+            || h.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        {
+            return;
+        }
+        if let Some(d) = registrable_domain(h) {
+            if out.len() < MAX_URL_DOMAINS && !out.contains(&d) {
+                out.push(d);
             }
         }
-        text.push(body[i]);
-        i += 1;
+    };
+    let lower = |b: u8| b.to_ascii_lowercase();
+    for i in memchr::memmem::find_iter(body, b"://") {
+        let scheme_ok = (i >= 4 && body[i - 4..i].iter().map(|&b| lower(b)).eq(*b"http"))
+            || (i >= 5 && body[i - 5..i].iter().map(|&b| lower(b)).eq(*b"https"));
+        if scheme_ok {
+            consider(host_at(body, i + 3), &mut out);
+        }
     }
-    let text = String::from_utf8_lossy(&text);
-    let mut out: Vec<String> = Vec::new();
-    for found in crate::entities::url::find_in_text(&text) {
-        let crate::entities::url::Found::Url(u) = found else {
-            continue;
-        };
-        let Some(c) = canonicalize(u) else { continue };
-        if let Some(d) = c.domain {
-            if !out.contains(&d) {
-                out.push(d);
-                if out.len() == MAX_URL_DOMAINS {
-                    break;
-                }
-            }
+    for i in memchr::memmem::find_iter(body, b"www.") {
+        let starts_word = i == 0
+            || !(body[i - 1].is_ascii_alphanumeric()
+                || matches!(body[i - 1], b'.' | b'/' | b'-' | b'@'));
+        if starts_word {
+            consider(host_at(body, i), &mut out);
         }
     }
     out
+}
+
+/// The host of the authority starting at `start`, lower-cased: letters, digits, `.`, `-`,
+/// through quoted-printable soft breaks; after an `@` (user info) the host starts again.
+fn host_at(body: &[u8], start: usize) -> Vec<u8> {
+    let mut host = Vec::with_capacity(32);
+    let mut i = start;
+    while i < body.len() && host.len() < 253 {
+        let b = body[i];
+        if b.is_ascii_alphanumeric() || b == b'.' || b == b'-' {
+            host.push(b.to_ascii_lowercase());
+            i += 1;
+        } else if b == b'=' && body[i + 1..].starts_with(b"\r\n") {
+            i += 3;
+        } else if b == b'=' && body[i + 1..].starts_with(b"\n") {
+            i += 2;
+        } else if b == b'@' {
+            host.clear();
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    host
 }
 
 #[cfg(test)]
@@ -179,5 +223,20 @@ see http://www.shop.example.net/x and https://click.example.org/=\r\nmore and ht
             ..Default::default()
         };
         assert_eq!(targets(b"", &private, false), Targets::default());
+    }
+
+    #[test]
+    fn url_domains_by_byte_scan() {
+        let body = b"HTTP://user@WWW.Evil.Example.com:8080/x and www.plain.example.net, \
+            http://spl=\r\nit.example.org/ https://192.0.2.1/ ftp://no.example.com/ \
+            awww.not.example.com x://no.example.net http://x.example.net?q";
+        // user info skipped, case folded, a soft line break inside a host joined, addresses,
+        // other schemes and `www.` inside a word left out, each domain once
+        assert_eq!(
+            url_domains(body),
+            ["example.com", "example.org", "example.net"]
+        );
+        let www = url_domains(b"see www.shop.example.co.uk/deals");
+        assert_eq!(www, ["example.co.uk"]);
     }
 }
