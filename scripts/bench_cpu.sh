@@ -31,6 +31,8 @@ mkdir -p "$work"
 chmod 755 "$work"
 find "$work/corpus/spamassassin-dev" -type f -path '*/*ham/*' -o -type f -path '*/spam/*' | sort \
     | awk 'NR % 6 == 1' > "$work/list"
+# WRK_SCRIPT: another wrk script for http (scripts/bench/checkv2_envelope.lua adds an envelope).
+wrk_script=${WRK_SCRIPT:-scripts/bench/checkv2.lua}
 http_port=21336
 milter_port=21337
 hz=$(getconf CLK_TCK)
@@ -52,10 +54,10 @@ run() {  # run BIN CONFIG -> one result line
     pid=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done
     if [ "$mode" = http ]; then
-        BENCH_LIST="$work/list" wrk -t2 -c16 -d3s -s scripts/bench/checkv2.lua \
+        BENCH_LIST="$work/list" wrk -t2 -c16 -d3s -s "$wrk_script" \
             "http://127.0.0.1:$http_port" >/dev/null
         m0=$(stage_sums); s0=$(cpu_ticks $pid)
-        out=$(BENCH_LIST="$work/list" wrk -t2 -c16 -d"${secs}s" -s scripts/bench/checkv2.lua \
+        out=$(BENCH_LIST="$work/list" wrk -t2 -c16 -d"${secs}s" -s "$wrk_script" \
             "http://127.0.0.1:$http_port" | grep '^messages')
         s1=$(cpu_ticks $pid); m1=$(stage_sums)
         count=$(echo "$out" | awk '{print $2}')

@@ -11,9 +11,16 @@ if [ ! -r "$corpus" ]; then
     exit 1
 fi
 # Debian packages of the daemon tests: a real Postfix and miltertest for the milter, the real
-# rspamc for the HTTP protocol, spamc for the spamd protocol, ss and python3 for the MTA harness (../shared/tools/mta).
+# rspamc for the HTTP protocol, spamc for the spamd protocol, ss and python3 for the MTA harness
+# (../shared/tools/mta), the libraries Exim and Sendmail link and m4 for Sendmail's config (both
+# are unpacked below: installing exim4-daemon-heavy or sendmail-bin would remove Postfix), and
+# Node.js for Haraka.
+mta_libs="libdb5.3 libgnutls-dane0 libgnutls30 libidn12 libidn2-0 libldap-2.5-0 libmariadb3 \
+    libnsl2 libpam0g libpcre2-8-0 libperl5.36 libpq5 libsasl2-2 libspf2-2 libsqlite3-0 libcrypt1 \
+    libssl3 libwrap0 liblockfile1 m4 util-linux"
 missing=""
-for pkg in postfix miltertest rspamd spamc iproute2 python3; do
+command -v npm >/dev/null || missing="nodejs npm"
+for pkg in postfix miltertest rspamd spamc iproute2 python3 $mta_libs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
         || missing="$missing $pkg"
 done
@@ -27,6 +34,33 @@ if [ -n "$missing" ]; then
     # shellcheck disable=SC2086
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
         --no-install-recommends $missing >/dev/null
+fi
+
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+# Exim 4.96 for tests/integrations.rs: Debian's exim4-daemon-heavy unpacked under target/exim4,
+# run with its own config; it needs its system user to exist.
+if [ ! -x target/exim4/usr/sbin/exim4 ]; then
+    echo "test.sh: unpacking exim4-daemon-heavy into target/exim4" >&2
+    rm -rf target/exim4.deb && mkdir -p target/exim4.deb target/exim4
+    (cd target/exim4.deb && apt-get download exim4-daemon-heavy 2>/dev/null)
+    dpkg-deb -x target/exim4.deb/exim4-daemon-heavy_*.deb target/exim4
+fi
+# Sendmail 8.17 likewise, under target/sendmail (sendmail-bin and its m4 files, sendmail-cf).
+if [ ! -x target/sendmail/usr/libexec/sendmail/sendmail ]; then
+    echo "test.sh: unpacking sendmail-bin and sendmail-cf into target/sendmail" >&2
+    rm -rf target/sendmail.deb && mkdir -p target/sendmail.deb target/sendmail
+    (cd target/sendmail.deb && apt-get download sendmail-bin sendmail-cf 2>/dev/null)
+    for deb in target/sendmail.deb/*.deb; do dpkg-deb -x "$deb" target/sendmail; done
+fi
+getent passwd Debian-exim >/dev/null \
+    || $sudo useradd --system --no-create-home --shell /usr/sbin/nologin Debian-exim
+# Haraka and its rspamd plugin, from npm, under target/haraka.
+if [ ! -x target/haraka/node_modules/.bin/haraka ]; then
+    echo "test.sh: installing Haraka into target/haraka" >&2
+    mkdir -p target/haraka
+    npm install --prefix target/haraka --no-audit --no-fund --silent \
+        Haraka@3.3.4 haraka-plugin-rspamd@1 >/dev/null
 fi
 
 for component in rustfmt clippy; do

@@ -15,6 +15,7 @@ use crate::classify::ClassifierConfig;
 use crate::dns::{DnsConfig, DnsConfigError};
 use crate::dnsbl::{DnsblConfigError, ZoneConfig};
 use crate::engine::EngineConfig;
+use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::message::Limits;
 use crate::scan::{ScanSettings, TrafficConfig};
 use crate::server::http::HttpConfig;
@@ -57,6 +58,8 @@ pub struct Config {
     /// DNS block lists, none by default (`[[dnsbl]]`, one per zone).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dnsbl: Vec<ZoneConfig>,
+    /// The decision history: every verdict and learn of the daemon, on disk.
+    pub history: HistoryConfig,
 }
 
 /// Why a configuration could not be used.
@@ -84,6 +87,8 @@ pub enum ConfigError {
     Dnsbl(DnsblConfigError),
     #[error("invalid config: {0}")]
     Auth(crate::auth::AuthConfigError),
+    #[error("invalid config: {0}")]
+    History(HistoryConfigError),
 }
 
 impl Config {
@@ -121,6 +126,7 @@ impl Config {
         self.dns.validate().map_err(ConfigError::Dns)?;
         crate::dnsbl::resolve_all(&self.dnsbl).map_err(ConfigError::Dnsbl)?;
         self.auth.validate().map_err(ConfigError::Auth)?;
+        self.history.validate().map_err(ConfigError::History)?;
         Ok(())
     }
 }
@@ -211,6 +217,7 @@ mod tests {
             ),
             ("[milter]\nmax_packet_bytes = 1000", "milter.max_packet_bytes must hold a 64 KiB body chunk"),
             ("[classifier]\ntable_bits = 30", "classifier.table_bits must be 16..=26, got 30"),
+            ("[history]\nflush_ms = 2000", "history.flush_ms must be 1..=1000, got 2000"),
             (
                 "[classifier]\nalpha = 0.0",
                 "classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)",

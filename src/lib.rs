@@ -8,6 +8,7 @@ pub mod dns;
 pub mod dnsbl;
 pub mod engine;
 pub mod entities;
+pub mod history;
 pub mod message;
 pub mod netcheck;
 pub mod proto;

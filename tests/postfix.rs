@@ -188,6 +188,61 @@ fn postfix_with_shrike_milter() {
     assert!(!postfix.sink_holds(&gtube_id), "rejected message delivered");
     assert!(postfix.maillog().contains("milter-reject: END-OF-MESSAGE"));
 
+    // The decision history holds each verdict with Postfix's queue id and envelope: the
+    // rejected message is found by the queue id from Postfix's log line, the ham by its
+    // Message-ID, over HTTP and with `shrike history`.
+    let maillog = postfix.maillog();
+    let reject_line = maillog
+        .lines()
+        .find(|l| l.contains("milter-reject: END-OF-MESSAGE"))
+        .expect("reject line");
+    let queue_id = reject_line
+        .split(": ")
+        .nth(1)
+        .expect("queue id in the reject line")
+        .trim();
+    let history = |query: &str| -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = shrike.get(&format!("/history?{query}"));
+            assert_eq!(r.status, 200, "{}", r.text());
+            let records = r.json()["records"].as_array().unwrap().clone();
+            if !records.is_empty() || Instant::now() > deadline {
+                return records;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let rejected = history(&format!("queue_id={queue_id}"));
+    assert_eq!(rejected.len(), 1, "{queue_id}: {rejected:?}\n{reject_line}");
+    let r = &rejected[0];
+    assert_eq!(r["listener"], "milter", "{r}");
+    assert_eq!(r["action"], "reject", "{r}");
+    assert_eq!(r["message_id"], gtube_id, "{r}");
+    assert_eq!(r["rcpt"], serde_json::json!(["bob@example.com"]), "{r}");
+    assert_eq!(r["ip"], "127.0.0.1", "{r}");
+    assert!(
+        r["symbols"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "GTUBE"),
+        "{r}"
+    );
+    let ham_records = history(&format!("message_id={ham_id}&action=no_action"));
+    assert_eq!(ham_records.len(), 1, "{ham_records:?}");
+    assert!(ham_records[0]["queue_id"]
+        .as_str()
+        .is_some_and(|q| !q.is_empty()));
+    let cli = Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .args(["history", "--json", "--queue-id", queue_id, "--data"])
+        .arg(&shrike.data)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&cli.stdout);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("\"listener\":\"milter\""), "{out}");
+
     // Shrike stopped: Postfix applies milter_default_action = tempfail (at MAIL FROM).
     shrike.stop();
     let (late, _) = unique_copy(tmp.path(), "daemon/ham.eml", "late");

@@ -8,11 +8,15 @@
 //! reply framing survives any input, and `ReplyDecoder` must read those replies back.
 #![no_main]
 
+#[path = "split.rs"]
+mod split;
+
 use libfuzzer_sys::fuzz_target;
 use shrike::proto::milter::{
     actions, encode, encode_command, negotiate, protocol, Command, Decoder, Reply, ReplyDecoder,
     DEFAULT_MAX_PACKET, MAX_REPLY_PACKET,
 };
+use split::chunk_len;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, stream)) = data.split_first() else {
@@ -53,17 +57,6 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(decoder.finish().is_ok(), decoder.buffered() == 0);
 });
-
-/// Size of the `step`-th chunk for a split pattern.
-fn chunk_len(pattern: u8, step: usize, remaining: usize) -> usize {
-    match pattern {
-        0 => remaining,
-        1 => 1,
-        2..=15 => usize::from(pattern),
-        16..=23 => 1 + (step * 7 + usize::from(pattern)) % 61,
-        _ => 1 << (step % 12),
-    }
-}
 
 fn check_command(command: &Command) {
     // Canonical: encode_command then decode gives the same command back.

@@ -39,14 +39,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let word = |i: usize| -> String {
-        String::from_utf8_lossy(raw.get(i * 8..(i + 1) * 8).unwrap_or(b"x"))
-            .into_owned()
+        String::from_utf8_lossy(raw.get(i * 8..(i + 1) * 8).unwrap_or(b"x")).into_owned()
     };
     let envelope = Envelope {
         client_ip: (bits & 1 != 0).then(|| [10, 0, bits, 7].into()),
         helo: (bits & 2 != 0).then(|| word(0)),
         mail_from: (bits & 4 != 0).then(|| format!("{}@{}", word(1), word(2))),
-        rcpt_to: (0..(bits >> 5)).map(|i| format!("{}@x.test", word(3 + i as usize))).collect(),
+        rcpt_to: (0..(bits >> 5))
+            .map(|i| format!("{}@x.test", word(3 + i as usize)))
+            .collect(),
         hostname: (bits & 8 != 0).then(|| format!("{}.example", word(10))),
         user: (bits & 8 != 0).then(|| word(11)),
         queue_id: (bits & 16 != 0).then(|| word(12)),
@@ -56,11 +57,18 @@ fuzz_target!(|data: &[u8]| {
         let (worker, config) = &mut *w.borrow_mut();
         let input = prepare(raw, &config.limits);
         let scanned = worker.scan(&input, &envelope);
-        assert!(scanned.verdict.score.is_finite(), "score {}", scanned.verdict.score);
+        assert!(
+            scanned.verdict.score.is_finite(),
+            "score {}",
+            scanned.verdict.score
+        );
         let keys: std::collections::HashSet<u64> =
             scanned.analysis.shingles.iter().map(|s| s.hash).collect();
         for inc in &scanned.updates.increments {
-            assert!(keys.contains(&inc.key.hash), "update for a key the message does not have");
+            assert!(
+                keys.contains(&inc.key.hash),
+                "update for a key the message does not have"
+            );
         }
         worker.scanner().apply(&scanned.updates);
     });

@@ -5,6 +5,7 @@
 //! Owns: bytes and JSON on the wire, and what a milter session answers. Never touches: sockets,
 //! threads, the store.
 
+pub mod compress;
 pub mod headers;
 pub mod milter;
 pub mod rspamd;

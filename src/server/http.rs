@@ -26,8 +26,10 @@ use tokio::sync::{watch, Semaphore};
 use super::listen::{accept_loop, Listener, LogThrottle, Stream};
 use super::metrics::{counter_header, gauge, label};
 use super::pool::{PoolError, ScanRequest};
+use super::sniff::{sniff, Sniffed};
 use super::Daemon;
 use crate::engine::RuleCounters;
+use crate::proto::compress::{unzstd, Inflate};
 use crate::proto::headers::spam_headers;
 use crate::proto::rspamd::{check_reply, error_body, CheckRequest, ReplyExtras};
 use crate::shingle::{self, Kind};
@@ -126,13 +128,24 @@ async fn serve_connection<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let c = &daemon.config.http;
+    let local = peer.is_none_or(|p| p.ip().is_loopback());
+    let io = match sniff(io, Duration::from_secs(c.header_read_timeout_secs.max(1))).await {
+        Sniffed::Http(io) => io,
+        Sniffed::Spamd(io) => {
+            daemon.metrics.spamd_on_http.fetch_add(1, Relaxed);
+            if let Err(e) = super::spamd::connection(io, &daemon, local).await {
+                tracing::debug!(error = %e, ?peer, "spamd connection on the HTTP port closed");
+            }
+            return;
+        }
+        Sniffed::Gone => return,
+    };
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(c.header_read_timeout_secs.max(1)))
         .max_buf_size(c.max_header_bytes.max(8192))
         .max_headers(c.max_headers.max(16));
-    let local = peer.is_none_or(|p| p.ip().is_loopback());
     let service = {
         let daemon = daemon.clone();
         hyper::service::service_fn(move |req| {
@@ -189,10 +202,11 @@ async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Re
         (&Method::GET, "/health") => health(daemon),
         (&Method::POST, "/reload") => reload(&req, daemon, local).await,
         (&Method::GET, "/reputation") => reputation(req.uri().query().unwrap_or(""), daemon),
+        (&Method::GET, "/history") => history(&req, daemon, local).await,
         (
             _,
             "/ping" | "/checkv2" | "/check" | "/symbols" | "/learnspam" | "/learnham" | "/stat"
-            | "/metrics" | "/health" | "/reload" | "/reputation",
+            | "/metrics" | "/health" | "/reload" | "/reputation" | "/history",
         ) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
@@ -208,7 +222,20 @@ async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<Vec<u8>, Reply>
     let c = &daemon.config.http;
     let zstd = match compressed(req.headers()) {
         None => false,
-        Some(encoding) if encoding == "zstd" => true,
+        Some(encoding) if encoding == "zstd" => {
+            // rspamc names a shared dictionary by id; shrike has none (0 means none).
+            let dictionary = req
+                .headers()
+                .get("dictionary")
+                .map(|v| v.as_bytes().trim_ascii());
+            if dictionary.is_some_and(|d| !d.is_empty() && d != b"0") {
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    "zstd dictionaries are not supported; compress without one",
+                ));
+            }
+            true
+        }
         Some(encoding) => {
             return Err(error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -240,14 +267,11 @@ async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<Vec<u8>, Reply>
             // Off the runtime's threads: 50 MB take tens of milliseconds to decompress.
             match tokio::task::spawn_blocking(move || unzstd(&compressed, max)).await {
                 Ok(Ok(raw)) => Ok(raw),
-                Ok(Err(Unzstd::TooLarge)) => Err(error(
+                Ok(Err(Inflate::TooLarge(_))) => Err(error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     &format!("message larger than {max} bytes once decompressed"),
                 )),
-                Ok(Err(Unzstd::Invalid(e))) => Err(error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("invalid zstd body: {e}"),
-                )),
+                Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, &e.to_string())),
                 Err(e) => Err(error(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     &format!("decompressing the body: {e}"),
@@ -292,7 +316,11 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         lists: true,
         checks: None,
     };
-    let answer = match daemon.pool.scan(scan, daemon.scan_timeout()).await {
+    let answer = match daemon
+        .recorded("http")
+        .scan(scan, daemon.scan_timeout())
+        .await
+    {
         Ok(a) => a,
         Err(e) => {
             daemon.metrics.not_scanned(&e);
@@ -343,31 +371,6 @@ fn trusted(headers: &hyper::HeaderMap, password: Option<&str>, local: bool) -> b
     }
 }
 
-/// Why a zstd body could not be read.
-#[derive(Debug)]
-enum Unzstd {
-    /// Past the body limit once decompressed.
-    TooLarge,
-    Invalid(std::io::Error),
-}
-
-/// Decompresses a zstd body (every frame), stopping as soon as the output passes `max` bytes:
-/// a few kilobytes of zstd can expand to gigabytes, so the limit applies to what it expands to,
-/// and nothing past `max + 1` bytes is ever held.
-fn unzstd(body: &[u8], max: usize) -> Result<Vec<u8>, Unzstd> {
-    use std::io::Read;
-    let decoder = zstd::stream::read::Decoder::with_buffer(body).map_err(Unzstd::Invalid)?;
-    let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(max));
-    decoder
-        .take(max as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(Unzstd::Invalid)?;
-    if out.len() > max {
-        return Err(Unzstd::TooLarge);
-    }
-    Ok(out)
-}
-
 /// The coding a client declares for its body (`rspamc -z` sends `Compression: zstd`; others
 /// `Content-Encoding`), lower-cased; `None` for none or identity.
 fn compressed(headers: &hyper::HeaderMap) -> Option<String> {
@@ -396,10 +399,13 @@ async fn learn(
             "learning needs a loopback client or the password",
         );
     }
+    let start = Instant::now();
+    let envelope = CheckRequest::from_headers(req.headers()).envelope;
     let raw = match body(req, daemon).await {
         Ok(b) => b,
         Err(r) => return r,
     };
+    let size = raw.len();
     let l = match daemon.pool.learn(raw, counter, daemon.scan_timeout()).await {
         Ok(l) => l,
         Err(e) => {
@@ -413,6 +419,7 @@ async fn learn(
         tracing::error!(error = %e, "learn not made durable");
         return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string());
     }
+    daemon.record_learn("http", counter, &envelope, size, &l, start);
     json(
         StatusCode::OK,
         serde_json::json!({
@@ -427,7 +434,7 @@ async fn learn(
 
 /// Why an acknowledged learn might not survive a restart.
 #[derive(Debug, thiserror::Error)]
-enum NotDurable {
+pub(super) enum NotDurable {
     #[error("learn not written to the classifier's journal: {0}")]
     Journal(String),
     #[error("learn not written to the WAL: {0}")]
@@ -437,7 +444,10 @@ enum NotDurable {
 /// A learn is a user's explicit feedback: before its 200, its classifier training must be in
 /// the journal (the worker wrote it) and its increments in the WAL (written here, off the
 /// I/O threads).
-async fn durable(daemon: &Daemon, l: &super::pool::LearnReply) -> Result<(), NotDurable> {
+pub(super) async fn durable(
+    daemon: &Daemon,
+    l: &super::pool::LearnReply,
+) -> Result<(), NotDurable> {
     if let Some(e) = &l.journal_error {
         return Err(NotDurable::Journal(e.clone()));
     }
@@ -446,6 +456,19 @@ async fn durable(daemon: &Daemon, l: &super::pool::LearnReply) -> Result<(), Not
         Ok(result) => result.map_err(|e| NotDurable::Wal(e.to_string())),
         Err(e) => Err(NotDurable::Wal(e.to_string())),
     }
+}
+
+/// `GET /history?…`: the decision history, newest first (admin, as `/reload`).
+async fn history(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
+    if !admin_allowed(req, daemon, local) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "the history needs a loopback client or the password",
+        );
+    }
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let (status, body) = super::record::history_query(daemon, &query).await;
+    json(status, body)
 }
 
 async fn reload(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
@@ -488,6 +511,7 @@ fn health(daemon: &Daemon) -> Reply {
         "uptime": daemon.started.elapsed().as_secs(),
         "queue": daemon.pool.depth(),
         "dns": daemon.pool.checker().map_or("off", |c| c.health_word()),
+        "history": super::record::history_health(daemon),
     });
     let status = if ready {
         StatusCode::OK
@@ -598,6 +622,7 @@ fn metrics(daemon: &Daemon) -> String {
         "Keys evicted at the memory bound.",
     );
     let _ = writeln!(out, "shrike_store_evictions_total {}", store.evictions);
+    super::record::history_metrics(daemon, &mut out);
     let engine = daemon.scanner.engine();
     let h = engine.health();
     gauge(
@@ -797,33 +822,6 @@ mod tests {
             !trusted(&h, None, false),
             "no password configured: loopback only"
         );
-    }
-
-    #[test]
-    fn zstd_bodies_decompress_within_the_limit() {
-        use std::io::Read;
-        let message = b"Subject: hi\r\n\r\nbody\r\n".repeat(100);
-        let packed = zstd::encode_all(&message[..], 3).unwrap();
-        assert_eq!(unzstd(&packed, message.len()).unwrap(), message);
-        assert!(matches!(
-            unzstd(&packed, message.len() - 1),
-            Err(Unzstd::TooLarge)
-        ));
-        // Two frames back to back are one body.
-        let mut two = packed.clone();
-        two.extend_from_slice(&packed);
-        assert_eq!(unzstd(&two, 1 << 20).unwrap().len(), 2 * message.len());
-        // A bomb: 64 MiB of zeros in a few kB, refused at the limit without expanding further.
-        let bomb = zstd::encode_all(std::io::repeat(0).take(64 << 20), 19).unwrap();
-        assert!(bomb.len() < 16 << 10, "{}", bomb.len());
-        assert!(matches!(unzstd(&bomb, 1 << 20), Err(Unzstd::TooLarge)));
-        assert!(matches!(
-            unzstd(b"not zstd at all", 1 << 20),
-            Err(Unzstd::Invalid(_))
-        ));
-        let mut cut = packed.clone();
-        cut.truncate(packed.len() / 2);
-        assert!(matches!(unzstd(&cut, 1 << 20), Err(Unzstd::Invalid(_))));
     }
 
     #[test]

@@ -107,6 +107,14 @@ pub struct Metrics {
     pub milter_protocol_errors: AtomicU64,
     /// Messages answered with the configured fallback (busy, timeout, error).
     pub milter_fallbacks: AtomicU64,
+    /// spamd-protocol requests read (SpamAssassin's and rspamd's legacy one, on either port).
+    pub spamd_requests: AtomicU64,
+    /// Of those, rspamd's legacy `RSPAMC/1.x` requests.
+    pub spamd_legacy_requests: AtomicU64,
+    /// spamd-protocol requests answered with an error code.
+    pub spamd_errors: AtomicU64,
+    /// spamd-protocol connections that arrived on the HTTP port.
+    pub spamd_on_http: AtomicU64,
     /// Indexed by `Stage`.
     pub stages: [Histogram; STAGE_NAMES.len()],
 }
@@ -191,6 +199,26 @@ impl Metrics {
                 "shrike_http_connections_total",
                 "HTTP connections accepted.",
                 &self.http_connections,
+            ),
+            (
+                "shrike_spamd_requests_total",
+                "spamd-protocol requests read (SPAMC and legacy RSPAMC).",
+                &self.spamd_requests,
+            ),
+            (
+                "shrike_spamd_legacy_requests_total",
+                "rspamd legacy protocol (RSPAMC/1.x) requests read.",
+                &self.spamd_legacy_requests,
+            ),
+            (
+                "shrike_spamd_errors_total",
+                "spamd-protocol requests answered with an error code.",
+                &self.spamd_errors,
+            ),
+            (
+                "shrike_spamd_on_http_total",
+                "spamd-protocol connections detected on the HTTP port.",
+                &self.spamd_on_http,
             ),
             (
                 "shrike_milter_connections_total",

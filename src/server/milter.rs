@@ -226,7 +226,10 @@ where
                         lists: false,
                         checks: None,
                     };
-                    let result = daemon.pool.scan(request, daemon.scan_timeout()).await;
+                    let result = daemon
+                        .recorded("milter")
+                        .scan(request, daemon.scan_timeout())
+                        .await;
                     daemon.metrics.milter_messages.fetch_add(1, Relaxed);
                     match &result {
                         Ok(a) => tracing::debug!(

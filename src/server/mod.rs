@@ -12,6 +12,8 @@ pub mod listen;
 pub mod metrics;
 pub mod milter;
 pub mod pool;
+mod record;
+pub mod sniff;
 pub mod spamd;
 
 use std::collections::BTreeMap;
@@ -117,6 +119,8 @@ pub enum ServeError {
     NoListener,
     #[error("saving the classifier at shutdown")]
     SaveClassifier(#[source] SnapshotError),
+    #[error("opening the decision history")]
+    History(#[source] crate::history::HistoryError),
     #[error("writing the final snapshot at shutdown")]
     CloseData(#[source] PersistError),
     #[error("starting the DNS checks")]
@@ -155,6 +159,8 @@ pub struct Daemon {
     pub committer: Committer,
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
+    /// The decision history (does nothing when `[history]` is off).
+    pub history: crate::history::Recorder,
     /// The action thresholds in rspamd's names, from the config.
     pub thresholds: BTreeMap<&'static str, f64>,
     pub started: Instant,
@@ -209,6 +215,11 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         truncated_tail = recovery.truncated_tail,
         "reputation state loaded"
     );
+    let (history, history_writer) =
+        crate::history::open(&s.data_dir, &config.history).map_err(ServeError::History)?;
+    if history.enabled() {
+        tracing::info!(dir = %s.data_dir.join(crate::history::DIR).display(), "decision history on");
+    }
     let store = durable.store().clone();
     let sweeper = Sweeper::spawn(store.clone(), Duration::from_secs(s.sweep_cycle_secs))
         .map_err(ServeError::io("starting the sweeper"))?;
@@ -243,6 +254,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         committer: durable.committer(),
         pool,
         metrics,
+        history,
         started: Instant::now(),
         ready: AtomicBool::new(false),
     });
@@ -262,6 +274,8 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     drop(sweeper);
     let store_keys = daemon.store.stats().keys;
     drop(daemon);
+    // The last batch of the history goes to disk.
+    drop(history_writer);
     drop(classifier_snapshots);
     classifier
         .save(&classifier_path)

@@ -39,6 +39,8 @@ pub struct ScanReply {
     pub verdict: Verdict,
     pub message_id: Option<String>,
     pub subject: String,
+    /// The first From header address.
+    pub from: Option<String>,
     pub urls: Vec<String>,
     pub emails: Vec<String>,
     pub times: StageTimes,
@@ -54,6 +56,8 @@ pub struct LearnReply {
     /// Store keys that got the complaint or rescue.
     pub keys: usize,
     pub message_id: Option<String>,
+    /// Whether the classifier trained on it (not when it had already learned this message).
+    pub trained: bool,
     /// Why the classifier's training of it was not recorded, if it was not.
     pub journal_error: Option<String>,
 }
@@ -326,6 +330,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 verdict,
                 message_id: scanned.analysis.entities.message_id.clone(),
                 subject: scanned.analysis.message.subject.display.clone(),
+                from: scanned.analysis.entities.from().map(|e| e.address.clone()),
                 times: scanned.times,
                 queued,
                 checks: request.checks.clone(),
@@ -367,6 +372,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let _ = reply.send(LearnReply {
                 keys: learned.keys,
                 message_id: learned.message_id,
+                trained: learned.trained,
                 journal_error: learned.journal_error,
             });
         }

@@ -149,6 +149,14 @@ impl Daemon {
         let _ = child.wait();
     }
 
+    /// The value of one `/metrics` sample, named with its labels (`name{label="v"}`).
+    pub fn metric(&self, name: &str) -> u64 {
+        let text = self.get("/metrics").text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /metrics:\n{text}"))
+    }
+
     pub fn get(&self, path: &str) -> HttpReply {
         http(self.http, "GET", path, &[], b"").expect("GET")
     }

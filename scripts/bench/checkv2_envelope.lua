@@ -1,0 +1,65 @@
+-- wrk script: checkv2.lua with the envelope an MTA sends (IP, Helo, Hostname, From, Rcpt,
+-- Queue-Id; a different one per message), so that the decision history records what it would
+-- record behind an MTA (scripts/bench_history.sh). POST /checkv2, cycling through the messages
+-- listed (one path per line) in the file named by $BENCH_LIST. Each wrk thread starts at a different offset. Prints the rate and
+-- latency percentiles at the end (wrk counts non-2xx replies itself: "errors ... status").
+--
+-- The client shares the machine with the server, so it does as little as it can per request:
+-- every request is formatted once, at start, and there is no `response` callback (with one,
+-- wrk hands every reply's headers to Lua as a fresh table).
+--
+--   BENCH_LIST=/tmp/list wrk -t2 -c16 -d30s -s scripts/bench/checkv2.lua http://127.0.0.1:11333
+
+local bodies = {}
+local list = os.getenv("BENCH_LIST") or error("set BENCH_LIST to a file of message paths")
+for path in io.lines(list) do
+  local f = io.open(path, "rb")
+  if f then
+    bodies[#bodies + 1] = f:read("*a")
+    f:close()
+  end
+end
+assert(#bodies > 0, "no messages in " .. list)
+
+local threads = {}
+local counter = 0
+
+function setup(thread)
+  counter = counter + 1
+  thread:set("offset", counter * 7919)
+  table.insert(threads, thread)
+end
+
+local i = 0
+local prepared = {}
+
+function init(args)
+  i = offset or 0
+  for k, body in ipairs(bodies) do
+    local headers = {
+      ["Content-Type"] = "text/plain",
+      ["IP"] = string.format("198.51.%d.%d", (k * 7) % 256, (k * 13) % 256),
+      ["Helo"] = string.format("mx%d.sender%d.example", k % 3, k),
+      ["Hostname"] = string.format("mail.sender%d.example", k),
+      ["From"] = string.format("user%d@sender%d.example", k % 97, k),
+      ["Rcpt"] = string.format("rcpt%d@ourcompany.example", k % 50),
+      ["Queue-Id"] = string.format("%05X%05X", (k * 2654435761) % 1048576, (k * 40503) % 1048576),
+    }
+    prepared[k] = wrk.format("POST", "/checkv2", headers, body)
+  end
+end
+
+function request()
+  i = i + 1
+  return prepared[(i % #prepared) + 1]
+end
+
+function done(summary, latency, requests)
+  local s = summary
+  io.write(string.format("messages: %d in %.1f s = %.1f msg/s, errors: connect %d read %d write %d status %d timeout %d\n",
+    s.requests, s.duration / 1e6, s.requests / (s.duration / 1e6),
+    s.errors.connect, s.errors.read, s.errors.write, s.errors.status, s.errors.timeout))
+  io.write(string.format("latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
+    latency:percentile(50) / 1000, latency:percentile(90) / 1000,
+    latency:percentile(99) / 1000, latency.max / 1000))
+end
