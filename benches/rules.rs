@@ -82,6 +82,7 @@ fn rules(c: &mut Criterion) {
                     classifier: None,
                     reputation_window: 3,
                     observe: false,
+                    net: None,
                 };
                 black_box(runner.run(&data, 1).hits.len());
             }

@@ -82,6 +82,7 @@ fn main() {
         classifier: None,
         reputation_window: 3,
         observe: false,
+        net: None,
     };
     // Build the worker's Lua state outside the measured calls.
     worker.rules().run(&data(0), 0);

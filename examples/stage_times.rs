@@ -97,6 +97,7 @@ fn main() {
                 classifier: None,
                 reputation_window: 3,
                 observe: false,
+                net: None,
             };
             let outcome = worker.rules().run(&data, n as u64);
             n += outcome.hits.len();

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::AuthConfig;
 use crate::classify::ClassifierConfig;
+use crate::dns::{DnsConfig, DnsConfigError};
+use crate::dnsbl::{DnsblConfigError, ZoneConfig};
 use crate::engine::EngineConfig;
 use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::message::Limits;
@@ -48,6 +51,13 @@ pub struct Config {
     pub spamd: SpamdConfig,
     /// The online classifier: table size, FTRL parameters, cold start, autolearn.
     pub classifier: ClassifierConfig,
+    /// DNS for the network checks: resolvers, timeouts, cache, the per-message budget.
+    pub dns: DnsConfig,
+    /// Mail authentication (SPF, DKIM, DMARC, ARC): the authserv-id.
+    pub auth: AuthConfig,
+    /// DNS block lists, none by default (`[[dnsbl]]`, one per zone).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dnsbl: Vec<ZoneConfig>,
     /// The decision history: every verdict and learn of the daemon, on disk.
     pub history: HistoryConfig,
 }
@@ -71,6 +81,12 @@ pub enum ConfigError {
     Store(StoreConfigError),
     #[error("invalid config: {0}")]
     Server(crate::server::SettingsError),
+    #[error("invalid config: {0}")]
+    Dns(DnsConfigError),
+    #[error("invalid config: {0}")]
+    Dnsbl(DnsblConfigError),
+    #[error("invalid config: {0}")]
+    Auth(crate::auth::AuthConfigError),
     #[error("invalid config: {0}")]
     History(HistoryConfigError),
 }
@@ -107,6 +123,9 @@ impl Config {
         self.store.validate().map_err(ConfigError::Store)?;
         crate::server::validate(&self.server, &self.http, &self.milter)
             .map_err(ConfigError::Server)?;
+        self.dns.validate().map_err(ConfigError::Dns)?;
+        crate::dnsbl::resolve_all(&self.dnsbl).map_err(ConfigError::Dnsbl)?;
+        self.auth.validate().map_err(ConfigError::Auth)?;
         self.history.validate().map_err(ConfigError::History)?;
         Ok(())
     }

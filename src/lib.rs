@@ -1,12 +1,16 @@
 //! shrike: an anti-spam rules-engine daemon. See ARCHITECTURE.md for the module map.
 #![deny(unsafe_code)]
 
+pub mod auth;
 pub mod classify;
 pub mod config;
+pub mod dns;
+pub mod dnsbl;
 pub mod engine;
 pub mod entities;
 pub mod history;
 pub mod message;
+pub mod netcheck;
 pub mod proto;
 pub mod replay;
 pub mod scan;

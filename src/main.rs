@@ -285,6 +285,18 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
     let location = args.rules.map_or(RuleLocation::Embedded, RuleLocation::Dir);
     let scanner = Scanner::in_memory(&config.scan_settings(), &config.store, location)?;
     let mut worker = scanner.worker();
+    // Offline unless `[dns] enabled = true`: then each message gets the network checks first.
+    let checker = shrike::netcheck::from_config(&config.dns, &config.dnsbl, &config.auth, false)
+        .context("starting the DNS checks")?;
+    let runtime = match &checker {
+        Some(_) => Some(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the DNS runtime")?,
+        ),
+        None => None,
+    };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut failed = false;
@@ -298,7 +310,11 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let input = prepare(&raw, &config.limits);
-        let scanned = worker.scan(&input, &envelope);
+        let net = match (&checker, &runtime) {
+            (Some(c), Some(rt)) => Some(rt.block_on(c.check(&raw, &envelope))),
+            _ => None,
+        };
+        let scanned = worker.scan_with(&input, &envelope, net.as_ref());
         serde_json::to_writer(&mut out, &scanned.analysis.report(file, &scanned.verdict))
             .context("writing output")?;
         out.write_all(b"\n").context("writing output")?;

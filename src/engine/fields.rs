@@ -142,6 +142,10 @@ fields! {
     DeliverTo = 51, "deliver_to", Scalar, Simple;
     /// `msg:envelope()`: the SMTP envelope in one table.
     Envelope = 52, "envelope", Composite, Custom;
+    /// `msg:auth()`: SPF, DKIM, DMARC and ARC results (the network checks'; offline: not run).
+    Auth = 53, "auth", Built, Simple;
+    /// `msg:dnsbl()`: DNS list hits, `{ symbol, zone, name, check, code, blocked }` each.
+    Dnsbl = 54, "dnsbl", Built, Simple;
 }
 
 impl FieldId {

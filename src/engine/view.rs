@@ -36,6 +36,8 @@ pub struct MessageData<'a> {
     /// nothing (`ratelimit` answers without counting). Learning records feedback; it does not
     /// deliver the message again.
     pub observe: bool,
+    /// What the network checks found (`msg:auth()`, `msg:dnsbl()`); None: not run (offline).
+    pub net: Option<&'a crate::netcheck::NetChecks>,
 }
 
 impl MessageData<'_> {
@@ -663,6 +665,24 @@ impl MessageData<'_> {
                 }
                 records(lua, &rows)
             }
+            F::Auth => self.auth_table(lua),
+            F::Dnsbl => {
+                let hits = self.net.map_or(&[][..], |n| &n.lists[..]);
+                let rows: Vec<_> = hits
+                    .iter()
+                    .map(|h| {
+                        [
+                            (c"symbol", text(&h.symbol)),
+                            (c"zone", text(&h.zone)),
+                            (c"name", text(&h.name)),
+                            (c"check", text(h.check)),
+                            (c"code", text(&h.code)),
+                            (c"blocked", flag(h.blocked)),
+                        ]
+                    })
+                    .collect();
+                records(lua, &rows)
+            }
             F::Shingles => {
                 let kind = kind_arg(&a)?;
                 Ok(Value::Table(
@@ -679,6 +699,51 @@ impl MessageData<'_> {
                 id.id()
             ))),
         }
+    }
+
+    /// `msg:auth()`: `{ ran, spf, helo, dkim = { ... }, dmarc, arc, from_domain,
+    /// aligned_dkim_domain, list_failures }`, each method a table of `result` (RFC 8601's
+    /// words), `domain`, `selector`, `policy`, `reason` (nil where none) and, for DKIM,
+    /// `aligned`. Without checks (`ran` false) every method is `{ result = "none" }`.
+    fn auth_table(&self, lua: &Lua) -> Result<Value> {
+        use crate::auth::MethodResult;
+        let method = |m: Option<&MethodResult>| -> Result<Table> {
+            let t = lua.create_table()?;
+            let none = MethodResult::default();
+            let m = m.unwrap_or(&none);
+            t.raw_set("result", m.result.as_str())?;
+            t.raw_set("domain", m.domain.as_deref())?;
+            t.raw_set("selector", m.selector.as_deref())?;
+            t.raw_set("policy", m.policy.as_deref())?;
+            t.raw_set("reason", m.reason.as_deref())?;
+            t.raw_set("aligned", m.aligned)?;
+            Ok(t)
+        };
+        let t = lua.create_table()?;
+        let net = self.net;
+        let a = net.map(|n| &n.auth);
+        t.raw_set("ran", net.is_some_and(|n| n.ran))?;
+        t.raw_set("spf", method(a.and_then(|a| a.spf.as_ref()))?)?;
+        t.raw_set("helo", method(a.and_then(|a| a.helo.as_ref()))?)?;
+        t.raw_set("dmarc", method(a.and_then(|a| a.dmarc.as_ref()))?)?;
+        t.raw_set("arc", method(a.and_then(|a| a.arc.as_ref()))?)?;
+        let dkim = lua.create_table()?;
+        for (i, d) in a.map_or(&[][..], |a| &a.dkim[..]).iter().enumerate() {
+            dkim.raw_set(i + 1, method(Some(d))?)?;
+        }
+        t.raw_set("dkim", dkim)?;
+        t.raw_set("from_domain", a.and_then(|a| a.from_domain.as_deref()))?;
+        t.raw_set(
+            "aligned_dkim_domain",
+            a.and_then(|a| a.aligned_dkim_domain()),
+        )?;
+        let failures = lua.create_sequence_from(
+            net.map_or(&[][..], |n| &n.list_failures[..])
+                .iter()
+                .map(String::as_str),
+        )?;
+        t.raw_set("list_failures", failures)?;
+        Ok(Value::Table(t))
     }
 
     /// `msg:stat(type, window[, how[, min_seen]])`: the elementwise max (or sum, min, median) of

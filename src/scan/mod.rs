@@ -293,6 +293,7 @@ impl Scanner {
         stats: &'a [WindowCounts],
         envelope: &'a Envelope,
         observe: bool,
+        net: Option<&'a crate::netcheck::NetChecks>,
     ) -> MessageData<'a> {
         MessageData {
             message: &analysis.message,
@@ -306,6 +307,7 @@ impl Scanner {
             classifier: Some(&self.classifier),
             reputation_window: self.reputation_window,
             observe,
+            net,
         }
     }
 
@@ -371,7 +373,7 @@ impl Scanner {
             None => {
                 let envelope = Envelope::default();
                 std::borrow::Cow::Owned(
-                    self.message_data(&scanned.analysis, &scanned.stats, &envelope, true)
+                    self.message_data(&scanned.analysis, &scanned.stats, &envelope, true, None)
                         .classifier_features(scanned.verdict.symbols.keys().map(String::as_str)),
                 )
             }
@@ -442,13 +444,29 @@ impl ScanWorker {
     /// Scans one prepared message: the pure stages, the store reads, the rules and the
     /// verdict. Nothing is recorded: pass `updates` to `Scanner::apply` (after replying).
     pub fn scan<'p>(&mut self, input: &'p Prepared<'_>, envelope: &Envelope) -> Scanned<'p> {
-        self.scan_as(input, envelope, false)
+        self.scan_as(input, envelope, false, None)
+    }
+
+    /// `scan` with the results of the message's network checks (`netcheck`), gathered
+    /// before the message reached this worker: the rules read them, nothing here waits.
+    pub fn scan_with<'p>(
+        &mut self,
+        input: &'p Prepared<'_>,
+        envelope: &Envelope,
+        net: Option<&crate::netcheck::NetChecks>,
+    ) -> Scanned<'p> {
+        self.scan_as(input, envelope, false, net)
     }
 
     /// A trial scan (the web UI's Test page): as `scan`, but `ratelimit` answers without
     /// counting, as for a learn. The caller applies none of its `updates`.
-    pub fn trial<'p>(&mut self, input: &'p Prepared<'_>, envelope: &Envelope) -> Scanned<'p> {
-        self.scan_as(input, envelope, true)
+    pub fn trial<'p>(
+        &mut self,
+        input: &'p Prepared<'_>,
+        envelope: &Envelope,
+        net: Option<&crate::netcheck::NetChecks>,
+    ) -> Scanned<'p> {
+        self.scan_as(input, envelope, true, net)
     }
 
     /// `scan`, or with `observe` the scan of a learn: the rules run but record nothing.
@@ -457,17 +475,27 @@ impl ScanWorker {
         input: &'p Prepared<'_>,
         envelope: &Envelope,
         observe: bool,
+        net: Option<&crate::netcheck::NetChecks>,
     ) -> Scanned<'p> {
         let sc = &*self.scanner;
         let start = std::time::Instant::now();
-        let analysis = analyze(input, envelope, &sc.limits);
+        let mut analysis = analyze(input, envelope, &sc.limits);
+        if let Some(domain) = net.and_then(|n| n.auth.aligned_dkim_domain()) {
+            let hashes = crate::shingle::of_value(crate::shingle::Kind::DkimDomain, domain);
+            if let Some(&hash) = hashes.first() {
+                analysis.shingles.push(Shingle {
+                    kind: crate::shingle::Kind::DkimDomain,
+                    hash,
+                });
+            }
+        }
         let analyzed = std::time::Instant::now();
         self.keys.clear();
         self.keys
             .extend(analysis.shingles.iter().map(|s| sc.key(s)));
         let stats: Vec<WindowCounts> = sc.store.lookup_many(&self.keys);
         let looked_up = std::time::Instant::now();
-        let data = sc.message_data(&analysis, &stats, envelope, observe);
+        let data = sc.message_data(&analysis, &stats, envelope, observe, net);
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
         let features = outcome.features.take();
         // Descriptions come from the generation that judged the message, even if a reload
@@ -511,7 +539,7 @@ impl ScanWorker {
     fn learn_as(&mut self, raw: &[u8], counter: Option<Counter>, class: Class) -> Learned {
         let sc = self.scanner.clone();
         let input = message::prepare(raw, &sc.limits);
-        let scanned = self.scan_as(&input, &Envelope::default(), true);
+        let scanned = self.scan_as(&input, &Envelope::default(), true, None);
         let keys = counter.map_or(0, |c| sc.learn(&scanned.analysis, c));
         let (trained, journal_error) = match counter {
             Some(_) => match sc.train_learned(&scanned, class) {

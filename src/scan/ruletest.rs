@@ -30,6 +30,9 @@ pub struct RuleTest {
     pub train_spam: usize,
     pub train_ham: usize,
     pub train_background: usize,
+    /// Network check results the rules see (`auth` and `dnsbl` directives): a rule test runs
+    /// offline, so it states what DNS would have said.
+    pub net: Option<crate::netcheck::NetChecks>,
     pub message: Vec<u8>,
 }
 
@@ -58,6 +61,11 @@ pub enum ParseError {
         arg: String,
         error: std::net::AddrParseError,
     },
+    #[error(
+        "line {line}: {arg:?}: want `auth METHOD RESULT [DOMAIN [POLICY|aligned]]` or \
+         `dnsbl SYMBOL ZONE NAME [blocked]`"
+    )]
+    Net { line: usize, arg: String },
     #[error("line {line}: unknown directive {word:?}")]
     Directive { line: usize, word: String },
     #[error("the message is empty")]
@@ -134,6 +142,17 @@ pub fn parse(text: &[u8]) -> Result<RuleTest, ParseError> {
             "train-spam" => t.train_spam = count()?,
             "train-ham" => t.train_ham = count()?,
             "train-background" => t.train_background = count()?,
+            "auth" | "dnsbl" => {
+                let net = t.net.get_or_insert_with(|| crate::netcheck::NetChecks {
+                    ran: true,
+                    complete: true,
+                    ..Default::default()
+                });
+                net_directive(net, word, arg).ok_or_else(|| ParseError::Net {
+                    line: line_no,
+                    arg: arg.to_string(),
+                })?;
+            }
             _ => {
                 return Err(ParseError::Directive {
                     line: line_no,
@@ -146,6 +165,61 @@ pub fn parse(text: &[u8]) -> Result<RuleTest, ParseError> {
         return Err(ParseError::EmptyMessage);
     }
     Ok(t)
+}
+
+/// `auth METHOD RESULT [DOMAIN [POLICY|aligned]]` (METHOD: spf, helo, dkim (one per
+/// signature), dmarc, arc; RESULT as in RFC 8601) or `dnsbl SYMBOL ZONE NAME [blocked]`.
+fn net_directive(net: &mut crate::netcheck::NetChecks, word: &str, arg: &str) -> Option<()> {
+    use crate::auth::{MethodResult, Status};
+    let w: Vec<&str> = arg.split_whitespace().collect();
+    if word == "dnsbl" {
+        let (symbol, zone, name) = (w.first()?, w.get(1)?, w.get(2)?);
+        let blocked = match w.get(3) {
+            None => false,
+            Some(&"blocked") => true,
+            Some(_) => return None,
+        };
+        net.lists.push(crate::dnsbl::ListHit {
+            symbol: symbol.to_string(),
+            zone: zone.to_string(),
+            name: name.to_string(),
+            check: "rule_test",
+            code: "127.0.0.2".into(),
+            blocked,
+        });
+        return Some(());
+    }
+    let result = match *w.get(1)? {
+        "pass" => Status::Pass,
+        "fail" => Status::Fail,
+        "softfail" => Status::SoftFail,
+        "neutral" => Status::Neutral,
+        "temperror" => Status::TempError,
+        "permerror" => Status::PermError,
+        "none" => Status::None,
+        _ => return None,
+    };
+    let mut m = MethodResult {
+        result,
+        domain: w.get(2).map(|d| d.to_string()),
+        ..Default::default()
+    };
+    match (w[0], w.get(3)) {
+        ("dkim", Some(&"aligned")) => m.aligned = true,
+        ("dmarc", Some(p)) => m.policy = Some(p.to_string()),
+        (_, None) => {}
+        _ => return None,
+    }
+    let a = &mut net.auth;
+    match w[0] {
+        "spf" => a.spf = Some(m),
+        "helo" => a.helo = Some(m),
+        "dkim" => a.dkim.push(m),
+        "dmarc" => a.dmarc = Some(m),
+        "arc" => a.arc = Some(m),
+        _ => return None,
+    }
+    Some(())
 }
 
 /// The outcome of one test file.
@@ -199,13 +273,13 @@ pub fn run_one(
     let mut worker = scanner.worker();
     let input = prepare(&test.message, &settings.limits);
     for _ in 0..test.seen {
-        let s = worker.scan(&input, &test.envelope);
+        let s = worker.scan_with(&input, &test.envelope, test.net.as_ref());
         scanner.apply(&s.updates);
     }
     for i in 0..test.seen_rcpts {
         let mut envelope = test.envelope.clone();
         envelope.rcpt_to = vec![format!("rcpt{i}@recipients.example")];
-        let s = worker.scan(&input, &envelope);
+        let s = worker.scan_with(&input, &envelope, test.net.as_ref());
         scanner.apply(&s.updates);
     }
     for (n, counter) in [
@@ -232,13 +306,13 @@ pub fn run_one(
             continue;
         }
         // Nothing of these scans is recorded, so the features are the same every time.
-        let scanned = worker.scan(input, &test.envelope);
+        let scanned = worker.scan_with(input, &test.envelope, test.net.as_ref());
         let features = scanner.features(&scanned);
         for _ in 0..n {
             scanner.classifier().train(&features, class, None);
         }
     }
-    let s = worker.scan(&input, &test.envelope);
+    let s = worker.scan_with(&input, &test.envelope, test.net.as_ref());
     let v = &s.verdict;
     let mut failures = Vec::new();
     let hit: Vec<String> = v.symbols.keys().cloned().collect();
@@ -299,5 +373,31 @@ mod tests {
             .to_string()
             .contains("line 1"));
         assert!(parse(b"seen many\n\nx\n").is_err());
+    }
+
+    #[test]
+    fn network_directives_state_what_dns_said() {
+        let t = parse(
+            b"auth spf fail a.example\nauth dkim pass a.example aligned\nauth dkim fail b.example\n\
+auth dmarc fail a.example reject\ndnsbl DBL_BLOCKED dbl.spamhaus.org x.example blocked\n\nSubject: x\n\nb\n",
+        )
+        .unwrap();
+        let net = t.net.unwrap();
+        assert!(net.ran);
+        assert_eq!(net.auth.dkim.len(), 2);
+        assert_eq!(net.auth.aligned_dkim_domain(), Some("a.example"));
+        assert_eq!(net.auth.dmarc.unwrap().policy.as_deref(), Some("reject"));
+        assert!(net.lists[0].blocked);
+        assert!(parse(b"\nSubject: x\n").unwrap().net.is_none());
+        for bad in [
+            "auth spf maybe",
+            "auth smtp pass",
+            "auth spf pass a.example extra",
+            "dnsbl X z",
+        ] {
+            let text = format!("{bad}\n\nSubject: x\n");
+            let e = parse(text.as_bytes()).unwrap_err();
+            assert!(matches!(e, ParseError::Net { line: 1, .. }), "{bad}: {e}");
+        }
     }
 }

@@ -315,6 +315,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         raw,
         envelope: request.envelope,
         lists: true,
+        checks: None,
     };
     let answer = match daemon
         .recorded("http")
@@ -510,6 +511,7 @@ fn health(daemon: &Daemon) -> Reply {
         "last_reload_error": engine.last_error,
         "uptime": daemon.started.elapsed().as_secs(),
         "queue": daemon.pool.depth(),
+        "dns": daemon.pool.checker().map_or("off", |c| c.health_word()),
         "history": super::record::history_health(daemon),
     });
     let status = if ready {
@@ -569,6 +571,9 @@ fn stat(daemon: &Daemon) -> String {
 fn metrics(daemon: &Daemon) -> String {
     let mut out = String::with_capacity(16 * 1024);
     daemon.metrics.render(&mut out);
+    if let Some(c) = daemon.pool.checker() {
+        c.render_metrics(&mut out);
+    }
     gauge(
         &mut out,
         "shrike_queue_depth",

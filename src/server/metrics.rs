@@ -101,10 +101,12 @@ pub enum Stage {
     Rules,
     /// A worker's whole job.
     Total,
+    /// Waiting for the message's network checks (DNS), before it is queued.
+    Dns,
 }
 
 /// Stage label values, in `Stage` order.
-pub const STAGE_NAMES: [&str; 5] = ["queue", "analyze", "lookup", "rules", "total"];
+pub const STAGE_NAMES: [&str; 6] = ["queue", "analyze", "lookup", "rules", "total", "dns"];
 
 /// Everything the daemon counts.
 #[derive(Debug, Default)]

@@ -19,7 +19,9 @@ use tokio::sync::{watch, Semaphore};
 use super::listen::{accept_loop, Listener, Stream};
 use super::pool::ScanRequest;
 use super::Daemon;
-use crate::proto::milter::session::{Disposal, Fallback, Policy, PolicyError, Session, Step};
+use crate::proto::milter::session::{
+    AuthHeader, Disposal, Fallback, Policy, PolicyError, Session, Step,
+};
 use crate::proto::milter::{encode, Decoder, MilterError};
 
 /// `[milter]`: the listener and its limits (here), and what each verdict does to the MTA (the
@@ -185,6 +187,8 @@ where
     let idle = Duration::from_secs(config.read_timeout_secs.max(1));
     let mut decoder = Decoder::new(config.max_packet_bytes);
     let policy = config.policy();
+    // Our Authentication-Results (and the removal of forged ones), when configured.
+    let authserv_id = (daemon.config.auth.milter_header).then(|| daemon.config.auth.authserv_id());
     let mut session = Session::default();
     let mut out = Vec::with_capacity(512);
     let mut buf = vec![0u8; 64 * 1024];
@@ -211,11 +215,16 @@ where
                 }
                 Step::Scan(collected) => {
                     let queue_id = session.queue_id().map(str::to_owned);
+                    let sender = (
+                        collected.envelope.mail_from.clone().unwrap_or_default(),
+                        collected.envelope.helo.clone().unwrap_or_default(),
+                    );
                     // The milter needs no URL or address lists (those are for rspamd's reply).
                     let request = ScanRequest {
                         raw: collected.raw,
                         envelope: collected.envelope,
                         lists: false,
+                        checks: None,
                     };
                     let result = daemon
                         .recorded("milter")
@@ -239,6 +248,23 @@ where
                                 "no verdict; answering with the fallback"
                             );
                         }
+                    }
+                    if let Some(authserv_id) = &authserv_id {
+                        let value = (result.as_ref().ok())
+                            .and_then(|a| a.checks.as_deref())
+                            .filter(|c| c.ran)
+                            .map(|c| {
+                                crate::auth::authentication_results(
+                                    authserv_id,
+                                    &c.auth,
+                                    &sender.0,
+                                    &sender.1,
+                                )
+                            });
+                        session.set_authentication_results(AuthHeader {
+                            authserv_id: authserv_id.clone(),
+                            value,
+                        });
                     }
                     let verdict = result.as_ref().ok().map(|a| &a.verdict);
                     for r in session.verdict(verdict, &policy, daemon.config.verdict.add_header) {

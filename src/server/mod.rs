@@ -125,6 +125,8 @@ pub enum ServeError {
     History(#[source] crate::history::HistoryError),
     #[error("writing the final snapshot at shutdown")]
     CloseData(#[source] PersistError),
+    #[error("starting the DNS checks")]
+    Dns(#[source] crate::netcheck::NetcheckError),
 }
 
 impl ServeError {
@@ -242,6 +244,12 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let metrics = Arc::new(Metrics::default());
     let pool = Pool::start(scanner.clone(), workers, queue, metrics.clone())
         .map_err(ServeError::io("starting the scan workers"))?;
+    let pool = match crate::netcheck::from_config(&config.dns, &config.dnsbl, &config.auth, true)
+        .map_err(ServeError::Dns)?
+    {
+        Some(checker) => pool.with_checker(Arc::new(checker)),
+        None => pool,
+    };
     let daemon = Arc::new(Daemon {
         thresholds: config.verdict.thresholds(),
         config,

@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 
 use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
+use crate::netcheck::{Checker, NetChecks};
 use crate::scan::{ScanWorker, Scanner, StageTimes};
 use crate::store::Counter;
 use crate::verdict::Verdict;
@@ -28,6 +29,8 @@ pub struct ScanRequest {
     /// Whether the reply carries the message's distinct URLs and addresses (the HTTP reply's
     /// extras; the milter has no use for them).
     pub lists: bool,
+    /// The message's network checks, filled by `Pool::scan` when the pool has a checker.
+    pub checks: Option<Arc<NetChecks>>,
 }
 
 /// What a worker found, owned (the analysis borrows the raw bytes and stays on the worker).
@@ -43,6 +46,8 @@ pub struct ScanReply {
     pub times: StageTimes,
     /// Time spent waiting in the queue.
     pub queued: Duration,
+    /// The network checks the rules saw (the milter writes them as Authentication-Results).
+    pub checks: Option<Arc<NetChecks>>,
 }
 
 /// What a learn job recorded.
@@ -98,6 +103,8 @@ pub struct Pool {
     handles: Mutex<Vec<JoinHandle<()>>>,
     workers: usize,
     capacity: usize,
+    /// The network checks every scanned message gets first (none: offline).
+    checker: Option<Arc<Checker>>,
 }
 
 impl Pool {
@@ -137,15 +144,27 @@ impl Pool {
             handles: Mutex::new(handles),
             workers,
             capacity,
+            checker: None,
         })
+    }
+
+    /// Gives every scanned message its network checks before it is queued.
+    pub fn with_checker(mut self, checker: Arc<Checker>) -> Pool {
+        self.checker = Some(checker);
+        self
+    }
+
+    pub fn checker(&self) -> Option<&Arc<Checker>> {
+        self.checker.as_ref()
     }
 
     /// Scans a message; `Busy` at once when the queue is full.
     pub async fn scan(
         &self,
-        request: ScanRequest,
+        mut request: ScanRequest,
         timeout: Duration,
     ) -> Result<ScanReply, PoolError> {
+        self.check_network(&mut request).await?;
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Scan {
             request: Box::new(request),
@@ -177,15 +196,31 @@ impl Pool {
     /// the classifier and the scan counters as they were.
     pub async fn test(
         &self,
-        request: ScanRequest,
+        mut request: ScanRequest,
         timeout: Duration,
     ) -> Result<serde_json::Value, PoolError> {
+        // A trial sees what a scan would, the network checks included.
+        self.check_network(&mut request).await?;
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Test {
             request: Box::new(request),
             reply,
         })?;
         wait(rx, timeout).await
+    }
+
+    /// Fills a request's network checks when the pool has a checker and the request has none.
+    /// A full queue refuses at once, without the lookups; otherwise the connection's task waits
+    /// here, at most the budget, and the worker never does.
+    async fn check_network(&self, request: &mut ScanRequest) -> Result<(), PoolError> {
+        if let (Some(checker), None) = (&self.checker, &request.checks) {
+            if self.tx.is_full() {
+                return Err(PoolError::Busy);
+            }
+            let checks = checker.check(&request.raw, &request.envelope).await;
+            request.checks = Some(Arc::new(checks));
+        }
+        Ok(())
     }
 
     fn submit(&self, job: Job) -> Result<(), PoolError> {
@@ -298,7 +333,8 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let start = Instant::now();
             let scanner = worker.scanner().clone();
             let input = prepare(&request.raw, scanner.limits());
-            let mut scanned = worker.scan(&input, &request.envelope);
+            let mut scanned =
+                worker.scan_with(&input, &request.envelope, request.checks.as_deref());
             let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
             let cfg = scanner.classifier().config();
             let autolearn = cfg.autolearn_spam_at.is_some() || cfg.autolearn_ham_at.is_some();
@@ -324,6 +360,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 from: scanned.analysis.entities.from().map(|e| e.address.clone()),
                 times: scanned.times,
                 queued,
+                checks: request.checks.clone(),
             };
             span.record("generation", answer.verdict.generation);
             metrics.scanned(answer.verdict.action);
@@ -332,6 +369,9 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             metrics.stage(Stage::Lookup, answer.times.lookup);
             metrics.stage(Stage::Rules, answer.times.rules);
             metrics.stage(Stage::Total, start.elapsed());
+            if let Some(c) = &request.checks {
+                metrics.stage(Stage::Dns, Duration::from_micros(c.waited_us));
+            }
             tracing::debug!(
                 action = answer.verdict.action.as_str(),
                 score = answer.verdict.score,
@@ -368,7 +408,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 return;
             }
             let input = prepare(&request.raw, worker.scanner().limits());
-            let scanned = worker.trial(&input, &request.envelope);
+            let scanned = worker.trial(&input, &request.envelope, request.checks.as_deref());
             // The report borrows the analysis: serialized here, on the worker.
             let report = serde_json::to_value(scanned.analysis.report("test", &scanned.verdict))
                 .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));

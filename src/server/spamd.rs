@@ -195,6 +195,7 @@ async fn answer(request: Request, daemon: &Daemon, local: bool) -> Result<Vec<u8
         raw: message,
         envelope,
         lists: false,
+        checks: None,
     };
     let answer = daemon
         .recorded("spamd")

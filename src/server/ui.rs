@@ -514,6 +514,7 @@ async fn test(req: Request<Incoming>, daemon: &Daemon) -> Reply {
         raw,
         envelope,
         lists: false,
+        checks: None,
     };
     match daemon.pool.test(request, daemon.scan_timeout()).await {
         Ok(report) => json(StatusCode::OK, report.to_string()),

@@ -95,6 +95,10 @@ kinds! {
     SenderNet = 26, "sender_net";
     /// Each recipient (envelope RCPT TO, else To and Cc).
     Recipient = 27, "recipient";
+    /// The signing domain (`d=`) of a valid DKIM signature aligned with the From domain: a
+    /// sender's reputation a forger cannot borrow, since he cannot sign for it. Only from the
+    /// network checks (`serve`); offline scans have none.
+    DkimDomain = 28, "dkim_domain";
     /// Each normalized attachment file name.
     AttachmentName = 42, "attachment_name";
     /// Each attachment's extension.

@@ -277,7 +277,7 @@ pub fn of_value(kind: Kind, value: &str) -> Vec<u64> {
         | Kind::BodyEmail
         | Kind::Recipient
         | Kind::UniqueSender => canonical_email(value).map(|(a, _)| a),
-        Kind::FromDomain | Kind::MessageIdDomain => canonical_host(value),
+        Kind::FromDomain | Kind::MessageIdDomain | Kind::DkimDomain => canonical_host(value),
         Kind::FromName | Kind::Mailer | Kind::AttachmentName | Kind::BodyExact => {
             Some(normalize(value))
         }

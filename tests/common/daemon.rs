@@ -48,11 +48,15 @@ impl Daemon {
             std::process::id() ^ u32::from(http)
         ));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_shrike"));
-        if let Some(config) = &options.config {
-            let path = dir.join("shrike.toml");
-            std::fs::write(&path, config).expect("write config");
-            cmd.arg("--config").arg(path);
+        // `serve` checks DNS by default (the system's resolvers); tests that are not about DNS
+        // turn it off so they never depend on the machine's network. Those about it say [dns].
+        let mut config = options.config.clone().unwrap_or_default();
+        if !config.contains("[dns]") {
+            config = format!("[dns]\nenabled = false\n{config}");
         }
+        let path = dir.join("shrike.toml");
+        std::fs::write(&path, config).expect("write config");
+        cmd.arg("--config").arg(path);
         cmd.arg("serve")
             .arg("--http")
             .arg(format!(

@@ -410,6 +410,7 @@ mod tests {
                 classifier: None,
                 reputation_window: 0,
                 observe: false,
+                net: None,
             };
             let lua = Lua::new();
             let config = EngineConfig::default();
@@ -450,6 +451,7 @@ mod tests {
             classifier: None,
             reputation_window: 0,
             observe: false,
+            net: None,
         };
         let lua = Lua::new();
         let ctx = Rc::new(Ctx::new(

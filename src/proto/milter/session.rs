@@ -175,6 +175,10 @@ pub struct Session {
     header_counts: FxHashMap<String, u32>,
     /// X-Spam-* headers that came with the message: (name, index among its name).
     forged: Vec<(String, u32)>,
+    /// Authentication-Results headers that came with the message: (index among them, value).
+    auth_results: Vec<(u32, String)>,
+    /// What `set_authentication_results` asked for this message's verdict.
+    auth_header: Option<AuthHeader>,
     subject: Option<String>,
     body: Vec<u8>,
     /// Bytes dropped beyond the message size limit.
@@ -201,7 +205,22 @@ fn bare_address(arg: &[u8]) -> Option<String> {
     (!a.is_empty()).then(|| a.to_owned())
 }
 
+/// Our `Authentication-Results` for the message being judged (RFC 8601).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthHeader {
+    /// Incoming headers naming this authserv-id are removed (they claim to be ours).
+    pub authserv_id: String,
+    /// The value to add at the top of the header (None: only remove the forged ones).
+    pub value: Option<String>,
+}
+
 impl Session {
+    /// Sets what the next `verdict` does about `Authentication-Results` when it lets the
+    /// message through: remove incoming ones that claim `authserv_id`, add `value` on top.
+    pub fn set_authentication_results(&mut self, header: AuthHeader) {
+        self.auth_header = Some(header);
+    }
+
     fn has_protocol(&self, bit: u32) -> bool {
         self.negotiated.is_some_and(|n| n.protocol & bit != 0)
     }
@@ -234,6 +253,8 @@ impl Session {
         self.head.clear();
         self.header_counts.clear();
         self.forged.clear();
+        self.auth_results.clear();
+        self.auth_header = None;
         self.subject = None;
         self.body.clear();
         self.dropped = 0;
@@ -321,6 +342,12 @@ impl Session {
             }
             Command::Data => self.cont(protocol::NR_DATA),
             Command::Header { name, value } => {
+                if name.eq_ignore_ascii_case(b"authentication-results")
+                    && self.auth_results.len() < 1000
+                {
+                    let index = self.auth_results.len() as u32 + 1;
+                    self.auth_results.push((index, lossy(&value)));
+                }
                 if is_spam_header(&name) {
                     // CHGHDR indexes count the headers of one name; only ours are ever removed.
                     let name = lossy(&name);
@@ -474,6 +501,30 @@ impl Session {
                     index: *index,
                     name: name.clone(),
                     value: String::new(),
+                });
+            }
+        }
+        if let Some(h) = &self.auth_header {
+            if self.has_action(actions::CHGHDRS) {
+                let claimed = self
+                    .auth_results
+                    .iter()
+                    .filter(|(_, value)| crate::auth::claims_authserv_id(value, &h.authserv_id));
+                // Highest index first, so the earlier indexes still point where they did.
+                for (index, _) in claimed.collect::<Vec<_>>().into_iter().rev() {
+                    out.push(Reply::ChangeHeader {
+                        index: *index,
+                        name: "Authentication-Results".into(),
+                        value: String::new(),
+                    });
+                }
+            }
+            if let (Some(value), true) = (&h.value, self.has_action(actions::ADDHDRS)) {
+                // On top, as a trace header (RFC 8601 5).
+                out.push(Reply::InsertHeader {
+                    index: 0,
+                    name: "Authentication-Results".into(),
+                    value: format!("{space}{value}"),
                 });
             }
         }

@@ -1,0 +1,273 @@
+//! The verification of one message: SPF of the sender and of the HELO, DKIM and ARC run
+//! concurrently (with the DMARC record fetched meanwhile), then DMARC from their outputs. Each
+//! result is sent as soon as it is known, so a caller that stops waiting at its budget keeps
+//! what arrived; the rest keeps running and fills the resolver's cache.
+
+use std::net::IpAddr;
+
+use mail_auth::dmarc::Policy;
+use mail_auth::spf::verify::SpfParameters;
+use mail_auth::{
+    AuthenticatedMessage, DkimOutput, DkimResult, DmarcResult, MessageAuthenticator, SpfOutput,
+    SpfResult,
+};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{organizational, MethodResult, Status};
+use crate::dns::DnsHealth;
+
+/// One result, as it arrives.
+#[derive(Debug, Clone)]
+pub enum Piece {
+    From(Option<String>),
+    Spf(MethodResult),
+    Helo(MethodResult),
+    Dkim(Vec<MethodResult>),
+    Arc(MethodResult),
+    Dmarc(MethodResult),
+}
+
+/// Who sent a message, as SMTP said: the client address, its HELO name, the envelope sender
+/// (empty: a bounce), and our own name (SPF's `%{r}`).
+#[derive(Debug, Clone, Copy)]
+pub struct Smtp<'a> {
+    pub ip: Option<IpAddr>,
+    pub helo: &'a str,
+    pub mail_from: &'a str,
+    pub host: &'a str,
+}
+
+/// Verifies `raw` as sent by `smtp`. Sends every `Piece` once on `tx`.
+pub async fn verify(
+    auth: &MessageAuthenticator,
+    health: &DnsHealth,
+    caches: &super::AuthCaches,
+    raw: &[u8],
+    smtp: Smtp<'_>,
+    tx: &UnboundedSender<Piece>,
+) {
+    let Smtp {
+        ip,
+        helo,
+        mail_from,
+        host,
+    } = smtp;
+    let send = |p: Piece| {
+        let _ = tx.send(p);
+    };
+    let Some(msg) = AuthenticatedMessage::parse(raw) else {
+        let bad = MethodResult {
+            result: Status::PermError,
+            reason: Some("message headers cannot be parsed".into()),
+            ..Default::default()
+        };
+        send(Piece::From(None));
+        send(Piece::Spf(MethodResult::of(Status::None)));
+        send(Piece::Helo(MethodResult::of(Status::None)));
+        send(Piece::Dkim(Vec::new()));
+        send(Piece::Arc(MethodResult::of(Status::None)));
+        send(Piece::Dmarc(bad));
+        return;
+    };
+    let from_domain = msg
+        .from
+        .first()
+        .and_then(|f| f.rsplit_once('@'))
+        .map(|(_, d)| d.trim_end_matches('.').to_ascii_lowercase())
+        .filter(|d| !d.is_empty());
+    send(Piece::From(from_domain.clone()));
+    let helo = helo.trim();
+    // RFC 7208 2.4: a null sender is checked as postmaster@HELO.
+    let sender = if mail_from.contains('@') {
+        mail_from.to_string()
+    } else {
+        format!("postmaster@{helo}")
+    };
+    let spf = async {
+        let Some(ip) = ip else {
+            send(Piece::Spf(MethodResult::of(Status::None)));
+            return None;
+        };
+        let o = auth
+            .verify_spf(caches.with(SpfParameters::verify_mail_from(ip, helo, host, &sender)))
+            .await;
+        send(Piece::Spf(spf_result(&o, health)));
+        Some(o)
+    };
+    let helo_spf = async {
+        let result = match ip {
+            Some(ip) if !helo.is_empty() && helo.parse::<IpAddr>().is_err() => {
+                let o = auth
+                    .verify_spf(caches.with(SpfParameters::verify_ehlo(ip, helo, host)))
+                    .await;
+                spf_result(&o, health)
+            }
+            _ => MethodResult::of(Status::None),
+        };
+        send(Piece::Helo(result));
+    };
+    let dkim = async {
+        let o = auth.verify_dkim(caches.with(&msg)).await;
+        let results = o
+            .iter()
+            .map(|d| dkim_result(d, from_domain.as_deref(), health))
+            .collect();
+        send(Piece::Dkim(results));
+        o
+    };
+    let arc = async {
+        let o = auth.verify_arc(caches.with(&msg)).await;
+        let mut r = MethodResult {
+            result: dkim_status(o.result()),
+            reason: dkim_reason(o.result()),
+            ..Default::default()
+        };
+        if let Some(last) = o.sets().last() {
+            r.domain = Some(last.seal.header.d.clone());
+            r.selector = Some(last.seal.header.s.clone());
+        }
+        dns_note(health, r.result);
+        send(Piece::Arc(r));
+    };
+    // The DMARC record is fetched while the others run, so that DMARC, which needs their
+    // outputs, finds it in the cache.
+    let prefetch = async {
+        if let Some(d) = &from_domain {
+            let _ = auth
+                .txt_lookup::<mail_auth::dmarc::Dmarc>(format!("_dmarc.{d}."), Some(&caches.txt))
+                .await;
+        }
+    };
+    let (spf_out, (), dkim_out, (), ()) = tokio::join!(spf, helo_spf, dkim, arc, prefetch);
+    let Some(from) = from_domain else {
+        send(Piece::Dmarc(MethodResult {
+            result: Status::None,
+            reason: Some("no From domain".into()),
+            ..Default::default()
+        }));
+        return;
+    };
+    let mail_from_domain = sender
+        .rsplit_once('@')
+        .map_or(helo, |(_, d)| d)
+        .to_ascii_lowercase();
+    let spf_out = spf_out
+        .unwrap_or_else(|| SpfOutput::new(mail_from_domain.clone()).with_result(SpfResult::None));
+    let o = auth
+        .verify_dmarc(caches.with(mail_auth::dmarc::verify::DmarcParameters::new(
+            &msg,
+            &dkim_out,
+            &mail_from_domain,
+            &spf_out,
+        )))
+        .await;
+    let (s, d) = (o.spf_result(), o.dkim_result());
+    let result = if matches!(s, DmarcResult::Pass) || matches!(d, DmarcResult::Pass) {
+        Status::Pass
+    } else if matches!(s, DmarcResult::TempError(_)) || matches!(d, DmarcResult::TempError(_)) {
+        Status::TempError
+    } else if o.dmarc_record().is_none() {
+        if matches!(s, DmarcResult::PermError(_)) || matches!(d, DmarcResult::PermError(_)) {
+            Status::PermError
+        } else {
+            Status::None
+        }
+    } else {
+        Status::Fail
+    };
+    let reason = [s, d].iter().find_map(|r| match r {
+        DmarcResult::Fail(e) | DmarcResult::TempError(e) | DmarcResult::PermError(e) => {
+            Some(e.to_string())
+        }
+        _ => None,
+    });
+    dns_note(health, result);
+    let policy = o.dmarc_record().map(|_| {
+        match o.policy() {
+            Policy::Reject => "reject",
+            Policy::Quarantine => "quarantine",
+            Policy::None | Policy::Unspecified => "none",
+        }
+        .to_string()
+    });
+    send(Piece::Dmarc(MethodResult {
+        result,
+        domain: Some(from),
+        policy,
+        reason: if result == Status::Pass { None } else { reason },
+        ..Default::default()
+    }));
+}
+
+fn dns_note(health: &DnsHealth, s: Status) {
+    crate::dns::note_auth_error(health, s == Status::TempError);
+}
+
+fn spf_result(o: &SpfOutput, health: &DnsHealth) -> MethodResult {
+    let result = match o.result() {
+        SpfResult::Pass => Status::Pass,
+        SpfResult::Fail => Status::Fail,
+        SpfResult::SoftFail => Status::SoftFail,
+        SpfResult::Neutral => Status::Neutral,
+        SpfResult::TempError => Status::TempError,
+        SpfResult::PermError => Status::PermError,
+        SpfResult::None => Status::None,
+    };
+    dns_note(health, result);
+    MethodResult {
+        result,
+        domain: Some(o.domain().to_string()).filter(|d| !d.is_empty()),
+        reason: o.explanation().map(str::to_string),
+        ..Default::default()
+    }
+}
+
+fn dkim_status(r: &DkimResult) -> Status {
+    use mail_auth::arc::ArcError;
+    use mail_auth::dkim::DkimError;
+    use mail_auth::Error;
+    match r {
+        DkimResult::Pass => Status::Pass,
+        // mail-auth says neutral for a body that does not match its hash and for an expired
+        // signature (RFC 6376 6.1: both fail verification), and for a signature it cannot
+        // parse (a permanent error of the signature itself).
+        DkimResult::Neutral(
+            Error::Dkim(DkimError::FailedBodyHashMatch | DkimError::SignatureExpired)
+            | Error::Arc(ArcError::FailedBodyHashMatch | ArcError::SignatureExpired),
+        ) => Status::Fail,
+        DkimResult::Neutral(_) => Status::PermError,
+        DkimResult::Fail(_) => Status::Fail,
+        DkimResult::PermError(_) => Status::PermError,
+        DkimResult::TempError(_) => Status::TempError,
+        DkimResult::None => Status::None,
+    }
+}
+
+fn dkim_reason(r: &DkimResult) -> Option<String> {
+    match r {
+        DkimResult::Neutral(e)
+        | DkimResult::Fail(e)
+        | DkimResult::PermError(e)
+        | DkimResult::TempError(e) => Some(e.to_string()),
+        DkimResult::Pass | DkimResult::None => None,
+    }
+}
+
+fn dkim_result(o: &DkimOutput<'_>, from: Option<&str>, health: &DnsHealth) -> MethodResult {
+    let result = dkim_status(o.result());
+    dns_note(health, result);
+    let sig = o.signature();
+    let domain = sig.map(|s| s.d.to_ascii_lowercase());
+    let aligned = match (&domain, from) {
+        (Some(d), Some(f)) => organizational(d) == organizational(f),
+        _ => false,
+    };
+    MethodResult {
+        result,
+        domain,
+        selector: sig.map(|s| s.s.clone()),
+        reason: dkim_reason(o.result()),
+        aligned,
+        ..Default::default()
+    }
+}

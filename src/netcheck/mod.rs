@@ -1,0 +1,490 @@
+//! The network stage of a scan: everything a message asks of DNS (SPF, DKIM, DMARC and ARC
+//! through `auth`; the DNS lists through `dnsbl`), started together on the tokio side as soon
+//! as the message and its envelope are in, and collected under the message's budget
+//! (`[dns] message_budget_ms`) into `NetChecks`, plain data the scan worker hands to the rules.
+//! The worker never waits on the network: the waiting happens here, in the connection's task,
+//! before the message is queued; what has not arrived by the deadline is a temporary failure
+//! for the rules, and keeps running in its own task to fill the resolver's cache.
+//!
+//! Owns: `NetChecks`, `Checker` (resolver, authenticator, zones, budget) and its counters.
+//! Never touches: the scan workers, Lua, the store.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mail_auth::MessageAuthenticator;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::auth::{AuthResults, MethodResult, Piece, Status};
+use crate::dns::{Answer, Resolver};
+use crate::dnsbl::{self, Check, ListHit, Zone, ZoneKind};
+use crate::message::Envelope;
+
+/// List queries one message makes at most.
+const MAX_LIST_QUERIES: usize = 96;
+/// Messages whose authentication may run at once (each task holds a copy of its message, and
+/// runs past the budget to fill the cache): beyond, a message gets temporary failures at once,
+/// so a dead resolver under a flood costs bounded memory.
+const MAX_IN_FLIGHT: usize = 2048;
+const LATE: &str = "no answer within the message's DNS budget";
+const SHED: &str = "too many messages waiting for DNS";
+
+/// What the network said of one message (everything `Default`: checks not run).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NetChecks {
+    /// Whether checks ran at all (false offline: rules see every method as not available).
+    pub ran: bool,
+    pub auth: AuthResults,
+    /// Listings and refusals, in zone order.
+    pub lists: Vec<ListHit>,
+    /// Zones with a query that failed or did not answer in time.
+    pub list_failures: Vec<String>,
+    /// Whether every lookup finished within the budget.
+    pub complete: bool,
+    /// Time spent waiting, microseconds.
+    pub waited_us: u64,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CheckCounters {
+    pub messages: AtomicU64,
+    pub over_budget: AtomicU64,
+    pub list_queries: AtomicU64,
+    pub wait_us: AtomicU64,
+    /// Messages that got no checks because `MAX_IN_FLIGHT` were running.
+    pub shed: AtomicU64,
+}
+
+/// Runs a message's network checks.
+pub struct Checker {
+    resolver: Resolver,
+    auth: MessageAuthenticator,
+    zones: Arc<Vec<Zone>>,
+    budget: Duration,
+    /// A message's lookups are abandoned this long after they started (the budget, then one
+    /// more lookup's time for late answers to reach the cache).
+    task_limit: Duration,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// mail-auth's parsed-record caches.
+    caches: Arc<crate::auth::AuthCaches>,
+    host: Arc<str>,
+    pub counters: CheckCounters,
+}
+
+impl std::fmt::Debug for Checker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checker")
+            .field("zones", &self.zones.len())
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checker {
+    /// `host` is our own name: the authserv-id, and SPF's `%{r}`.
+    pub fn new(resolver: Resolver, zones: Vec<Zone>, budget: Duration, host: &str) -> Checker {
+        let auth = MessageAuthenticator(resolver.hickory().clone());
+        let cache_size = resolver.cache_size();
+        Checker {
+            task_limit: budget + resolver.patience(),
+            resolver,
+            auth,
+            zones: Arc::new(zones),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            caches: Arc::new(crate::auth::AuthCaches::new(cache_size)),
+            budget,
+            host: Arc::from(host),
+            counters: CheckCounters::default(),
+        }
+    }
+
+    /// At most `n` messages' authentication in flight (default 2048).
+    pub fn with_max_in_flight(mut self, n: usize) -> Checker {
+        self.in_flight = Arc::new(tokio::sync::Semaphore::new(n));
+        self
+    }
+
+    pub fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// `/health`'s word for DNS: `degraded` while lookups fail (within the last minute, with
+    /// no answer since), else `ok`.
+    pub fn health_word(&self) -> &'static str {
+        if self.resolver.health().degraded() {
+            "degraded"
+        } else {
+            "ok"
+        }
+    }
+
+    /// The checks' lines of `/metrics` (Prometheus text format).
+    pub fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        let h = self.resolver.health();
+        let c = &self.counters;
+        let _ = writeln!(
+            out,
+            "# HELP shrike_dns_lookups_total DNS lookups of the network checks by outcome.\n\
+             # TYPE shrike_dns_lookups_total counter\n\
+             shrike_dns_lookups_total{{outcome=\"answer\"}} {}\n\
+             shrike_dns_lookups_total{{outcome=\"negative\"}} {}\n\
+             shrike_dns_lookups_total{{outcome=\"failed\"}} {}\n\
+             # HELP shrike_dns_degraded 1 while DNS lookups fail (within the last minute, none answered since).\n\
+             # TYPE shrike_dns_degraded gauge\n\
+             shrike_dns_degraded {}\n\
+             # HELP shrike_dns_messages_total Messages given network checks.\n\
+             # TYPE shrike_dns_messages_total counter\n\
+             shrike_dns_messages_total {}\n\
+             # HELP shrike_dns_over_budget_total Messages whose checks did not all finish within dns.message_budget_ms.\n\
+             # TYPE shrike_dns_over_budget_total counter\n\
+             shrike_dns_over_budget_total {}\n\
+             # HELP shrike_dns_list_queries_total DNS list queries made.\n\
+             # TYPE shrike_dns_list_queries_total counter\n\
+             shrike_dns_list_queries_total {}\n\
+             # HELP shrike_dns_wait_seconds_total Time messages waited for their checks.\n\
+             # TYPE shrike_dns_wait_seconds_total counter\n\
+             shrike_dns_wait_seconds_total {}\n\
+             # HELP shrike_dns_shed_total Messages given no checks because too many were in flight.\n\
+             # TYPE shrike_dns_shed_total counter\n\
+             shrike_dns_shed_total {}",
+            h.answered.load(Relaxed),
+            h.negative.load(Relaxed),
+            h.failed.load(Relaxed),
+            u8::from(h.degraded()),
+            c.messages.load(Relaxed),
+            c.over_budget.load(Relaxed),
+            c.list_queries.load(Relaxed),
+            c.wait_us.load(Relaxed) as f64 / 1e6,
+            c.shed.load(Relaxed),
+        );
+    }
+
+    /// Starts every lookup of `raw` and returns what arrived within the budget.
+    pub async fn check(&self, raw: &[u8], envelope: &Envelope) -> NetChecks {
+        let start = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.budget;
+        self.counters.messages.fetch_add(1, Relaxed);
+
+        // Authentication: one task, which sends each result as it is known.
+        let (atx, mut arx) = mpsc::unbounded_channel::<Piece>();
+        let permit = self.in_flight.clone().try_acquire_owned().ok();
+        let shed = permit.is_none();
+        if let Some(permit) = permit {
+            let auth = self.auth.clone();
+            let caches = self.caches.clone();
+            let health = self.resolver.health().clone();
+            let host = self.host.clone();
+            let raw: Arc<[u8]> = Arc::from(raw);
+            let ip = envelope.client_ip;
+            let helo = envelope.helo.clone().unwrap_or_default();
+            let mail_from = envelope
+                .mail_from
+                .as_deref()
+                .map(|m| {
+                    m.trim()
+                        .trim_start_matches('<')
+                        .trim_end_matches('>')
+                        .to_string()
+                })
+                .unwrap_or_default();
+            let limit = self.task_limit;
+            tokio::spawn(async move {
+                let smtp = crate::auth::Smtp {
+                    ip,
+                    helo: &helo,
+                    mail_from: &mail_from,
+                    host: &host,
+                };
+                let verify = crate::auth::verify(&auth, &health, &caches, &raw, smtp, &atx);
+                let _ = tokio::time::timeout(limit, verify).await;
+                drop(permit);
+            });
+        } else {
+            self.counters.shed.fetch_add(1, Relaxed);
+            drop(atx);
+        }
+
+        // Lists: answered from the cache, else one task per distinct query.
+        let mut hits: Vec<(usize, ListHit)> = Vec::new();
+        let (ltx, mut lrx) = mpsc::unbounded_channel::<(usize, Vec<ListHit>, bool)>();
+        let mut pending_lists = 0usize;
+        if !self.zones.is_empty() && !shed {
+            let urls = self
+                .zones
+                .iter()
+                .any(|z| z.checks.contains(&Check::UrlDomains));
+            let t = dnsbl::targets(raw, envelope, urls);
+            let mut asked: Vec<String> = Vec::new();
+            for (zi, zone) in self.zones.iter().enumerate() {
+                for &check in &zone.checks {
+                    for name in names(&t, check) {
+                        let query = match zone.kind {
+                            ZoneKind::Ip => match name.parse::<IpAddr>() {
+                                Ok(ip) => dnsbl::ip_query(ip, &zone.zone),
+                                Err(_) => continue,
+                            },
+                            ZoneKind::Domain => format!("{name}.{}", zone.zone),
+                        };
+                        if asked.contains(&query) || asked.len() >= MAX_LIST_QUERIES {
+                            continue;
+                        }
+                        asked.push(query.clone());
+                        if let Some(answer) = self.resolver.cached_a(&query) {
+                            if let Answer::Found(a) = answer {
+                                hits.extend(
+                                    dnsbl::interpret(zone, &name, check, &a)
+                                        .into_iter()
+                                        .map(|h| (zi, h)),
+                                );
+                            }
+                            continue;
+                        }
+                        pending_lists += 1;
+                        let (resolver, zones, ltx) =
+                            (self.resolver.clone(), self.zones.clone(), ltx.clone());
+                        tokio::spawn(async move {
+                            let zone = &zones[zi];
+                            let (hits, failed) = match resolver.a(&query).await {
+                                Answer::Found(a) => {
+                                    (dnsbl::interpret(zone, &name, check, &a), false)
+                                }
+                                Answer::None => (Vec::new(), false),
+                                Answer::Failed(_) => (Vec::new(), true),
+                            };
+                            let _ = ltx.send((zi, hits, failed));
+                        });
+                    }
+                }
+            }
+            self.counters
+                .list_queries
+                .fetch_add(asked.len() as u64, Relaxed);
+        }
+        drop(ltx);
+
+        let mut out = NetChecks {
+            ran: true,
+            ..Default::default()
+        };
+        let mut got = Got::default();
+        let mut failed_zones: Vec<usize> = Vec::new();
+        let mut auth_open = true;
+        while auth_open || pending_lists > 0 {
+            tokio::select! {
+                p = arx.recv(), if auth_open => match p {
+                    Some(p) => got.take(p, &mut out.auth),
+                    None => auth_open = false,
+                },
+                l = lrx.recv(), if pending_lists > 0 => match l {
+                    Some((zi, h, failed)) => {
+                        pending_lists -= 1;
+                        hits.extend(h.into_iter().map(|h| (zi, h)));
+                        if failed && !failed_zones.contains(&zi) {
+                            failed_zones.push(zi);
+                        }
+                    }
+                    None => pending_lists = 0,
+                },
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        out.complete = !auth_open && pending_lists == 0;
+        if pending_lists > 0 {
+            // Unanswered list queries count as failed zones; which ones is not tracked per
+            // query, so every zone still owed an answer is named.
+            for zi in 0..self.zones.len() {
+                if !failed_zones.contains(&zi) && !hits.iter().any(|(z, _)| *z == zi) {
+                    failed_zones.push(zi);
+                }
+            }
+        }
+        got.fill_missing(raw, &mut out.auth, if shed { SHED } else { LATE });
+        hits.sort_by_key(|(zi, _)| *zi);
+        out.lists = hits.into_iter().map(|(_, h)| h).collect();
+        failed_zones.sort_unstable();
+        out.list_failures = failed_zones
+            .into_iter()
+            .map(|zi| self.zones[zi].zone.clone())
+            .collect();
+        let waited = start.elapsed();
+        out.waited_us = waited.as_micros() as u64;
+        self.counters.wait_us.fetch_add(out.waited_us, Relaxed);
+        if !out.complete {
+            self.counters.over_budget.fetch_add(1, Relaxed);
+            self.resolver.health().over_budget.fetch_add(1, Relaxed);
+        }
+        out
+    }
+}
+
+/// The names of one check.
+fn names(t: &dnsbl::Targets, check: Check) -> Vec<String> {
+    match check {
+        Check::ClientIp => t.client_ip.iter().map(|i| i.to_string()).collect(),
+        Check::ReceivedIps => t.received_ips.iter().map(|i| i.to_string()).collect(),
+        Check::UrlDomains => t.url_domains.clone(),
+        Check::FromDomain => t.from_domain.iter().cloned().collect(),
+        Check::MailFromDomain => t.mail_from_domain.iter().cloned().collect(),
+        Check::Helo => t.helo.iter().cloned().collect(),
+    }
+}
+
+/// Which authentication results arrived.
+#[derive(Default)]
+struct Got {
+    spf: bool,
+    helo: bool,
+    dkim: bool,
+    arc: bool,
+    dmarc: bool,
+}
+
+impl Got {
+    fn take(&mut self, p: Piece, a: &mut AuthResults) {
+        match p {
+            Piece::From(d) => a.from_domain = d,
+            Piece::Spf(r) => {
+                self.spf = true;
+                a.spf = Some(r);
+            }
+            Piece::Helo(r) => {
+                self.helo = true;
+                a.helo = Some(r);
+            }
+            Piece::Dkim(r) => {
+                self.dkim = true;
+                a.dkim = r;
+            }
+            Piece::Arc(r) => {
+                self.arc = true;
+                a.arc = Some(r);
+            }
+            Piece::Dmarc(r) => {
+                self.dmarc = true;
+                a.dmarc = Some(r);
+            }
+        }
+    }
+
+    /// Results that did not arrive are temporary failures (DKIM: one per signature the
+    /// message carries; ARC: only when it carries a seal).
+    fn fill_missing(&self, raw: &[u8], a: &mut AuthResults, why: &str) {
+        if !self.spf {
+            a.spf = Some(MethodResult::temp(why));
+        }
+        if !self.helo {
+            a.helo = Some(MethodResult::temp(why));
+        }
+        if !self.dmarc {
+            let mut r = MethodResult::temp(why);
+            r.domain = a.from_domain.clone();
+            a.dmarc = Some(r);
+        }
+        if self.dkim && self.arc {
+            return;
+        }
+        let (dkim, arc) = signature_headers(raw);
+        if !self.dkim {
+            a.dkim = (0..dkim).map(|_| MethodResult::temp(why)).collect();
+        }
+        if !self.arc {
+            a.arc = Some(if arc {
+                MethodResult::temp(why)
+            } else {
+                MethodResult::of(Status::None)
+            });
+        }
+    }
+}
+
+/// The lines of `text` (split at LF by memchr, not byte by byte).
+pub(crate) fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut start = 0;
+    let mut ends = memchr::memchr_iter(b'\n', text);
+    std::iter::from_fn(move || {
+        if start > text.len() {
+            return None;
+        }
+        let end = ends.next().unwrap_or(text.len());
+        let line = &text[start..end];
+        start = end + 1;
+        Some(line)
+    })
+}
+
+/// DKIM-Signature headers in the header section, and whether there is an ARC-Seal.
+fn signature_headers(raw: &[u8]) -> (usize, bool) {
+    let end = memchr::memmem::find(raw, b"\r\n\r\n").unwrap_or(raw.len());
+    let head = &raw[..end];
+    let (mut dkim, mut arc) = (0, false);
+    for line in lines(head) {
+        let starts = |p: &[u8]| line.len() >= p.len() && line[..p.len()].eq_ignore_ascii_case(p);
+        if starts(b"dkim-signature:") {
+            dkim += 1;
+        } else if starts(b"arc-seal:") {
+            arc = true;
+        }
+    }
+    (dkim, arc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_results_are_temporary_failures() {
+        let raw = b"DKIM-Signature: a\r\nDkim-Signature: b\r\nFrom: x@y.example\r\n\r\nbody";
+        let mut a = AuthResults::default();
+        let mut got = Got::default();
+        got.take(Piece::From(Some("y.example".into())), &mut a);
+        got.take(Piece::Spf(MethodResult::of(Status::Pass)), &mut a);
+        got.fill_missing(raw, &mut a, LATE);
+        assert_eq!(a.spf.unwrap().result, Status::Pass);
+        assert_eq!(a.dkim.len(), 2);
+        assert!(a.dkim.iter().all(|d| d.result == Status::TempError));
+        let dmarc = a.dmarc.unwrap();
+        assert_eq!(dmarc.result, Status::TempError);
+        assert_eq!(dmarc.domain.as_deref(), Some("y.example"));
+        assert_eq!(a.arc.unwrap().result, Status::None);
+    }
+}
+
+/// Why the network checks cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetcheckError {
+    #[error(transparent)]
+    Dns(#[from] crate::dns::DnsConfigError),
+    #[error(transparent)]
+    Dnsbl(#[from] crate::dnsbl::DnsblConfigError),
+}
+
+/// The checker of `[dns]`, `[[dnsbl]]` and `[auth]`, or None when `[dns] enabled` (or, unset,
+/// the command's default `default_on`) says off.
+pub fn from_config(
+    dns: &crate::dns::DnsConfig,
+    zones: &[crate::dnsbl::ZoneConfig],
+    auth: &crate::auth::AuthConfig,
+    default_on: bool,
+) -> Result<Option<Checker>, NetcheckError> {
+    if !dns.enabled_or(default_on) {
+        return Ok(None);
+    }
+    let resolver = Resolver::new(dns)?;
+    let zones = crate::dnsbl::resolve_all(zones)?;
+    Ok(Some(Checker::new(
+        resolver,
+        zones,
+        dns.budget(),
+        &auth.authserv_id(),
+    )))
+}
