@@ -3,6 +3,7 @@
 
 pub mod classify;
 pub mod config;
+pub mod datadir;
 pub mod engine;
 pub mod entities;
 pub mod message;
