@@ -6,6 +6,7 @@ pub mod config;
 pub mod datadir;
 pub mod engine;
 pub mod entities;
+pub mod learn;
 pub mod message;
 pub mod proto;
 pub mod replay;
