@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use parking_lot::Mutex;
 
 use crate::classify::{Class, SnapshotError};
 use crate::config::Config;
@@ -126,6 +127,7 @@ pub fn run(config: &Config, options: &Options) -> Result<Summary, LearnError> {
     } else {
         ProgressBar::hidden()
     };
+    let start = Instant::now();
     let mut summary = Summary::default();
     let say = |line: String| bar.suspend(|| eprintln!("shrike: {line}"));
     bar.set_message("finding messages");
@@ -146,7 +148,6 @@ pub fn run(config: &Config, options: &Options) -> Result<Summary, LearnError> {
     );
     bar.set_message("");
     bar.reset_eta();
-    let start = Instant::now();
     let mut tally = |outcome: Outcome| {
         match outcome {
             Outcome::Learned { class, trained } => match (class, trained) {
@@ -208,7 +209,7 @@ fn offline(
     config: &Config,
     rules: RuleLocation,
     jobs: &[Job],
-    tally: &mut dyn FnMut(Outcome),
+    tally: &mut (dyn FnMut(Outcome) + Send),
 ) -> Result<(), LearnError> {
     let dir = crate::datadir::open(config, false).map_err(|e| match e {
         // The lock's own message advises a daemon; a learn has other choices.
@@ -230,10 +231,12 @@ fn offline(
     .min(jobs.len())
     .max(1);
     let next = AtomicUsize::new(0);
-    let (tx, rx) = crossbeam_channel::bounded::<Outcome>(256);
+    // The workers count under a lock held for an increment: on a small machine a thread
+    // waiting on a channel would take a core from them.
+    let tally = Mutex::new(tally);
     std::thread::scope(|s| -> Result<(), LearnError> {
         for i in 0..threads {
-            let (tx, next, scanner) = (tx.clone(), &next, &scanner);
+            let (tally, next, scanner) = (&tally, &next, &scanner);
             std::thread::Builder::new()
                 .name(format!("shrike-learn-{i}"))
                 .spawn_scoped(s, move || {
@@ -258,16 +261,10 @@ fn offline(
                                 why: e.to_string(),
                             },
                         };
-                        if tx.send(outcome).is_err() {
-                            break;
-                        }
+                        (tally.lock())(outcome);
                     }
                 })
                 .map_err(LearnError::Threads)?;
-        }
-        drop(tx);
-        for outcome in rx {
-            tally(outcome);
         }
         Ok(())
     })?;
@@ -294,7 +291,7 @@ fn over_http(
     url: &str,
     password: Option<&str>,
     jobs: &[Job],
-    tally: &mut dyn FnMut(Outcome),
+    tally: &mut (dyn FnMut(Outcome) + Send),
 ) -> Result<(), LearnError> {
     let base = url.trim_end_matches('/');
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -316,25 +313,21 @@ fn over_http(
         return Err(unusable(format!("/ping answered {}", ping.status())));
     }
     let next = AtomicUsize::new(0);
-    let (tx, rx) = crossbeam_channel::bounded::<Outcome>(256);
+    // The workers count under a lock held for an increment: on a small machine a thread
+    // waiting on a channel would take a core from them.
+    let tally = Mutex::new(tally);
     std::thread::scope(|s| -> Result<(), LearnError> {
         for i in 0..HTTP_IN_FLIGHT.min(jobs.len()) {
-            let (tx, next, agent) = (tx.clone(), &next, &agent);
+            let (tally, next, agent) = (&tally, &next, &agent);
             std::thread::Builder::new()
                 .name(format!("shrike-learn-{i}"))
                 .spawn_scoped(s, move || {
                     while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
                         let outcome = post(agent, base, password, job);
-                        if tx.send(outcome).is_err() {
-                            break;
-                        }
+                        (tally.lock())(outcome);
                     }
                 })
                 .map_err(LearnError::Threads)?;
-        }
-        drop(tx);
-        for outcome in rx {
-            tally(outcome);
         }
         Ok(())
     })
