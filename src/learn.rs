@@ -130,6 +130,9 @@ pub fn run(config: &Config, options: &Options) -> Result<Summary, LearnError> {
     let start = Instant::now();
     let mut summary = Summary::default();
     let say = |line: String| bar.suspend(|| eprintln!("shrike: {line}"));
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+        bar.set_style(style);
+    }
     bar.set_message("finding messages");
     let mut jobs = Vec::new();
     for (paths, class) in [(&options.spam, Class::Spam), (&options.ham, Class::Ham)] {
@@ -142,10 +145,16 @@ pub fn run(config: &Config, options: &Options) -> Result<Summary, LearnError> {
         return Err(LearnError::NoMessages);
     }
     bar.set_length(jobs.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} messages, {per_sec}, ETA {eta} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    if let Ok(style) =
+        ProgressStyle::with_template("{bar:40} {pos}/{len} messages, {rate}, ETA {eta} {msg}")
+    {
+        bar.set_style(style.with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0} msg/s", state.per_sec());
+            },
+        ));
+    }
     bar.set_message("");
     bar.reset_eta();
     let mut tally = |outcome: Outcome| {

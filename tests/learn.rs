@@ -276,3 +276,28 @@ fn learning_through_a_running_daemon() {
     assert!(err.contains("cannot be used"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn a_progress_bar_with_rate_and_eta_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = spam_maildir(dir.path());
+    let data_dir = dir.path().join("data");
+    // `script` (util-linux) runs the learn on a pseudo-terminal; what it drew comes back on
+    // script's stdout with the summary.
+    let command = format!(
+        "'{}' learn --spam '{}' --data '{}'",
+        env!("CARGO_BIN_EXE_shrike"),
+        spam.display(),
+        data_dir.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("run script (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("4/4 messages, "), "the bar: {text}");
+    assert!(text.contains(" msg/s, ETA "), "rate and ETA: {text}");
+    // The bar is cleared before the summary (its escape sequence ends the line before it).
+    assert!(text.contains("learned spam: 4\r\n"), "{text}");
+}
