@@ -4,11 +4,13 @@
 pub mod auth;
 pub mod classify;
 pub mod config;
+pub mod datadir;
 pub mod dns;
 pub mod dnsbl;
 pub mod engine;
 pub mod entities;
 pub mod history;
+pub mod learn;
 pub mod message;
 pub mod netcheck;
 pub mod proto;

@@ -32,6 +32,9 @@ enum Command {
     /// Replay a labelled corpus on a simulated clock with simulated user feedback: detection,
     /// false positives, per-rule hits; or compare two rule sets.
     Replay(ReplayArgs),
+    /// Learn spam and ham from existing mail (files, directories, maildirs, mbox files):
+    /// offline into a data directory, or through a running daemon with --server.
+    Learn(LearnArgs),
     /// Rule-set tools.
     #[command(subcommand)]
     Rules(RulesCommand),
@@ -126,6 +129,32 @@ struct ServeArgs {
     /// Scan worker threads (default: one per core).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("mail").required(true).multiple(true).args(["spam", "ham"])))]
+struct LearnArgs {
+    /// Spam: message files, directories (walked recursively), maildirs, mbox files.
+    #[arg(long, num_args = 1.., value_name = "PATH")]
+    spam: Vec<PathBuf>,
+    /// Ham: the same kinds of path.
+    #[arg(long, num_args = 1.., value_name = "PATH")]
+    ham: Vec<PathBuf>,
+    /// Data directory to learn into, offline (default: server.data_dir, ./shrike-data). A
+    /// daemon running on it must be stopped first, or used with --server.
+    #[arg(long, value_name = "DIR", conflicts_with = "server")]
+    data: Option<PathBuf>,
+    /// Rule directory (offline; default: the compiled-in set). Use the daemon's: the rules
+    /// decide what the classifier sees.
+    #[arg(long, value_name = "DIR", conflicts_with = "server")]
+    rules: Option<PathBuf>,
+    /// Learn through a running daemon's /learnspam and /learnham instead, e.g.
+    /// http://127.0.0.1:11333.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// The daemon's controller password (http.password), sent as the Password header.
+    #[arg(long, value_name = "P", requires = "server")]
+    password: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -237,6 +266,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve(config, args),
         Command::Scan(args) => scan(&config, args),
         Command::Replay(args) => replay(&config, args),
+        Command::Learn(args) => learn(config, args),
         Command::Rules(RulesCommand::Check { dir, tests }) => rules_check(&config, dir, tests),
         Command::History(args) => history(&config, args),
         Command::Config(ConfigCommand::Defaults) => {
@@ -322,6 +352,55 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
     }
     out.flush().context("writing output")?;
     Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn learn(mut config: Config, args: LearnArgs) -> anyhow::Result<ExitCode> {
+    use shrike::learn::{self, Options, Target};
+    if let Some(data) = args.data {
+        config.server.data_dir = data;
+    }
+    let target = match args.server {
+        Some(url) => Target::Server {
+            url,
+            password: args.password,
+        },
+        None => Target::Offline {
+            rules: args.rules.map_or(RuleLocation::Embedded, rule_location),
+        },
+    };
+    let options = Options {
+        spam: args.spam,
+        ham: args.ham,
+        target,
+        progress: io::stderr().is_terminal(),
+    };
+    let summary = learn::run(&config, &options)?;
+    let mut out = io::stdout().lock();
+    writeln!(out, "learned spam: {}", summary.spam)?;
+    writeln!(out, "learned ham: {}", summary.ham)?;
+    writeln!(
+        out,
+        "duplicates: {} ({} spam, {} ham; already learned, not trained again)",
+        summary.duplicate_spam + summary.duplicate_ham,
+        summary.duplicate_spam,
+        summary.duplicate_ham
+    )?;
+    writeln!(out, "unreadable: {}", summary.unreadable)?;
+    writeln!(out, "refused: {}", summary.refused)?;
+    writeln!(
+        out,
+        "{} messages in {:.2} s: {:.0} messages/s",
+        summary.processed(),
+        summary.elapsed.as_secs_f64(),
+        summary.per_sec()
+    )?;
+    out.flush()?;
+    Ok(if summary.processed() == 0 {
+        eprintln!("shrike: nothing could be learned");
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

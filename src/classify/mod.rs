@@ -114,7 +114,9 @@ pub enum SnapshotError {
 }
 
 const MAGIC: &[u8; 8] = b"SHRKCLF\0";
-const FORMAT_VERSION: u32 = 1;
+/// 2: the remembered training keys follow the weights, so a restart (or the offline
+/// `shrike learn` then the daemon) still refuses a message it has trained on. 1 is still read.
+const FORMAT_VERSION: u32 = 2;
 
 /// The model.
 pub struct Classifier {
@@ -305,6 +307,14 @@ impl Classifier {
         for v in self.table.iter() {
             buf.extend_from_slice(&v.load(Relaxed).to_le_bytes());
         }
+        {
+            let seen = self.seen.lock();
+            buf.extend_from_slice(&(seen.len() as u32).to_le_bytes());
+            // Oldest first, so loading in order keeps which are forgotten next.
+            for (key, ()) in seen.iter().rev() {
+                buf.extend_from_slice(&key.to_le_bytes());
+            }
+        }
         drop(_guard);
         let crc = crc32c::crc32c(&buf);
         buf.extend_from_slice(&crc.to_le_bytes());
@@ -346,8 +356,9 @@ impl Classifier {
         if crc32c::crc32c(body) != u32::from_le_bytes(tail.try_into().expect("4 bytes")) {
             return Err(SnapshotError::Checksum(name));
         }
-        if u32_at(8) != FORMAT_VERSION {
-            return Err(SnapshotError::Version(name, u32_at(8), FORMAT_VERSION));
+        let version = u32_at(8);
+        if version != FORMAT_VERSION && version != 1 {
+            return Err(SnapshotError::Version(name, version, FORMAT_VERSION));
         }
         if u32_at(12) != FEATURE_VERSION {
             return Err(SnapshotError::FeatureVersion(
@@ -361,9 +372,24 @@ impl Classifier {
             return Err(SnapshotError::TableBits(name, bits, config.table_bits));
         }
         let model = Classifier::new(config);
-        let values = &body[36..];
-        if values.len() != model.table.len() * 4 {
-            return Err(SnapshotError::Checksum(name));
+        let table_end = 36 + model.table.len() * 4;
+        let (values, keys) = match body.get(36..table_end) {
+            Some(values) => (values, &body[table_end..]),
+            None => return Err(SnapshotError::Checksum(name)),
+        };
+        let keys = match version {
+            1 if keys.is_empty() => keys,
+            1 => return Err(SnapshotError::Checksum(name)),
+            _ => match keys.split_first_chunk::<4>() {
+                Some((n, rest)) if rest.len() == u32::from_le_bytes(*n) as usize * 8 => rest,
+                _ => return Err(SnapshotError::Checksum(name)),
+            },
+        };
+        {
+            let mut seen = model.seen.lock();
+            for key in keys.chunks_exact(8) {
+                seen.put(u64::from_le_bytes(key.try_into().expect("8 bytes")), ());
+            }
         }
         model.spam.store(u64_at(20), Relaxed);
         model.ham.store(u64_at(28), Relaxed);
@@ -489,5 +515,45 @@ mod tests {
         );
         assert!(model.train(&f, Class::Spam, None));
         assert_eq!(model.learned(), (2, 1));
+    }
+
+    #[test]
+    fn trained_messages_are_remembered_across_a_snapshot() {
+        let model = Classifier::new(&config());
+        let f = example(1, true);
+        assert!(model.train(&f, Class::Spam, Some(42)));
+        assert!(model.train(&f, Class::Ham, Some(7)));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("classifier.bin");
+        model.save(&path).unwrap();
+        let loaded = Classifier::load(&config(), &path).unwrap();
+        assert!(!loaded.train(&f, Class::Spam, Some(42)), "already trained");
+        assert!(!loaded.train(&f, Class::Ham, Some(7)), "already trained");
+        assert!(
+            loaded.train(&f, Class::Spam, Some(7)),
+            "other class, other key"
+        );
+        assert_eq!(loaded.learned(), (2, 1));
+
+        // A version-1 file (weights only, no keys) still loads, remembering nothing.
+        let bytes = std::fs::read(&path).unwrap();
+        let table_end = 36 + model.table.len() * 4;
+        let mut v1 = bytes[..table_end].to_vec();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &v1).unwrap();
+        let old = Classifier::load(&config(), &path).unwrap();
+        assert_eq!(old.learned(), model.learned());
+        assert!(old.train(&f, Class::Spam, Some(42)));
+        // A key list cut short is damage, not fewer keys.
+        let mut cut = bytes[..bytes.len() - 12].to_vec();
+        let crc = crc32c::crc32c(&cut);
+        cut.extend_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &cut).unwrap();
+        assert!(matches!(
+            Classifier::load(&config(), &path),
+            Err(SnapshotError::Checksum(_))
+        ));
     }
 }

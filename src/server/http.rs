@@ -428,6 +428,9 @@ async fn learn(
             "class": if counter == Counter::Rescue { "ham" } else { "spam" },
             "keys": l.keys,
             "message-id": l.message_id,
+            // The classifier had already learned this message (Message-ID, else body): the
+            // store's counters got it again, the classifier did not.
+            "duplicate": !l.trained,
         })
         .to_string(),
     )

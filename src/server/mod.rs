@@ -29,11 +29,10 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::classify::SnapshotError;
 use crate::config::Config;
+use crate::datadir::DataDir;
 use crate::engine::{LoadError, RuleLocation};
 use crate::scan::Scanner;
-use crate::store::{
-    Committer, Durable, PersistError, ReputationStore, Store, Sweeper, SystemClock,
-};
+use crate::store::{Committer, PersistError, ReputationStore, Store, Sweeper};
 use listen::Listen;
 use metrics::Metrics;
 use pool::Pool;
@@ -98,20 +97,11 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "{dir} is in use by another shrike (lock held on {lock}); give each daemon its own --data"
-    )]
-    DataDirInUse { dir: String, lock: String },
-    #[error("opening the data directory {dir}")]
-    OpenData {
-        dir: String,
-        #[source]
-        source: PersistError,
-    },
+    /// The data directory is in use, or its store or classifier cannot be opened.
+    #[error(transparent)]
+    DataDir(#[from] crate::datadir::DataDirError),
     #[error("loading the rules")]
     Rules(#[source] LoadError),
-    #[error("loading the classifier (server.salvage moves it aside)")]
-    LoadClassifier(#[source] SnapshotError),
     /// The rule directory cannot be watched.
     #[error(transparent)]
     Watch(crate::engine::watch::WatchError),
@@ -200,25 +190,13 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         s.io_threads
     };
 
-    let _lock = lock_data_dir(&s.data_dir)?;
-    let (durable, recovery) = Durable::open(
-        &s.data_dir,
-        &config.store,
-        &config.persist,
-        Arc::new(SystemClock),
-        s.salvage,
-    )
-    .map_err(|source| ServeError::OpenData {
-        dir: s.data_dir.display().to_string(),
-        source,
-    })?;
-    tracing::info!(
-        dir = %s.data_dir.display(),
-        snapshot_keys = recovery.snapshot_keys,
-        wal_records = recovery.wal_records,
-        truncated_tail = recovery.truncated_tail,
-        "reputation state loaded"
-    );
+    let DataDir {
+        durable,
+        classifier,
+        classifier_path,
+        lock: _lock,
+        ..
+    } = crate::datadir::open(&config, s.salvage)?;
     let (history, history_writer) =
         crate::history::open(&s.data_dir, &config.history).map_err(ServeError::History)?;
     if history.enabled() {
@@ -228,9 +206,6 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let sweeper = Sweeper::spawn(store.clone(), Duration::from_secs(s.sweep_cycle_secs))
         .map_err(ServeError::io("starting the sweeper"))?;
     let shared: Arc<dyn ReputationStore> = store.clone();
-    let classifier_path = s.data_dir.join(CLASSIFIER_FILE);
-    let classifier = Arc::new(load_classifier(&config, &classifier_path, s.salvage)?);
-    open_learn_journal(&config, &classifier, &classifier_path)?;
     let scanner =
         Scanner::with_classifier(&config.scan_settings(), rules, shared, classifier.clone())
             .map_err(ServeError::Rules)?;
@@ -351,94 +326,6 @@ impl Drop for ClassifierSnapshots {
     }
 }
 
-/// The classifier's weights in the data directory.
-const CLASSIFIER_FILE: &str = "classifier.bin";
-/// The learns since the classifier's last snapshot, beside it.
-const JOURNAL_FILE: &str = "classifier.journal";
-
-/// Opens the classifier's learn journal, trains again what it holds beyond the snapshot just
-/// loaded (the learns a killed process acknowledged but had not saved), and attaches it.
-fn open_learn_journal(
-    config: &Config,
-    classifier: &crate::classify::Classifier,
-    snapshot: &std::path::Path,
-) -> Result<(), ServeError> {
-    use crate::classify::{journal::Journal, Classifier};
-    let path = snapshot.with_file_name(JOURNAL_FILE);
-    let crc = Classifier::file_crc(snapshot);
-    let sync_each = config.persist.fsync == crate::store::FsyncPolicy::Always;
-    let (journal, learns) = Journal::open(&path, crc, sync_each).map_err(ServeError::io(
-        format!("opening the classifier journal {}", path.display()),
-    ))?;
-    let mut trained = 0;
-    for l in &learns {
-        trained += usize::from(classifier.train(&l.features, l.class, l.key));
-    }
-    if !learns.is_empty() {
-        tracing::info!(
-            learns = learns.len(),
-            trained,
-            "classifier journal replayed"
-        );
-    }
-    classifier.attach_journal(journal);
-    Ok(())
-}
-
-/// The classifier saved by the last shutdown, or a fresh one when there is none. A damaged or
-/// incompatible file stops startup with the reason, unless `salvage` moves it aside.
-fn load_classifier(
-    config: &Config,
-    path: &std::path::Path,
-    salvage: bool,
-) -> Result<crate::classify::Classifier, ServeError> {
-    use crate::classify::Classifier;
-    if !path.exists() {
-        return Ok(Classifier::new(&config.classifier));
-    }
-    match Classifier::load(&config.classifier, path) {
-        Ok(model) => {
-            let (spam, ham) = model.learned();
-            tracing::info!(spam, ham, "classifier loaded");
-            Ok(model)
-        }
-        Err(e) if salvage => {
-            let aside = path.with_extension("bin.damaged");
-            tracing::error!(error = %e, aside = %aside.display(), "classifier snapshot refused; moved aside, starting afresh");
-            std::fs::rename(path, &aside)
-                .map_err(ServeError::io(format!("moving {} aside", path.display())))?;
-            Ok(Classifier::new(&config.classifier))
-        }
-        Err(e) => Err(ServeError::LoadClassifier(e)),
-    }
-}
-
-/// Two daemons appending to one WAL would corrupt it: the first holds an exclusive lock on
-/// `DIR/lock` for its lifetime (released by the OS, also on `kill -9`).
-fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServeError> {
-    std::fs::create_dir_all(dir).map_err(ServeError::io(format!(
-        "creating the data directory {}",
-        dir.display()
-    )))?;
-    let path = dir.join("lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(ServeError::io(format!("opening {}", path.display())))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(ServeError::DataDirInUse {
-            dir: dir.display().to_string(),
-            lock: path.display().to_string(),
-        }),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(ServeError::io(format!("locking {}", path.display()))(e))
-        }
-    }
-}
-
 async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
     use tokio::signal::unix::{signal, SignalKind};
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -548,16 +435,6 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_data_directory_serves_one_daemon() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = lock_data_dir(dir.path()).unwrap();
-        let err = lock_data_dir(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("in use by another shrike"), "{err}");
-        drop(first);
-        assert!(lock_data_dir(dir.path()).is_ok());
-    }
 
     #[test]
     fn listen_forms() {

@@ -1,0 +1,303 @@
+//! `shrike learn` through the binary: offline into a data directory that a daemon then starts
+//! on, duplicates on a second learn, unreadable files reported without stopping, a data
+//! directory in use refused and left alone, and learning through a running daemon.
+
+#[allow(dead_code)]
+#[path = "common/daemon.rs"]
+mod daemon;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use daemon::{free_port, Daemon, Options};
+
+const SPAM: [&str; 4] = [
+    "gtube.eml",
+    "html_only.eml",
+    "homoglyph_subject_latin.eml",
+    "phishing_anchor.eml",
+];
+const HAM: [&str; 4] = [
+    "base64_body.eml",
+    "inline_html_alternative.eml",
+    "received_ipv6.eml",
+    "nested_multipart.eml",
+];
+
+fn data(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The spam as a maildir (two in new/, two in cur/, and an empty tmp/ that is not mail).
+fn spam_maildir(dir: &Path) -> PathBuf {
+    let maildir = dir.join("Spam");
+    for sub in ["new", "cur", "tmp"] {
+        std::fs::create_dir_all(maildir.join(sub)).unwrap();
+    }
+    for (i, name) in SPAM.iter().enumerate() {
+        let sub = if i % 2 == 0 { "new" } else { "cur" };
+        let file = format!("1700000000.{i}.host:2,S");
+        std::fs::write(maildir.join(sub).join(file), data(name)).unwrap();
+    }
+    maildir
+}
+
+/// The ham as one mbox file.
+fn ham_mbox(dir: &Path) -> PathBuf {
+    let path = dir.join("ham.mbox");
+    let mut mbox = Vec::new();
+    for name in HAM {
+        mbox.extend_from_slice(b"From someone@example.com Thu Nov 26 10:00:00 2026\n");
+        let raw = String::from_utf8_lossy(&data(name)).replace("\r\n", "\n");
+        mbox.extend_from_slice(raw.as_bytes());
+        if !raw.ends_with('\n') {
+            mbox.push(b'\n');
+        }
+        mbox.push(b'\n');
+    }
+    std::fs::write(&path, mbox).unwrap();
+    path
+}
+
+fn shrike(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .args(args)
+        .output()
+        .expect("run shrike")
+}
+
+fn learn(args: &[&dyn AsRef<std::ffi::OsStr>]) -> (bool, String, String) {
+    let mut all: Vec<&std::ffi::OsStr> = vec!["learn".as_ref()];
+    all.extend(args.iter().map(|a| a.as_ref()));
+    let out = shrike(&all);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A count of the summary: the number after `label: `.
+fn count(stdout: &str, label: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(label)?.strip_prefix(": "))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {label:?} in:\n{stdout}"))
+}
+
+fn classifier_learned(d: &Daemon) -> (u64, u64) {
+    let stat = d.get("/stat").json();
+    let c = &stat["classifier"];
+    (
+        c["learned_spam"].as_u64().expect("learned_spam"),
+        c["learned_ham"].as_u64().expect("learned_ham"),
+    )
+}
+
+/// The 24-hour count of `counter` on the subject key `subject`.
+fn subject_count(d: &Daemon, subject: &str, counter: &str) -> u64 {
+    let value: String = subject
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let r = d.get(&format!("/reputation?type=subject&value={value}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["keys"][0]["windows"]["24h"][counter]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{counter} of {subject:?}: {}", r.text()))
+}
+
+/// Every file of a directory tree with its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(tree(&path));
+        } else {
+            out.insert(path.clone(), std::fs::read(&path).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn offline_learns_are_what_the_daemon_starts_with_and_a_second_learn_counts_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = spam_maildir(dir.path());
+    let ham = ham_mbox(dir.path());
+    let data_dir = dir.path().join("data");
+
+    let (ok, out, err) = learn(&[&"--spam", &spam, &"--ham", &ham, &"--data", &data_dir]);
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(count(&out, "learned spam"), 4, "{out}");
+    assert_eq!(count(&out, "learned ham"), 4, "{out}");
+    assert_eq!(count(&out, "duplicates"), 0, "{out}");
+    assert_eq!(count(&out, "unreadable"), 0, "{out}");
+    assert!(err.is_empty(), "nothing on stderr off a terminal: {err}");
+
+    let mut d = Daemon::start(dir.path(), Options::default());
+    assert_eq!(classifier_learned(&d), (4, 4));
+    assert_eq!(subject_count(&d, "Test spam mail (GTUBE)", "complaint"), 1);
+    assert_eq!(subject_count(&d, "Test spam mail (GTUBE)", "rescue"), 0);
+    assert_eq!(subject_count(&d, "Quarterly report", "rescue"), 1);
+    assert_eq!(subject_count(&d, "Quarterly report", "complaint"), 0);
+    d.stop();
+
+    // The same mail again: the classifier refuses every message as already learned.
+    let (ok, out, err) = learn(&[&"--spam", &spam, &"--ham", &ham, &"--data", &data_dir]);
+    assert!(ok, "all duplicates is not a failure: {out}\n{err}");
+    assert_eq!(count(&out, "learned spam"), 0, "{out}");
+    assert_eq!(count(&out, "learned ham"), 0, "{out}");
+    assert_eq!(count(&out, "duplicates"), 8, "{out}");
+    assert!(out.contains("(4 spam, 4 ham"), "{out}");
+
+    let d = Daemon::start(dir.path(), Options::default());
+    assert_eq!(classifier_learned(&d), (4, 4), "duplicates not trained");
+}
+
+#[test]
+fn unreadable_files_are_reported_and_the_rest_is_learned() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = spam_maildir(dir.path());
+    let broken = spam.join("cur").join("1700000009.x.host:2,S");
+    std::os::unix::fs::symlink(dir.path().join("gone"), &broken).unwrap();
+    let empty = spam.join("new").join("1700000010.y.host");
+    std::fs::write(&empty, b"\n\n").unwrap();
+    let missing = dir.path().join("no-such-folder");
+    let data_dir = dir.path().join("data");
+
+    let (ok, out, err) = learn(&[
+        &"--spam",
+        &spam,
+        &missing,
+        &"--ham",
+        &ham_mbox(dir.path()),
+        &"--data",
+        &data_dir,
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(count(&out, "learned spam"), 4, "{out}");
+    assert_eq!(count(&out, "learned ham"), 4, "{out}");
+    assert_eq!(count(&out, "unreadable"), 3, "{out}");
+    for path in [&broken, &empty, &missing] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(&*path.to_string_lossy()))
+            .unwrap_or_else(|| panic!("no error line for {}:\n{err}", path.display()));
+        assert!(line.starts_with("shrike: cannot read"), "{line}");
+    }
+    assert_eq!(err.lines().count(), 3, "one line each: {err}");
+
+    // Nothing readable at all: a failure, and no data directory written.
+    let other = dir.path().join("data2");
+    let (ok, out, err) = learn(&[&"--spam", &missing, &"--data", &other]);
+    assert!(!ok, "nothing learned must fail: {out}");
+    assert!(err.contains("no readable message"), "{err}");
+    assert!(!other.exists(), "nothing to learn opens no data directory");
+}
+
+#[test]
+fn a_data_directory_in_use_by_a_daemon_is_refused_and_left_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = spam_maildir(dir.path());
+    let d = Daemon::start(dir.path(), Options::default());
+    let r = d.post("/learnspam", &[], &data("gtube.eml"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let before = tree(&d.data);
+
+    let (ok, out, err) = learn(&[&"--spam", &spam, &"--data", &d.data]);
+    assert!(!ok, "must refuse: {out}");
+    assert!(err.contains("in use by a running shrike"), "{err}");
+    assert!(err.contains("--server"), "says what to do instead: {err}");
+    assert!(!out.contains("learned spam"), "no summary: {out}");
+    assert_eq!(tree(&d.data), before, "the data directory is untouched");
+    assert_eq!(classifier_learned(&d), (1, 0));
+    assert_eq!(subject_count(&d, "Test spam mail (GTUBE)", "complaint"), 1);
+}
+
+#[test]
+fn learning_through_a_running_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = spam_maildir(dir.path());
+    let ham = ham_mbox(dir.path());
+    // One message over the daemon's body limit: refused, the rest learned.
+    let big = dir.path().join("big.eml");
+    let mut raw = b"From: a@example.com\nSubject: big\nMessage-ID: <big@example.com>\n\n".to_vec();
+    raw.extend(std::iter::repeat_n(b"all work and no play\n".as_slice(), 5_000).flatten());
+    std::fs::write(&big, raw).unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some("[http]\nmax_body_bytes = 50000\n".into()),
+            ..Options::default()
+        },
+    );
+    let url = format!("http://127.0.0.1:{}", d.http);
+
+    let (ok, out, err) = learn(&[&"--server", &url, &"--spam", &spam, &"--ham", &ham, &big]);
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(count(&out, "learned spam"), 4, "{out}");
+    assert_eq!(count(&out, "learned ham"), 4, "{out}");
+    assert_eq!(count(&out, "duplicates"), 0, "{out}");
+    assert_eq!(count(&out, "refused"), 1, "{out}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("big.eml"))
+        .unwrap_or_else(|| panic!("no line for the refused file:\n{err}"));
+    assert!(line.contains("413"), "{line}");
+    assert_eq!(classifier_learned(&d), (4, 4));
+    assert_eq!(subject_count(&d, "Test spam mail (GTUBE)", "complaint"), 1);
+    assert_eq!(subject_count(&d, "Quarterly report", "rescue"), 1);
+
+    // Again: the daemon says each is a duplicate; the classifier does not train again.
+    let (ok, out, err) = learn(&[&"--server", &url, &"--spam", &spam, &"--ham", &ham]);
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(count(&out, "learned spam"), 0, "{out}");
+    assert_eq!(count(&out, "duplicates"), 8, "{out}");
+    assert_eq!(classifier_learned(&d), (4, 4));
+
+    // The reply of /learnspam says so too.
+    let r = d.post("/learnspam", &[], &data("gtube.eml"));
+    assert_eq!(r.json()["duplicate"], true, "{}", r.text());
+
+    // No daemon there: one clear error, a failure, no per-file noise.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let (ok, out, err) = learn(&[&"--server", &nowhere, &"--spam", &spam]);
+    assert!(!ok, "{out}");
+    assert!(err.contains("cannot be used"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_progress_bar_with_rate_and_eta_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = spam_maildir(dir.path());
+    let data_dir = dir.path().join("data");
+    // `script` (util-linux) runs the learn on a pseudo-terminal; what it drew comes back on
+    // script's stdout with the summary.
+    let command = format!(
+        "'{}' learn --spam '{}' --data '{}'",
+        env!("CARGO_BIN_EXE_shrike"),
+        spam.display(),
+        data_dir.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("run script (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("4/4 messages, "), "the bar: {text}");
+    assert!(text.contains(" msg/s, ETA "), "rate and ETA: {text}");
+    // The bar is cleared before the summary (its escape sequence ends the line before it).
+    assert!(text.contains("learned spam: 4\r\n"), "{text}");
+}
