@@ -31,7 +31,8 @@ mkdir -p "$work"
 chmod 755 "$work"
 find "$work/corpus/spamassassin-dev" -type f -path '*/*ham/*' -o -type f -path '*/spam/*' | sort \
     | awk 'NR % 6 == 1' > "$work/list"
-# WRK_SCRIPT: another wrk script for http (scripts/bench/checkv2_envelope.lua adds an envelope).
+# WRK_SCRIPT: another wrk script for http. BENCH_ENVELOPE=1 (read by scripts/bench/checkv2.lua)
+# gives each message an MTA's envelope headers.
 wrk_script=${WRK_SCRIPT:-scripts/bench/checkv2.lua}
 http_port=21336
 milter_port=21337

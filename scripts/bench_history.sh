@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The decision history's benchmarks (BENCHMARKS.md, "Decision history"):
 #   1. /checkv2 throughput with the history on and off: two release daemons, one with
-#      `[history] enabled = false`, take turns under wrk (scripts/bench/checkv2_envelope.lua:
-#      every sixth dev-corpus message with an MTA's envelope headers) for ROUNDS rounds (default
+#      `[history] enabled = false`, take turns under wrk (scripts/bench/checkv2.lua with
+#      BENCH_ENVELOPE=1: every sixth dev-corpus message with an MTA's envelope headers) for ROUNDS rounds (default
 #      3), so a change in the machine's load hits both; each round prints both rates and the
 #      cost, the end the median cost. Then the on daemon's history bytes per record; then
 #      shrike's CPU a message with the history on and off (scripts/bench_cpu.sh, which counts
@@ -48,7 +48,7 @@ for port in 21341 21342; do
     for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 done
 rate() {  # rate PORT SECONDS -> msg/s
-    BENCH_LIST="$work/list" wrk -t2 -c"$conns" -d"$2s" -s scripts/bench/checkv2_envelope.lua \
+    BENCH_ENVELOPE=1 BENCH_LIST="$work/list" wrk -t2 -c"$conns" -d"$2s" -s scripts/bench/checkv2.lua \
         "http://127.0.0.1:$1" | awk '/^messages/ {print $7}'
 }
 rate 21341 5 >/dev/null
@@ -74,7 +74,7 @@ wait $on_pid $off_pid 2>/dev/null || true
 trap - EXIT
 
 echo "## 1b. shrike's CPU a message, history on and off (scripts/bench_cpu.sh, alternated)"
-WRK_SCRIPT=scripts/bench/checkv2_envelope.lua ROUNDS=${CPU_ROUNDS:-4} SECS=${CPU_SECS:-15} \
+BENCH_ENVELOPE=1 ROUNDS=${CPU_ROUNDS:-4} SECS=${CPU_SECS:-15} \
     scripts/bench_cpu.sh http "$bin" "$bin:$work/off/shrike.toml"
 
 echo "## 2. bytes per record on the dev corpus"

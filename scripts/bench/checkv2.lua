@@ -32,14 +32,30 @@ local i = 0
 local prepared = {}
 
 -- $BENCH_IP and $BENCH_HELO, when set, go with every request as the `IP` and `Helo` headers
--- (scripts/bench_dns.sh: SPF and the DNS lists need a client address).
+-- (scripts/bench_dns.sh: SPF and the DNS lists need a client address). $BENCH_ENVELOPE=1 gives
+-- each message instead the envelope an MTA sends (IP, Helo, Hostname, From, Rcpt, Queue-Id, a
+-- different one a message), so that the decision history records what it would behind an MTA
+-- (scripts/bench_history.sh).
+local function envelope(k)
+  return {
+    ["Content-Type"] = "text/plain",
+    ["IP"] = string.format("198.51.%d.%d", (k * 7) % 256, (k * 13) % 256),
+    ["Helo"] = string.format("mx%d.sender%d.example", k % 3, k),
+    ["Hostname"] = string.format("mail.sender%d.example", k),
+    ["From"] = string.format("user%d@sender%d.example", k % 97, k),
+    ["Rcpt"] = string.format("rcpt%d@ourcompany.example", k % 50),
+    ["Queue-Id"] = string.format("%05X%05X", (k * 2654435761) % 1048576, (k * 40503) % 1048576),
+  }
+end
+
 function init(args)
   i = offset or 0
   local headers = { ["Content-Type"] = "text/plain" }
   if os.getenv("BENCH_IP") then headers["IP"] = os.getenv("BENCH_IP") end
   if os.getenv("BENCH_HELO") then headers["Helo"] = os.getenv("BENCH_HELO") end
+  local per_message = os.getenv("BENCH_ENVELOPE") == "1"
   for k, body in ipairs(bodies) do
-    prepared[k] = wrk.format("POST", "/checkv2", headers, body)
+    prepared[k] = wrk.format("POST", "/checkv2", per_message and envelope(k) or headers, body)
   end
 end
 
