@@ -6,81 +6,17 @@
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
 mod daemon;
+#[allow(dead_code)]
+#[path = "common/mta.rs"]
+mod mta;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use mta::{Mta, POSTFIX};
+
+use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 use daemon::{Daemon, Options};
-use shrike::proto::milter::{
-    encode_command, protocol, Command, Decoder, OptNeg, Reply, ReplyDecoder,
-};
-
-/// Postfix 3.7's offer (see ../shared/tools/mta/captures).
-const POSTFIX: OptNeg = OptNeg {
-    version: 6,
-    actions: 0x1ff,
-    protocol: 0x1f_ffff,
-};
-
-struct Mta {
-    s: TcpStream,
-    replies: ReplyDecoder,
-}
-
-impl Mta {
-    fn connect(port: u16) -> Mta {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the milter");
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Mta {
-            s,
-            replies: ReplyDecoder::new(1 << 20),
-        }
-    }
-
-    fn send(&mut self, cmds: &[Command]) {
-        let mut out = Vec::new();
-        for c in cmds {
-            encode_command(c, &mut out);
-        }
-        self.s.write_all(&out).unwrap();
-    }
-
-    /// Reads replies until one of them is final (accept, reject, tempfail, discard, reply code,
-    /// continue, option negotiation); returns them all.
-    fn until_final(&mut self) -> Vec<Reply> {
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            while let Some(r) = self.replies.next_reply().expect("a well-formed reply") {
-                let done = matches!(
-                    r,
-                    Reply::Accept
-                        | Reply::Reject
-                        | Reply::Tempfail
-                        | Reply::Discard
-                        | Reply::ReplyCode(_)
-                        | Reply::Continue
-                        | Reply::OptNeg(_)
-                );
-                got.push(r);
-                if done {
-                    return got;
-                }
-            }
-            let n = self.s.read(&mut buf).expect("read from the milter");
-            assert!(n > 0, "milter closed the connection; got {got:?}");
-            self.replies.feed(&buf[..n]);
-        }
-    }
-
-    /// True when the server closed the connection (EOF) within the read timeout.
-    fn closed(&mut self) -> bool {
-        let mut buf = [0u8; 64];
-        matches!(self.s.read(&mut buf), Ok(0) | Err(_))
-    }
-}
+use shrike::proto::milter::{encode_command, protocol, Command, Decoder, OptNeg, Reply};
 
 fn message_commands(path: &str, extra_header: Option<(&str, &str)>) -> Vec<Command> {
     let raw = std::fs::read(
