@@ -50,7 +50,7 @@ run() {  # run BIN CONFIG -> one result line
     rm -rf "$work/data-cpu"
     local milter_arg=off
     [ "$mode" = milter ] && milter_arg="127.0.0.1:$milter_port"
-    "$bin" serve ${cfg:+--config "$cfg"} --http "127.0.0.1:$http_port" --milter "$milter_arg" \
+    "$bin" serve --config "${cfg:-scripts/bench/offline.toml}" --http "127.0.0.1:$http_port" --milter "$milter_arg" \
         --data "$work/data-cpu" 2> "$work/shrike-cpu.log" &
     pid=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done

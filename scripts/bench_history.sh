@@ -37,8 +37,8 @@ bench="$target/release/examples/history_bench"
 echo "## 1. /checkv2 with the history on and off ($(wc -l < "$work/list") messages in the cycle)"
 rm -rf "$work/on" "$work/off"
 mkdir -p "$work/on" "$work/off"
-printf '[history]\nenabled = false\n' > "$work/off/shrike.toml"
-"$bin" serve --http 127.0.0.1:21341 --milter off --data "$work/on/data" 2> "$work/on/log" &
+printf '[history]\nenabled = false\n' | cat - scripts/bench/offline.toml > "$work/off/shrike.toml"
+"$bin" --config scripts/bench/offline.toml serve --http 127.0.0.1:21341 --milter off --data "$work/on/data" 2> "$work/on/log" &
 on_pid=$!
 "$bin" --config "$work/off/shrike.toml" serve --http 127.0.0.1:21342 --milter off \
     --data "$work/off/data" 2> "$work/off/log" &

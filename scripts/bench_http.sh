@@ -25,7 +25,7 @@ command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 
 cargo build --release --quiet
 port=21333
 rm -rf "$work/data"
-./target/release/shrike serve --http "127.0.0.1:$port" --milter off --data "$work/data" \
+./target/release/shrike --config scripts/bench/offline.toml serve --http "127.0.0.1:$port" --milter off --data "$work/data" \
     2> "$work/shrike.log" &
 pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done

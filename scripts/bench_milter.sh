@@ -28,7 +28,7 @@ case ${MILTER_SOCKET:-tcp} in
     *) echo "MILTER_SOCKET must be tcp or unix" >&2; exit 2 ;;
 esac
 rm -rf "$work/data-milter"
-./target/release/shrike serve ${SHRIKE_CONFIG:+--config "$SHRIKE_CONFIG"} \
+./target/release/shrike serve --config "${SHRIKE_CONFIG:-scripts/bench/offline.toml}" \
     --http 127.0.0.1:21335 --milter "$listen" --data "$work/data-milter" 2> "$work/shrike-milter.log" &
 pid=$!
 cleanup() { kill $pid 2>/dev/null || true; "$tools/mta-down" --dir "$work/mta" >/dev/null 2>&1 || true; }

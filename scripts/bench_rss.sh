@@ -12,7 +12,7 @@ mkdir -p "$work"
 cargo build --release --quiet
 port=21334
 rm -rf "$work/data-rss"
-./target/release/shrike serve --http "127.0.0.1:$port" --milter off --data "$work/data-rss" \
+./target/release/shrike --config scripts/bench/offline.toml serve --http "127.0.0.1:$port" --milter off --data "$work/data-rss" \
     2> "$work/shrike-rss.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT

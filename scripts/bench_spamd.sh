@@ -23,7 +23,7 @@ cargo build --release --quiet --bin shrike --example proto_load
 http=21333
 spamd=21335
 rm -rf "$work/data-spamd"
-printf '[spamd]\nlisten = "127.0.0.1:%s"\n' "$spamd" > "$work/spamd.toml"
+printf '[spamd]\nlisten = "127.0.0.1:%s"\n' "$spamd" | cat - scripts/bench/offline.toml > "$work/spamd.toml"
 ./target/release/shrike --config "$work/spamd.toml" serve --http "127.0.0.1:$http" --milter off \
     --data "$work/data-spamd" 2> "$work/shrike-spamd.log" &
 pid=$!

@@ -45,7 +45,7 @@ if [ -z "$bin" ]; then
     bin="${CARGO_TARGET_DIR:-target}/release/shrike"
 fi
 rm -rf "$work/overload-data"
-RUST_LOG=info "$bin" serve --http "127.0.0.1:$port" --milter off --data "$work/overload-data" \
+RUST_LOG=info "$bin" --config scripts/bench/offline.toml serve --http "127.0.0.1:$port" --milter off --data "$work/overload-data" \
     2> "$work/overload.log" &
 pid=$!
 sampler=
