@@ -42,24 +42,7 @@ fn message_commands(path: &str, extra_header: Option<(&str, &str)>) -> Vec<Comma
             value: format!(" {v}").into_bytes(),
         });
     }
-    // Unfold into (name, value) with the value's leading space (HDR_LEADSPC).
-    let mut headers: Vec<(String, String)> = Vec::new();
-    for line in head.lines() {
-        if line.starts_with([' ', '\t']) {
-            if let Some(last) = headers.last_mut() {
-                last.1.push('\n');
-                last.1.push_str(line);
-            }
-        } else if let Some((n, v)) = line.split_once(':') {
-            headers.push((n.to_string(), v.to_string()));
-        }
-    }
-    for (n, v) in headers {
-        cmds.push(Command::Header {
-            name: n.into_bytes(),
-            value: v.into_bytes(),
-        });
-    }
+    cmds.extend(mta::header_commands(head.lines(), "\n"));
     cmds.push(Command::EndOfHeaders);
     let body = body.replace('\n', "\r\n").into_bytes();
     for chunk in body.chunks(1000) {

@@ -88,24 +88,32 @@ pub fn transaction(ip: &str, helo: &str, mail_from: &str, raw: &str) -> Vec<Comm
         Command::Rcpt(vec![b"<bob@rcpt.example>".to_vec()]),
         Command::Data,
     ];
-    let mut headers: Vec<(String, String)> = Vec::new();
-    for line in head.split("\r\n") {
-        if line.starts_with([' ', '\t']) {
-            let last = headers.last_mut().unwrap();
-            last.1.push_str("\r\n");
-            last.1.push_str(line);
-        } else if let Some((n, v)) = line.split_once(':') {
-            headers.push((n.to_string(), v.to_string()));
-        }
-    }
-    for (n, v) in headers {
-        cmds.push(Command::Header {
-            name: n.into_bytes(),
-            value: v.into_bytes(),
-        });
-    }
+    cmds.extend(header_commands(head.split("\r\n"), "\r\n"));
     cmds.push(Command::EndOfHeaders);
     cmds.push(Command::Body(body.as_bytes().to_vec()));
     cmds.push(Command::EndOfMessage(Vec::new()));
     cmds
+}
+
+/// One `Header` command a header of the section given line by line, continuation lines folded
+/// back in after `fold`; values keep their leading space (HDR_LEADSPC).
+pub fn header_commands<'a>(lines: impl Iterator<Item = &'a str>, fold: &str) -> Vec<Command> {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for line in lines {
+        if line.starts_with([' ', '\t']) {
+            if let Some(last) = headers.last_mut() {
+                last.1.push_str(fold);
+                last.1.push_str(line);
+            }
+        } else if let Some((n, v)) = line.split_once(':') {
+            headers.push((n.to_string(), v.to_string()));
+        }
+    }
+    headers
+        .into_iter()
+        .map(|(n, v)| Command::Header {
+            name: n.into_bytes(),
+            value: v.into_bytes(),
+        })
+        .collect()
 }
