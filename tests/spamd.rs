@@ -355,3 +355,52 @@ fn a_malformed_spamd_request_gets_a_protocol_error_and_the_daemon_keeps_serving(
     );
     assert!(d.metric("shrike_spamd_errors_total") >= 4);
 }
+
+/// A local address that is not loopback (the route to a documentation address; no packet is
+/// sent).
+fn non_loopback_ip() -> std::net::IpAddr {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    s.connect("192.0.2.123:9").expect("a route off loopback");
+    let ip = s.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback(), "{ip}");
+    ip
+}
+
+/// TELL follows `/learn*`'s admin rule: a client off loopback is refused and nothing is learned,
+/// while its checks are served.
+#[test]
+fn tell_from_a_remote_client_is_refused_and_learns_nothing() {
+    let ip = non_loopback_ip();
+    let dir = tempfile::tempdir().unwrap();
+    let port = daemon::free_port();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(format!("[spamd]\nlisten = \"{ip}:{port}\"\n")),
+            ..Options::default()
+        },
+    );
+    let exchange_from = |request: &[u8]| {
+        let mut s = std::net::TcpStream::connect((ip, port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(request).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    let gtube = read("gtube.eml");
+    let reply = exchange_from(&with_body(
+        "TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\n",
+        &gtube,
+    ));
+    assert_eq!(
+        reply,
+        "SPAMD/1.0 77 TELL needs a loopback or Unix-socket client\r\n"
+    );
+    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 0);
+    let reply = exchange_from(&with_body("CHECK SPAMC/1.5\r\n", &gtube));
+    assert!(
+        reply.starts_with("SPAMD/1.1 0 EX_OK\r\nSpam: True"),
+        "{reply}"
+    );
+}
