@@ -170,10 +170,16 @@ function historyQuery() {
   return p;
 }
 
+// Each query is numbered: a reply that arrives after a newer query was sent (the page's first
+// load racing a search) is dropped, so it cannot overwrite the newer results.
+let historySeq = 0;
+
 async function history(more) {
+  const seq = ++historySeq;
   const p = historyQuery();
   if (more && historyCursor) p.set("cursor", historyCursor);
   const page = await api("/ui/api/history?" + p);
+  if (seq !== historySeq) return;
   const t = $("history-table");
   if (!more) table(t, ["time (UTC)", "action", "score", "via", "queue id", "IP", "sender", "recipients", "subject"], []);
   for (const r of page.records) {
