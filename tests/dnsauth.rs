@@ -204,6 +204,39 @@ async fn spf_pass_fail_softfail_neutral_none_loops_and_the_lookup_limit() {
 }
 
 #[tokio::test]
+async fn an_unsigned_messages_results_are_reused_for_its_sender_and_a_signed_ones_never() {
+    let w = world();
+    let c = checker(&w.dns, 3000, &[]);
+    let off = checker(&w.dns, 3000, &[]).with_auth_memo(Duration::ZERO);
+    let env = envelope(SENDER_IP, "alice@sender.example");
+    let raw = message("alice@sender.example", "memo");
+    let first = check(&c, &raw, &env).await;
+    assert_eq!(first.auth.spf.as_ref().unwrap().result, Status::Pass);
+    assert_eq!(first.auth.dmarc.as_ref().unwrap().result, Status::Pass);
+    assert_eq!(c.auth_memo_hits(), 0);
+    // the same sender again, another unsigned message: the results come from the memo, and
+    // they are what a checker without one finds
+    let again = check(&c, &message("alice@sender.example", "other"), &env).await;
+    assert_eq!(c.auth_memo_hits(), 1);
+    assert_eq!(again.auth, first.auth);
+    let fresh = check(&off, &raw, &env).await;
+    assert_eq!(fresh.auth, first.auth);
+    assert_eq!(off.auth_memo_hits(), 0);
+    // another client address is another key: SPF fails, DMARC with it
+    let other = check(&c, &raw, &envelope(OTHER_IP, "alice@sender.example")).await;
+    assert_eq!(c.auth_memo_hits(), 1);
+    assert_eq!(other.auth.spf.as_ref().unwrap().result, Status::Fail);
+    assert_eq!(other.auth.dmarc.as_ref().unwrap().result, Status::Fail);
+    // a signed message of the same sender is verified, its broken signature seen
+    let signed = sign_rsa(&raw, "sender.example", "rsa", "rsa2048.pk8.der");
+    let broken = signed.replace("memo", "m3mo");
+    let n = check(&c, &broken, &env).await;
+    assert_eq!(c.auth_memo_hits(), 1);
+    assert_eq!(n.auth.dkim.len(), 1);
+    assert_eq!(n.auth.dkim[0].result, Status::Fail, "{n:?}");
+}
+
+#[tokio::test]
 async fn dkim_rsa_and_ed25519_pass_and_each_breakage_is_caught() {
     let w = world();
     let c = checker(&w.dns, 3000, &[]);

@@ -64,6 +64,8 @@ pub struct AuthCaches {
     pub ptr: TtlCache<IpAddr, RecordSet<Box<str>>>,
     pub ipv4: TtlCache<Box<str>, RecordSet<Ipv4Addr>>,
     pub ipv6: TtlCache<Box<str>, RecordSet<Ipv6Addr>>,
+    /// Finished results of unsigned messages.
+    pub memo: super::memo::Memo,
 }
 
 /// `Parameters` of a verifier with every cache of `c`.
@@ -78,8 +80,8 @@ pub type Cached<'x, P> = Parameters<
 >;
 
 impl AuthCaches {
-    /// Caches of at most `size` entries each.
-    pub fn new(size: usize) -> AuthCaches {
+    /// Caches of at most `size` entries each; unsigned messages' results kept `memo_ttl`.
+    pub fn new(size: usize, memo_ttl: std::time::Duration) -> AuthCaches {
         let n = NonZeroUsize::new(size).unwrap_or(NonZeroUsize::MIN);
         AuthCaches {
             txt: TtlCache::new(n),
@@ -87,6 +89,7 @@ impl AuthCaches {
             ptr: TtlCache::new(n),
             ipv4: TtlCache::new(n),
             ipv6: TtlCache::new(n),
+            memo: super::memo::Memo::new(size, memo_ttl),
         }
     }
 

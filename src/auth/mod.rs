@@ -9,6 +9,7 @@
 
 mod cache;
 mod header;
+mod memo;
 mod verify;
 
 pub use cache::AuthCaches;

@@ -13,6 +13,7 @@ use mail_auth::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::memo::{MemoKey, Memoized};
 use super::{organizational, MethodResult, Status};
 use crate::dns::DnsHealth;
 
@@ -83,16 +84,38 @@ pub async fn verify(
     } else {
         format!("postmaster@{helo}")
     };
+    let unsigned = msg.dkim_headers.is_empty()
+        && !msg.has_dkim_errors
+        && msg.ams_headers.is_empty()
+        && msg.as_headers.is_empty()
+        && msg.aar_headers.is_empty()
+        && !msg.has_arc_errors;
+    let memo_key = unsigned.then(|| MemoKey {
+        ip,
+        helo: helo.into(),
+        sender: sender.as_str().into(),
+        from_domain: from_domain.as_deref().map(Into::into),
+    });
+    if let Some(m) = memo_key.as_ref().and_then(|k| caches.memo.get(k)) {
+        send(Piece::Spf(m.spf));
+        send(Piece::Helo(m.helo));
+        send(Piece::Dkim(Vec::new()));
+        send(Piece::Arc(MethodResult::of(Status::None)));
+        send(Piece::Dmarc(m.dmarc));
+        return;
+    }
     let spf = async {
         let Some(ip) = ip else {
-            send(Piece::Spf(MethodResult::of(Status::None)));
-            return None;
+            let r = MethodResult::of(Status::None);
+            send(Piece::Spf(r.clone()));
+            return (r, None);
         };
         let o = auth
             .verify_spf(caches.with(SpfParameters::verify_mail_from(ip, helo, host, &sender)))
             .await;
-        send(Piece::Spf(spf_result(&o, health)));
-        Some(o)
+        let r = spf_result(&o, health);
+        send(Piece::Spf(r.clone()));
+        (r, Some(o))
     };
     let helo_spf = async {
         let result = match ip {
@@ -104,7 +127,8 @@ pub async fn verify(
             }
             _ => MethodResult::of(Status::None),
         };
-        send(Piece::Helo(result));
+        send(Piece::Helo(result.clone()));
+        result
     };
     let dkim = async {
         let o = auth.verify_dkim(caches.with(&msg)).await;
@@ -138,13 +162,27 @@ pub async fn verify(
                 .await;
         }
     };
-    let (spf_out, (), dkim_out, (), ()) = tokio::join!(spf, helo_spf, dkim, arc, prefetch);
+    let ((spf_r, spf_out), helo_r, dkim_out, (), ()) =
+        tokio::join!(spf, helo_spf, dkim, arc, prefetch);
+    let finish = |dmarc: MethodResult| {
+        if let Some(key) = memo_key {
+            caches.memo.put(
+                key,
+                Memoized {
+                    spf: spf_r,
+                    helo: helo_r,
+                    dmarc: dmarc.clone(),
+                },
+            );
+        }
+        send(Piece::Dmarc(dmarc));
+    };
     let Some(from) = from_domain else {
-        send(Piece::Dmarc(MethodResult {
+        finish(MethodResult {
             result: Status::None,
             reason: Some("no From domain".into()),
             ..Default::default()
-        }));
+        });
         return;
     };
     let mail_from_domain = sender
@@ -190,13 +228,13 @@ pub async fn verify(
         }
         .to_string()
     });
-    send(Piece::Dmarc(MethodResult {
+    finish(MethodResult {
         result,
         domain: Some(from),
         policy,
         reason: if result == Status::Pass { None } else { reason },
         ..Default::default()
-    }));
+    });
 }
 
 fn dns_note(health: &DnsHealth, s: Status) {

@@ -39,6 +39,9 @@ pub struct DnsConfig {
     /// How long a message waits for its lookups before the rules run with what has arrived
     /// (late answers still fill the cache).
     pub message_budget_ms: u64,
+    /// How long the SPF and DMARC results of an unsigned message are reused for the next
+    /// message with the same client address, HELO, envelope sender and From domain (0: never).
+    pub auth_memo_secs: u64,
 }
 
 impl Default for DnsConfig {
@@ -50,6 +53,7 @@ impl Default for DnsConfig {
             attempts: 2,
             cache_size: 32_768,
             message_budget_ms: 300,
+            auth_memo_secs: 30,
         }
     }
 }
@@ -93,6 +97,10 @@ impl DnsConfig {
 
     pub fn budget(&self) -> Duration {
         Duration::from_millis(self.message_budget_ms)
+    }
+
+    pub fn auth_memo(&self) -> Duration {
+        Duration::from_secs(self.auth_memo_secs)
     }
 }
 

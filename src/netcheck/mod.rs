@@ -9,9 +9,11 @@
 //! Owns: `NetChecks`, `Checker` (resolver, authenticator, zones, budget) and its counters.
 //! Never touches: the scan workers, Lua, the store.
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use mail_auth::MessageAuthenticator;
@@ -29,6 +31,8 @@ const MAX_LIST_QUERIES: usize = 96;
 /// runs past the budget to fill the cache): beyond, a message gets temporary failures at once,
 /// so a dead resolver under a flood costs bounded memory.
 const MAX_IN_FLIGHT: usize = 2048;
+/// `[dns] auth_memo_secs`'s default.
+const DEFAULT_AUTH_MEMO: Duration = Duration::from_secs(30);
 const LATE: &str = "no answer within the message's DNS budget";
 const SHED: &str = "too many messages waiting for DNS";
 
@@ -95,17 +99,31 @@ impl Checker {
             auth,
             zones: Arc::new(zones),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
-            caches: Arc::new(crate::auth::AuthCaches::new(cache_size)),
+            caches: Arc::new(crate::auth::AuthCaches::new(cache_size, DEFAULT_AUTH_MEMO)),
             budget,
             host: Arc::from(host),
             counters: CheckCounters::default(),
         }
     }
 
+    /// Unsigned messages' results reused for `ttl` (default 30 s; zero: never).
+    pub fn with_auth_memo(mut self, ttl: Duration) -> Checker {
+        self.caches = Arc::new(crate::auth::AuthCaches::new(
+            self.resolver.cache_size(),
+            ttl,
+        ));
+        self
+    }
+
     /// At most `n` messages' authentication in flight (default 2048).
     pub fn with_max_in_flight(mut self, n: usize) -> Checker {
         self.in_flight = Arc::new(tokio::sync::Semaphore::new(n));
         self
+    }
+
+    /// Unsigned messages answered from the results memo.
+    pub fn auth_memo_hits(&self) -> u64 {
+        self.caches.memo.hits()
     }
 
     pub fn resolver(&self) -> &Resolver {
@@ -155,7 +173,10 @@ impl Checker {
              shrike_dns_wait_seconds_total {}\n\
              # HELP shrike_dns_shed_total Messages given no checks because too many were in flight.\n\
              # TYPE shrike_dns_shed_total counter\n\
-             shrike_dns_shed_total {}",
+             shrike_dns_shed_total {}\n\
+             # HELP shrike_dns_auth_memo_hits_total Unsigned messages whose SPF and DMARC results were reused (dns.auth_memo_secs).\n\
+             # TYPE shrike_dns_auth_memo_hits_total counter\n\
+             shrike_dns_auth_memo_hits_total {}",
             h.answered.load(Relaxed),
             h.negative.load(Relaxed),
             h.failed.load(Relaxed),
@@ -165,6 +186,7 @@ impl Checker {
             c.list_queries.load(Relaxed),
             c.wait_us.load(Relaxed) as f64 / 1e6,
             c.shed.load(Relaxed),
+            self.caches.memo.hits(),
         );
     }
 
@@ -197,7 +219,7 @@ impl Checker {
                 })
                 .unwrap_or_default();
             let limit = self.task_limit;
-            tokio::spawn(async move {
+            let mut task = Box::pin(async move {
                 let smtp = crate::auth::Smtp {
                     ip,
                     helo: &helo,
@@ -208,6 +230,14 @@ impl Checker {
                 let _ = tokio::time::timeout(limit, verify).await;
                 drop(permit);
             });
+            // Polled here first: with every record cached (or the results memoized) it is done
+            // at once, and spawning a task, with the wake-up across threads that comes with it,
+            // would cost more than the work. Only a task that waits on the network is spawned.
+            let waiting =
+                std::future::poll_fn(|cx| Poll::Ready(task.as_mut().poll(cx).is_pending())).await;
+            if waiting {
+                tokio::spawn(task);
+            }
         } else {
             self.counters.shed.fetch_add(1, Relaxed);
             drop(atx);
@@ -227,12 +257,10 @@ impl Checker {
             for (zi, zone) in self.zones.iter().enumerate() {
                 for &check in &zone.checks {
                     for name in names(&t, check) {
-                        let query = match zone.kind {
-                            ZoneKind::Ip => match name.parse::<IpAddr>() {
-                                Ok(ip) => dnsbl::ip_query(ip, &zone.zone),
-                                Err(_) => continue,
-                            },
-                            ZoneKind::Domain => format!("{name}.{}", zone.zone),
+                        let query = match (zone.kind, name) {
+                            (ZoneKind::Ip, Name::Ip(ip)) => dnsbl::ip_query(ip, &zone.zone),
+                            (ZoneKind::Ip, Name::Domain(_)) => continue,
+                            (ZoneKind::Domain, name) => format!("{name}.{}", zone.zone),
                         };
                         if asked.contains(&query) || asked.len() >= MAX_LIST_QUERIES {
                             continue;
@@ -241,7 +269,7 @@ impl Checker {
                         if let Some(answer) = self.resolver.cached_a(&query) {
                             if let Answer::Found(a) = answer {
                                 hits.extend(
-                                    dnsbl::interpret(zone, &name, check, &a)
+                                    dnsbl::interpret(zone, &name.to_string(), check, &a)
                                         .into_iter()
                                         .map(|h| (zi, h)),
                                 );
@@ -249,6 +277,7 @@ impl Checker {
                             continue;
                         }
                         pending_lists += 1;
+                        let name = name.to_string();
                         let (resolver, zones, ltx) =
                             (self.resolver.clone(), self.zones.clone(), ltx.clone());
                         tokio::spawn(async move {
@@ -326,15 +355,38 @@ impl Checker {
     }
 }
 
+/// A name a list is asked about: an address (asked of IP lists reversed) or a domain.
+#[derive(Clone, Copy)]
+enum Name<'a> {
+    Ip(IpAddr),
+    Domain(&'a str),
+}
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Name::Ip(ip) => ip.fmt(f),
+            Name::Domain(d) => f.write_str(d),
+        }
+    }
+}
+
 /// The names of one check.
-fn names(t: &dnsbl::Targets, check: Check) -> Vec<String> {
+fn names(t: &dnsbl::Targets, check: Check) -> Vec<Name<'_>> {
     match check {
-        Check::ClientIp => t.client_ip.iter().map(|i| i.to_string()).collect(),
-        Check::ReceivedIps => t.received_ips.iter().map(|i| i.to_string()).collect(),
-        Check::UrlDomains => t.url_domains.clone(),
-        Check::FromDomain => t.from_domain.iter().cloned().collect(),
-        Check::MailFromDomain => t.mail_from_domain.iter().cloned().collect(),
-        Check::Helo => t.helo.iter().cloned().collect(),
+        Check::ClientIp => t.client_ip.map(Name::Ip).into_iter().collect(),
+        Check::ReceivedIps => t.received_ips.iter().copied().map(Name::Ip).collect(),
+        Check::UrlDomains => t.url_domains.iter().map(|d| Name::Domain(d)).collect(),
+        Check::FromDomain => domain(&t.from_domain),
+        Check::MailFromDomain => domain(&t.mail_from_domain),
+        Check::Helo => domain(&t.helo),
+    }
+}
+
+fn domain(d: &Option<String>) -> Vec<Name<'_>> {
+    match d {
+        Some(d) => vec![Name::Domain(d)],
+        None => Vec::new(),
     }
 }
 
@@ -481,10 +533,8 @@ pub fn from_config(
     }
     let resolver = Resolver::new(dns)?;
     let zones = crate::dnsbl::resolve_all(zones)?;
-    Ok(Some(Checker::new(
-        resolver,
-        zones,
-        dns.budget(),
-        &auth.authserv_id(),
-    )))
+    Ok(Some(
+        Checker::new(resolver, zones, dns.budget(), &auth.authserv_id())
+            .with_auth_memo(dns.auth_memo()),
+    ))
 }
