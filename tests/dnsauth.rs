@@ -784,6 +784,94 @@ fn milter_adds_authentication_results_and_removes_forged_ones() {
 /// The aligned DKIM domain is a reputation key: a sender that signs builds a history that a
 /// forger of its From address (who cannot sign) does not get.
 #[test]
+fn milter_lookups_start_at_end_of_headers_before_the_body_arrives() {
+    use shrike::proto::milter::{Command, Reply};
+    let w = world();
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(format!(
+                "{}\n[auth]\nauthserv_id = \"mx.shrike.test\"\n[[dnsbl]]\nzone = \"zen.spamhaus.org\"\n",
+                w.dns.dns_section(2000)
+            )),
+            ..Default::default()
+        },
+    );
+    let raw = sign_rsa(
+        &message("alice@sender.example", "early"),
+        "sender.example",
+        "rsa",
+        "rsa2048.pk8.der",
+    );
+    let mut mta = mta::Mta::connect(d.milter);
+    mta.send(&[Command::OptNeg(mta::POSTFIX)]);
+    mta.until_final();
+    let cmds = mta::transaction(
+        OTHER_IP,
+        "mail.sender.example",
+        "alice@sender.example",
+        &raw,
+    );
+    let eoh = cmds
+        .iter()
+        .position(|c| matches!(c, Command::EndOfHeaders))
+        .unwrap();
+    let want = [
+        "sender.example txt",
+        "_dmarc.sender.example txt",
+        "rsa._domainkey.sender.example txt",
+        "66.100.51.198.zen.spamhaus.org a",
+    ];
+    let missing = || {
+        let asked = w.dns.asked();
+        want.iter()
+            .filter(|n| !asked.iter().any(|a| a.eq_ignore_ascii_case(n)))
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+    };
+    // nothing is asked before the header section is complete
+    mta.send(&cmds[..eoh]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(missing().len(), want.len(), "{:?}", w.dns.asked());
+    // at end of headers every lookup starts, with the body not sent
+    mta.send(&cmds[eoh..=eoh]);
+    let start = std::time::Instant::now();
+    while !missing().is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        missing().is_empty(),
+        "not asked: {:?}; asked {:?}",
+        missing(),
+        w.dns.asked()
+    );
+    mta.send(&cmds[eoh + 1..]);
+    let replies = mta.until_final();
+    assert!(matches!(replies.last(), Some(Reply::Accept)), "{replies:?}");
+    let results = replies
+        .iter()
+        .find_map(|r| match r {
+            Reply::InsertHeader { name, value, .. } if name == "Authentication-Results" => {
+                Some(value.clone())
+            }
+            _ => None,
+        })
+        .expect("an Authentication-Results header");
+    assert!(results.contains("dkim=pass"), "{results}");
+    assert!(results.contains("spf=fail"), "{results}");
+    // each name asked once: the end of message found the answers in the caches
+    let asked = w.dns.asked();
+    for n in want {
+        assert_eq!(
+            asked.iter().filter(|a| a.eq_ignore_ascii_case(n)).count(),
+            1,
+            "{n}: {asked:?}"
+        );
+    }
+}
+
+#[test]
 fn an_aligned_dkim_domain_builds_a_reputation_a_forger_cannot_borrow() {
     let w = world();
     let dir = tempfile::tempdir().unwrap();

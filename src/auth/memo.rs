@@ -68,6 +68,16 @@ impl Memo {
         }
     }
 
+    /// Whether `key` has live results (counted as no hit).
+    pub fn peek(&self, key: &MemoKey) -> bool {
+        !self.ttl.is_zero()
+            && self
+                .inner
+                .lock()
+                .peek(key)
+                .is_some_and(|(_, until)| *until > Instant::now())
+    }
+
     /// Messages answered from the memo.
     pub fn hits(&self) -> u64 {
         self.hits.load(std::sync::atomic::Ordering::Relaxed)

@@ -309,3 +309,94 @@ fn dkim_result(o: &DkimOutput<'_>, from: Option<&str>, health: &DnsHealth) -> Me
         ..Default::default()
     }
 }
+
+/// Fetches what verifying a message with header section `head` will ask of DNS, before its
+/// body has arrived: the SPF records of the sender and the HELO (by evaluating them), the From
+/// domain's DMARC record, and the keys of its DKIM signatures and ARC sets. The answers land in
+/// `caches` and the resolver's cache; nothing is returned. An unsigned message whose results
+/// are memoized asks nothing.
+pub async fn prefetch(
+    auth: &MessageAuthenticator,
+    caches: &super::AuthCaches,
+    head: &[u8],
+    smtp: Smtp<'_>,
+) {
+    use mail_auth::common::verify::{DomainKey, VerifySignature};
+    // The header section as a message with an empty body.
+    let mut raw = Vec::with_capacity(head.len() + 2);
+    raw.extend_from_slice(head);
+    raw.extend_from_slice(b"\r\n");
+    let Some(msg) = AuthenticatedMessage::parse(&raw) else {
+        return;
+    };
+    let from_domain = msg
+        .from
+        .first()
+        .and_then(|f| f.rsplit_once('@'))
+        .map(|(_, d)| d.trim_end_matches('.').to_ascii_lowercase())
+        .filter(|d| !d.is_empty());
+    let helo = smtp.helo.trim();
+    let sender = if smtp.mail_from.contains('@') {
+        smtp.mail_from.to_string()
+    } else {
+        format!("postmaster@{helo}")
+    };
+    let unsigned =
+        msg.dkim_headers.is_empty() && msg.ams_headers.is_empty() && msg.as_headers.is_empty();
+    if unsigned {
+        let key = MemoKey {
+            ip: smtp.ip,
+            helo: helo.into(),
+            sender: sender.as_str().into(),
+            from_domain: from_domain.as_deref().map(Into::into),
+        };
+        if caches.memo.peek(&key) {
+            return;
+        }
+    }
+    let spf = async {
+        if let Some(ip) = smtp.ip {
+            let p = SpfParameters::verify_mail_from(ip, helo, smtp.host, &sender);
+            auth.verify_spf(caches.with(p)).await;
+        }
+    };
+    let helo_spf = async {
+        if let Some(ip) = smtp
+            .ip
+            .filter(|_| !helo.is_empty() && helo.parse::<IpAddr>().is_err())
+        {
+            auth.verify_spf(caches.with(SpfParameters::verify_ehlo(ip, helo, smtp.host)))
+                .await;
+        }
+    };
+    let dmarc = async {
+        if let Some(d) = &from_domain {
+            let _ = auth
+                .txt_lookup::<mail_auth::dmarc::Dmarc>(format!("_dmarc.{d}."), Some(&caches.txt))
+                .await;
+        }
+    };
+    let mut names: Vec<String> = Vec::new();
+    for name in msg
+        .dkim_headers
+        .iter()
+        .map(|h| h.header.domain_key())
+        .chain(msg.ams_headers.iter().map(|h| h.header.domain_key()))
+        .chain(msg.as_headers.iter().map(|h| h.header.domain_key()))
+    {
+        if !names.contains(&name) && names.len() < MAX_PREFETCHED_KEYS {
+            names.push(name);
+        }
+    }
+    let keys = async {
+        for name in &names {
+            let _ = auth
+                .txt_lookup::<DomainKey>(name.as_str(), Some(&caches.txt))
+                .await;
+        }
+    };
+    tokio::join!(spf, helo_spf, dmarc, keys);
+}
+
+/// Signing keys fetched ahead at most (a message may carry any number of signatures).
+const MAX_PREFETCHED_KEYS: usize = 8;

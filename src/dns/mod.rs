@@ -281,6 +281,14 @@ impl Resolver {
         None
     }
 
+    /// Whether `name`'s answer is cached and live (no I/O, and not counted as a lookup).
+    pub fn has_cached_a(&self, name: &str) -> bool {
+        self.a_cache
+            .lock()
+            .peek(name)
+            .is_some_and(|(_, until)| *until > Instant::now())
+    }
+
     /// The IPv4 addresses of `name` (a DNS list query).
     pub async fn a(&self, name: &str) -> Answer<std::net::Ipv4Addr> {
         let fqdn = if name.ends_with('.') {

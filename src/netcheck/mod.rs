@@ -190,6 +190,70 @@ impl Checker {
         );
     }
 
+    /// Starts the lookups a message's header section and envelope call for, before its body
+    /// has arrived (the milter has them at end of headers, and the body can take longer than
+    /// the lookups): the DNS lists' queries of the client, Received, From, sender and HELO
+    /// names, and what authentication will ask (`auth::prefetch`). Nothing is returned: the
+    /// answers land in the caches that `check` reads at end of message. One task, counted
+    /// against the same in-flight bound as `check` (none when it is reached), and stopped after
+    /// the same time as `check`'s.
+    pub fn prefetch(&self, head: &[u8], envelope: &Envelope) {
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            return;
+        };
+        let mut queries: Vec<String> = Vec::new();
+        if !self.zones.is_empty() {
+            let t = dnsbl::targets(head, envelope, false);
+            for zone in self.zones.iter() {
+                for &check in &zone.checks {
+                    for name in names(&t, check) {
+                        let query = match (zone.kind, name) {
+                            (ZoneKind::Ip, Name::Ip(ip)) => dnsbl::ip_query(ip, &zone.zone),
+                            (ZoneKind::Ip, Name::Domain(_)) => continue,
+                            (ZoneKind::Domain, name) => format!("{name}.{}", zone.zone),
+                        };
+                        if queries.len() < MAX_LIST_QUERIES
+                            && !queries.contains(&query)
+                            && !self.resolver.has_cached_a(&query)
+                        {
+                            queries.push(query);
+                        }
+                    }
+                }
+            }
+        }
+        let (auth, caches, resolver) = (
+            self.auth.clone(),
+            self.caches.clone(),
+            self.resolver.clone(),
+        );
+        let host = self.host.clone();
+        let head = head.to_vec();
+        let ip = envelope.client_ip;
+        let helo = envelope.helo.clone().unwrap_or_default();
+        let mail_from = bare_address(envelope.mail_from.as_deref());
+        let limit = self.task_limit;
+        tokio::spawn(async move {
+            let lists = async {
+                let mut set = tokio::task::JoinSet::new();
+                for q in queries {
+                    let resolver = resolver.clone();
+                    set.spawn(async move { resolver.a(&q).await });
+                }
+                while set.join_next().await.is_some() {}
+            };
+            let smtp = crate::auth::Smtp {
+                ip,
+                helo: &helo,
+                mail_from: &mail_from,
+                host: &host,
+            };
+            let authenticate = crate::auth::prefetch(&auth, &caches, &head, smtp);
+            let _ = tokio::time::timeout(limit, async { tokio::join!(lists, authenticate) }).await;
+            drop(permit);
+        });
+    }
+
     /// Starts every lookup of `raw` and returns what arrived within the budget.
     pub async fn check(&self, raw: &[u8], envelope: &Envelope) -> NetChecks {
         let start = Instant::now();
@@ -208,16 +272,7 @@ impl Checker {
             let raw: Arc<[u8]> = Arc::from(raw);
             let ip = envelope.client_ip;
             let helo = envelope.helo.clone().unwrap_or_default();
-            let mail_from = envelope
-                .mail_from
-                .as_deref()
-                .map(|m| {
-                    m.trim()
-                        .trim_start_matches('<')
-                        .trim_end_matches('>')
-                        .to_string()
-                })
-                .unwrap_or_default();
+            let mail_from = bare_address(envelope.mail_from.as_deref());
             let limit = self.task_limit;
             let mut task = Box::pin(async move {
                 let smtp = crate::auth::Smtp {
@@ -353,6 +408,17 @@ impl Checker {
         }
         out
     }
+}
+
+/// An envelope address without its angle brackets (empty: none, a bounce).
+fn bare_address(a: Option<&str>) -> String {
+    a.map(|m| {
+        m.trim()
+            .trim_start_matches('<')
+            .trim_end_matches('>')
+            .to_string()
+    })
+    .unwrap_or_default()
 }
 
 /// A name a list is asked about: an address (asked of IP lists reversed) or a domain.

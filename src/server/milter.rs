@@ -22,7 +22,7 @@ use super::Daemon;
 use crate::proto::milter::session::{
     AuthHeader, Disposal, Fallback, Policy, PolicyError, Session, Step,
 };
-use crate::proto::milter::{encode, Decoder, MilterError};
+use crate::proto::milter::{encode, Command, Decoder, MilterError};
 
 /// `[milter]`: the listener and its limits (here), and what each verdict does to the MTA (the
 /// session's [`Policy`]).
@@ -201,10 +201,17 @@ where
                 Ok(None) => break,
                 Err(e) => return Err(ConnectionError::Packet(e)),
             };
-            match session
+            let end_of_headers = matches!(cmd, Command::EndOfHeaders);
+            let step = session
                 .command(cmd, limit)
-                .map_err(ConnectionError::Negotiation)?
-            {
+                .map_err(ConnectionError::Negotiation)?;
+            if end_of_headers {
+                // The lookups start now and run while the body arrives.
+                if let Some(checker) = daemon.pool.checker() {
+                    checker.prefetch(session.head(), &session.envelope());
+                }
+            }
+            match step {
                 Step::Quiet => {}
                 Step::Reply(r) => encode(&r, &mut out),
                 Step::Close => {

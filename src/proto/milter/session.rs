@@ -243,6 +243,33 @@ impl Session {
         self.in_message
     }
 
+    /// The header section received so far (CRLF line ends, without the blank line).
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// The envelope as known so far (complete from end of headers on).
+    pub fn envelope(&self) -> Envelope {
+        Envelope {
+            client_ip: self.client_ip,
+            helo: self.helo.clone(),
+            mail_from: self.mail_from.clone(),
+            rcpt_to: self.rcpts.clone(),
+            hostname: self
+                .macros
+                .get("client_name")
+                .filter(|h| !h.is_empty() && !h.starts_with('[') && *h != "unknown")
+                .cloned(),
+            user: self
+                .macros
+                .get("auth_authen")
+                .filter(|u| !u.is_empty())
+                .cloned(),
+            queue_id: self.queue_id.clone(),
+            deliver_to: None,
+        }
+    }
+
     pub fn queue_id(&self) -> Option<&str> {
         self.queue_id.as_deref()
     }
@@ -406,24 +433,7 @@ impl Session {
                 }
                 Step::Scan(Collected {
                     raw,
-                    envelope: Envelope {
-                        client_ip: self.client_ip,
-                        helo: self.helo.clone(),
-                        mail_from: self.mail_from.clone(),
-                        rcpt_to: self.rcpts.clone(),
-                        hostname: self
-                            .macros
-                            .get("client_name")
-                            .filter(|h| !h.is_empty() && !h.starts_with('[') && *h != "unknown")
-                            .cloned(),
-                        user: self
-                            .macros
-                            .get("auth_authen")
-                            .filter(|u| !u.is_empty())
-                            .cloned(),
-                        queue_id: self.queue_id.clone(),
-                        deliver_to: None,
-                    },
+                    envelope: self.envelope(),
                 })
             }
             Command::Abort => {
