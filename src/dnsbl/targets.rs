@@ -2,8 +2,8 @@
 //! network side (before the scan worker parses the message, so the lookups run while it
 //! waits in the queue): the client address, the public addresses of the Received chain, the
 //! From and envelope sender domains, the HELO name, and the registrable domains of URLs in the
-//! text of the message (plain and quoted-printable text; a base64-encoded body is not decoded
-//! here). Each is bounded.
+//! text of the message (plain, quoted-printable and base64-encoded text parts). Each is
+//! bounded.
 
 use std::net::IpAddr;
 
@@ -55,8 +55,106 @@ pub fn targets(raw: &[u8], envelope: &Envelope, urls: bool) -> Targets {
         .and_then(|h| registrable_domain(&h));
     if urls {
         t.url_domains = url_domains(&body[..body.len().min(MAX_BODY_SCAN)]);
+        for text in base64_texts(head, body) {
+            for d in url_domains(&text) {
+                if t.url_domains.len() < MAX_URL_DOMAINS && !t.url_domains.contains(&d) {
+                    t.url_domains.push(d);
+                }
+            }
+        }
     }
     t
+}
+
+/// Where the line-by-line walk of `base64_texts` is.
+enum Walk {
+    Body,
+    PartHeaders { base64: bool, text: bool },
+    Base64,
+}
+
+/// The decoded text of the base64-encoded text parts of a message (the whole body when the
+/// message itself is one), `MAX_BODY_SCAN` bytes in all at most. A light walk over lines, not
+/// a MIME parser: a part's header block follows a line starting with `--` (its boundary) and
+/// ends at a blank line; its data runs to the next `--` line. Parts that are not text (no
+/// Content-Type is text, RFC 2045 5.2) are skipped, and data that does not decode is dropped.
+fn base64_texts(head: &[u8], body: &[u8]) -> Vec<Vec<u8>> {
+    let mentions = |b: &[u8]| {
+        memchr::memmem::find(b, b"ase64").is_some() || memchr::memmem::find(b, b"ASE64").is_some()
+    };
+    if !mentions(body) && !mentions(head) {
+        return Vec::new();
+    }
+    let (mut base64, mut text) = (false, true);
+    for line in crate::netcheck::lines(head) {
+        part_header(
+            line.strip_suffix(b"\r").unwrap_or(line),
+            &mut base64,
+            &mut text,
+        );
+    }
+    let mut state = if base64 && text {
+        Walk::Base64
+    } else {
+        Walk::Body
+    };
+    let limit = MAX_BODY_SCAN / 3 * 4;
+    let (mut out, mut data, mut used): (Vec<Vec<u8>>, Vec<u8>, usize) = (Vec::new(), Vec::new(), 0);
+    let mut flush = |data: &mut Vec<u8>, out: &mut Vec<Vec<u8>>| {
+        if !data.is_empty() {
+            if let Some(decoded) = mail_parser::decoders::base64::base64_decode(data) {
+                out.push(decoded);
+            }
+            data.clear();
+        }
+    };
+    for line in crate::netcheck::lines(body) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.starts_with(b"--") {
+            flush(&mut data, &mut out);
+            state = Walk::PartHeaders {
+                base64: false,
+                text: true,
+            };
+            continue;
+        }
+        match &mut state {
+            Walk::Body => {}
+            Walk::PartHeaders { base64, text } => {
+                if line.is_empty() {
+                    state = if *base64 && *text {
+                        Walk::Base64
+                    } else {
+                        Walk::Body
+                    };
+                } else {
+                    part_header(line, base64, text);
+                }
+            }
+            Walk::Base64 => {
+                if used + line.len() > limit {
+                    break;
+                }
+                used += line.len();
+                data.extend_from_slice(line.trim_ascii());
+            }
+        }
+    }
+    flush(&mut data, &mut out);
+    out
+}
+
+/// Notes what one header line says of its part's encoding and type.
+fn part_header(line: &[u8], base64: &mut bool, text: &mut bool) {
+    let Some(colon) = memchr::memchr(b':', line) else {
+        return;
+    };
+    let (name, value) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
+    if name.eq_ignore_ascii_case(b"content-transfer-encoding") {
+        *base64 = value.eq_ignore_ascii_case(b"base64");
+    } else if name.eq_ignore_ascii_case(b"content-type") {
+        *text = value.len() >= 5 && value[..5].eq_ignore_ascii_case(b"text/");
+    }
 }
 
 fn split(raw: &[u8]) -> (&[u8], &[u8]) {
@@ -223,6 +321,63 @@ see http://www.shop.example.net/x and https://click.example.org/=\r\nmore and ht
             ..Default::default()
         };
         assert_eq!(targets(b"", &private, false), Targets::default());
+    }
+
+    #[test]
+    fn urls_of_base64_text_parts_are_read_and_of_other_parts_not() {
+        let enc = |t: &str| {
+            use std::fmt::Write;
+            // standard base64, wrapped at 76 columns as MIME does
+            const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            let mut s = String::new();
+            for c in t.as_bytes().chunks(3) {
+                let n = c.len();
+                let v = (c[0] as u32) << 16
+                    | (*c.get(1).unwrap_or(&0) as u32) << 8
+                    | *c.get(2).unwrap_or(&0) as u32;
+                for i in 0..4 {
+                    if i <= n {
+                        s.push(A[(v >> (18 - 6 * i) & 63) as usize] as char);
+                    } else {
+                        s.push('=');
+                    }
+                }
+            }
+            let mut wrapped = String::new();
+            for (i, ch) in s.chars().enumerate() {
+                if i > 0 && i % 76 == 0 {
+                    let _ = write!(wrapped, "\r\n");
+                }
+                wrapped.push(ch);
+            }
+            wrapped
+        };
+        let html = enc("<a href=\"https://pay.evil.example.com/x\">pay</a> and some more text to wrap over several lines of base64 data, www.second.example.org");
+        let image = enc("http://not.a.text.example.net/");
+        let raw = format!(
+            "From: a@b.example\r\nContent-Type: multipart/mixed; boundary=\"b1\"\r\n\r\n\
+             --b1\r\nContent-Type: text/plain\r\n\r\nplain http://plain.example.info/\r\n\
+             --b1\r\nContent-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: BASE64\r\n\r\n{html}\r\n\
+             --b1\r\nContent-Type: image/png\r\nContent-Transfer-Encoding: base64\r\n\r\n{image}\r\n\
+             --b1--\r\n"
+        );
+        let t = targets(raw.as_bytes(), &Envelope::default(), true);
+        assert_eq!(
+            t.url_domains,
+            ["example.info", "example.com", "example.org"],
+            "{raw}"
+        );
+        // a message that is one base64 text part
+        let single = format!(
+            "From: a@b.example\r\nContent-Transfer-Encoding: base64\r\n\r\n{}\r\n",
+            enc("visit http://single.example.net/ now")
+        );
+        let t = targets(single.as_bytes(), &Envelope::default(), true);
+        assert_eq!(t.url_domains, ["example.net"]);
+        // without URLs asked, nothing is decoded
+        assert!(targets(single.as_bytes(), &Envelope::default(), false)
+            .url_domains
+            .is_empty());
     }
 
     #[test]
