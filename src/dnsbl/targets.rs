@@ -100,7 +100,7 @@ fn base64_texts(head: &[u8], body: &[u8]) -> Vec<Vec<u8>> {
     };
     let limit = MAX_BODY_SCAN / 3 * 4;
     let (mut out, mut data, mut used): (Vec<Vec<u8>>, Vec<u8>, usize) = (Vec::new(), Vec::new(), 0);
-    let mut flush = |data: &mut Vec<u8>, out: &mut Vec<Vec<u8>>| {
+    let flush = |data: &mut Vec<u8>, out: &mut Vec<Vec<u8>>| {
         if !data.is_empty() {
             if let Some(decoded) = mail_parser::decoders::base64::base64_decode(data) {
                 out.push(decoded);
