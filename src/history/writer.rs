@@ -26,6 +26,9 @@ pub const SEGMENT_EXT: &str = "hseg";
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 /// Most often the segment is fsynced.
 const SYNC_EVERY: Duration = Duration::from_secs(1);
+/// How long the writer sleeps between takes while a batch is open (a flush or stop waits this
+/// long at most before it is seen).
+const COLLECT: Duration = Duration::from_millis(25);
 
 /// What the writer thread receives.
 #[derive(Debug)]
@@ -112,35 +115,78 @@ impl State {
         let mut deadline: Option<Instant> = None;
         loop {
             let wait = deadline.map_or(SYNC_EVERY, |d| d.saturating_duration_since(Instant::now()));
-            match rx.recv_timeout(wait) {
-                Ok(Msg::Record(r)) => {
-                    if batch.is_empty() {
-                        deadline = Some(Instant::now() + flush_every);
-                    }
-                    batch.push(*r);
-                    if batch.len() >= self.config.batch_records {
-                        self.write(&mut batch);
-                        deadline = None;
-                    }
-                }
-                Ok(Msg::Flush(ack)) => {
-                    self.write(&mut batch);
-                    deadline = None;
-                    self.sync();
-                    let _ = ack.send(());
-                }
-                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => {
-                    self.write(&mut batch);
-                    self.sync();
-                    return;
-                }
+            let msg = match rx.recv_timeout(wait) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Disconnected) => Msg::Stop,
                 Err(RecvTimeoutError::Timeout) => {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         self.write(&mut batch);
                         deadline = None;
                     }
                     self.housekeeping();
+                    continue;
                 }
+            };
+            if self.take(msg, &mut batch, &mut deadline, flush_every) {
+                return;
+            }
+            // While a batch is open the writer sleeps and then takes what queued meanwhile,
+            // instead of waiting in `recv`: a receiver blocked in `recv` must be woken by each
+            // send (a futex call and a context switch on the listener's thread, for every
+            // message), a sleeping one costs the senders nothing.
+            while let Some(d) = deadline {
+                std::thread::sleep(COLLECT.min(d.saturating_duration_since(Instant::now())));
+                let mut stop = false;
+                for msg in rx.try_iter() {
+                    stop = self.take(msg, &mut batch, &mut deadline, flush_every);
+                    if stop {
+                        break;
+                    }
+                }
+                if stop {
+                    return;
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    self.write(&mut batch);
+                    deadline = None;
+                }
+                // Under steady load `recv` never times out: sync and retention are due here too.
+                self.housekeeping();
+            }
+        }
+    }
+
+    /// Handles one message; true when the writer is to stop (its last batch written).
+    fn take(
+        &mut self,
+        msg: Msg,
+        batch: &mut Vec<Record>,
+        deadline: &mut Option<Instant>,
+        flush_every: Duration,
+    ) -> bool {
+        match msg {
+            Msg::Record(r) => {
+                if batch.is_empty() {
+                    *deadline = Some(Instant::now() + flush_every);
+                }
+                batch.push(*r);
+                if batch.len() >= self.config.batch_records {
+                    self.write(batch);
+                    *deadline = None;
+                }
+                false
+            }
+            Msg::Flush(ack) => {
+                self.write(batch);
+                *deadline = None;
+                self.sync();
+                let _ = ack.send(());
+                false
+            }
+            Msg::Stop => {
+                self.write(batch);
+                self.sync();
+                true
             }
         }
     }
