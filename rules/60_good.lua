@@ -54,7 +54,7 @@ end
 
 rule {
   name = "LINKS_OWN_DOMAIN",
-  score = -2.0,
+  score = -2.4,
   description = "A link goes to the registrable domain of the From address (not a free mailbox), in mail not sent to hidden or unnamed recipients",
   group = "good",
   check = function(msg)
