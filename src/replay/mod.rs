@@ -233,11 +233,7 @@ pub fn run(
 type Pipeline = (Arc<ManualClock>, Arc<Store>, Arc<Scanner>);
 
 /// A fresh store and scanner (with a fresh classifier) on a simulated clock set to `start`.
-fn pipeline(
-    config: &Config,
-    rules: RuleLocation,
-    start: u64,
-) -> Result<Pipeline, ReplayError> {
+fn pipeline(config: &Config, rules: RuleLocation, start: u64) -> Result<Pipeline, ReplayError> {
     let clock = Arc::new(ManualClock::new(start));
     let mut store_config = config.store.clone();
     if store_config.shards == 0 {
