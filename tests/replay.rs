@@ -198,7 +198,13 @@ fn compare_rules_lists_what_changed() {
     let a_caught = label(&cmp["a"], "spam")["caught"].as_u64().unwrap();
     let b_caught = label(&cmp["b"], "spam")["caught"].as_u64().unwrap();
     assert_eq!(b_caught, 1, "only GTUBE: {}", cmp["b"]);
-    assert_eq!(diffs.len() as u64, a_caught - b_caught);
+    // Every copy A caught or greylisted by reputation is milder in B (the campaign links its
+    // own domain, so a copy with few complaints yet stays under add header).
+    assert_eq!(
+        diffs.len() as u64,
+        cmp["moves"]["spam"]["milder"].as_u64().unwrap()
+    );
+    assert!(diffs.len() as u64 >= a_caught - b_caught);
     for d in diffs {
         assert!(d["file"].as_str().unwrap().contains("campaign-"), "{d}");
         assert_eq!(d["action_b"], "no action");
@@ -210,7 +216,10 @@ fn compare_rules_lists_what_changed() {
             .collect();
         assert!(removed.contains(&"REP_FROM_COMPLAINTS"), "{d}");
     }
-    assert_eq!(cmp["moves"]["spam"]["no_longer_caught"], diffs.len());
+    assert_eq!(
+        cmp["moves"]["spam"]["no_longer_caught"],
+        a_caught - b_caught
+    );
     // The text form lists each difference with its symbols.
     let text = replay(&[
         "--compare-rules",
