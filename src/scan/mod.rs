@@ -341,7 +341,8 @@ impl Scanner {
     }
 
     /// A user's complaint (`Counter::Complaint`) or rescue (`Counter::Rescue`) against every
-    /// shingle of a message: each call counts once, also for the same message again.
+    /// shingle of a message: each call counts once, also for the same message again
+    /// (`ScanWorker::learn` does not call it for a message the classifier already learned).
     /// Returns the number of keys counted.
     pub fn learn(&self, analysis: &Analysis<'_>, counter: Counter) -> usize {
         let increments: Vec<Increment> = counted(&analysis.shingles)
