@@ -144,7 +144,8 @@ rule {
   name = "MID_DOMAIN",
   scores = {
     MID_IP_LITERAL = 0.0, -- <...@[192.0.2.1]>: informational (65 ham, 4 spam in the dev replay)
-    MID_NO_FQDN = 0.5,    -- <...@localhost>, <...@hostname>
+    MID_NO_FQDN = 0.0,    -- <...@localhost>, <...@hostname>: informational (2-fold CV on the dev
+                          -- split: 20% of spam, 10% of ham, 49% of hard ham)
     MID_NO_AT = 2.0,      -- no "@" at all: <E9D312B69C2346E8>, "PM200011:12:45 AM"
     MID_OUTLOOK_FORGED = 1.5, -- Outlook's <hex$hex$hex@host> form, sent by another mailer
     MID_OUTLOOK_TIME = 3.0,   -- Outlook's form, but the time written into it is not the message's

@@ -76,7 +76,7 @@ end
 rule {
   name = "HTML_ONLY",
   scores = {
-    HTML_ONLY = 1.5,       -- HTML without a plain-text alternative
+    HTML_ONLY = 0.8,       -- HTML without a plain-text alternative (hard ham as often as spam)
     HTML_SHORT_TEXT = 2.0, -- ... and little visible text
     HTML_NO_HTML_TAG = 2.0, -- ... and no <html> tag: a fragment pasted by a bulk tool
   },

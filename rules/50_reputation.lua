@@ -116,7 +116,12 @@ local function check_each(msg, kind, hits, spam_sym, complaint_sym)
   if spam + ham < SPAM_MIN_LABELLED and complaints < COMPLAINTS_MIN then return hits end
   local best, best_weight
   for _, w in ipairs(msg:stats(kind, "7d")) do
-    local found = add_reputation(nil, w.seen, w.spam, w.ham, w.complaints, w.rescues,
+    -- A URL domain's verdict ratio counts only with a user's complaint behind it: otherwise our
+    -- own verdicts on the first copies of a newsletter (a shop, a list host) would brand the
+    -- rest of them spam, feeding on themselves.
+    local spam, ham = w.spam, w.ham
+    if w.complaints == 0 or w.complaints <= w.rescues then spam, ham = 0, 0 end
+    local found = add_reputation(nil, w.seen, spam, ham, w.complaints, w.rescues,
       spam_sym, complaint_sym)
     if found then
       local total = 0

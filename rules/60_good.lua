@@ -1,7 +1,9 @@
 -- Signs of ordinary correspondence. Small negative scores: each can be forged, none alone
 -- clears a message, but together they keep real conversations away from the thresholds.
 
-local find = string.find
+local util = require("shrike.util")
+
+local find, lower, sub = string.find, string.lower, string.sub
 
 local SIGNATURE_TYPES = {
   ["application/pgp-signature"] = true,
@@ -29,6 +31,43 @@ rule {
     local types = msg:part_types()
     for i = 1, #types do
       if SIGNATURE_TYPES[types[i]] then return true end
+    end
+  end,
+}
+
+-- Links to the sender's own domain: a newsletter, a shop's notice or a list digest links the
+-- site of the domain it comes from; spam links elsewhere (its From is forged or throwaway) far
+-- more often. Free mailbox domains are left out: anyone can write from them and their footers
+-- link them. Nor does it count for mail with the marks of a blast to strangers, which a
+-- subscription never has: hidden recipients, a reader greeted as nobody in particular, a link
+-- whose "host" is a user name.
+local GREETING_TEXT = 4096
+
+local function blast_marks(msg)
+  local to = msg:header("To")
+  if to and find(lower(to), "undisclosed", 1, true) then return true end
+  if msg:first_url("userinfo") then return true end
+  local t = msg:text_normalized()
+  if #t > GREETING_TEXT then t = sub(t, 1, GREETING_TEXT) end
+  return (util.find_phrases(t, util.sets.greeting, 1)) > 0
+end
+
+rule {
+  name = "LINKS_OWN_DOMAIN",
+  score = -2.4,
+  description = "A link goes to the registrable domain of the From address (not a free mailbox), in mail not sent to hidden or unnamed recipients",
+  group = "good",
+  check = function(msg)
+    local _, domain = msg:from()
+    if not domain or domain == "" then return end
+    domain = lower(domain)
+    local domains = msg:domains()
+    for i = 1, #domains do
+      local d = domains[i]
+      if not util.freemail[d] and (domain == d or sub(domain, -#d - 1) == "." .. d) then
+        if blast_marks(msg) then return end
+        return 1, { d }
+      end
     end
   end,
 }

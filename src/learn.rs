@@ -288,7 +288,7 @@ fn offline(
 }
 
 /// A learn's counter: what `/learnspam` and `/learnham` record.
-fn counter(class: Class) -> Counter {
+pub fn counter(class: Class) -> Counter {
     match class {
         Class::Spam => Counter::Complaint,
         Class::Ham => Counter::Rescue,

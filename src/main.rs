@@ -218,6 +218,18 @@ struct ReplayArgs {
     /// labelled message after the feedback delay: progressive validation).
     #[arg(long, value_enum, default_value = "feedback")]
     train: shrike::replay::Train,
+    /// Cross-validate instead of replaying the stream: split the spam and the ham into K folds
+    /// (by a hash of the file names and --seed); each fold learns the others as `shrike learn`
+    /// does, into a fresh store and classifier at the first arrival time, then scores its own
+    /// messages and every hard ham at their arrival times, without feedback. Reports each fold
+    /// and all together.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(2..=20),
+          conflicts_with_all = ["compare_rules", "train"])]
+    cross_validate: Option<u16>,
+    /// With --cross-validate: also write which fold learned and which scored each message to
+    /// PATH (`fold,role,file,label`).
+    #[arg(long, value_name = "PATH", requires = "cross_validate")]
+    folds: Option<PathBuf>,
     /// Stretches of the stream in the detection-over-time table.
     #[arg(long, default_value_t = 10, value_name = "N")]
     slices: usize,
@@ -450,6 +462,9 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .rules
         .clone()
         .map_or(RuleLocation::Embedded, rule_location);
+    if let Some(k) = args.cross_validate {
+        return cross_validate(config, &args, rules_a, &corpus, usize::from(k));
+    }
     let (a, b) = match args.compare_rules.clone() {
         None => (replay::run(config, rules_a, &corpus, &feedback)?, None),
         Some(dir) => {
@@ -489,6 +504,40 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 comparison.write_text(&mut out, &name_a, &name_b)?;
             }
         }
+    }
+    out.flush().context("writing output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cross_validate(
+    config: &Config,
+    args: &ReplayArgs,
+    rules: RuleLocation,
+    corpus: &shrike::replay::Corpus,
+    k: usize,
+) -> anyhow::Result<ExitCode> {
+    use shrike::replay::{crossval, report};
+    let cv = crossval::run(config, rules, corpus, k, args.seed)?;
+    if let Some(path) = &args.csv {
+        let file =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        report::write_csv_folds(BufWriter::new(file), corpus, &cv)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.folds {
+        let file =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        crossval::write_roles(BufWriter::new(file), corpus, &cv)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let summary = report::CrossSummary::new(corpus, &cv, args.seed, &config.verdict, args.slices);
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &summary).context("writing output")?;
+        writeln!(out)?;
+    } else {
+        summary.write_text(&mut out)?;
     }
     out.flush().context("writing output")?;
     Ok(ExitCode::SUCCESS)

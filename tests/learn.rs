@@ -162,6 +162,9 @@ fn offline_learns_are_what_the_daemon_starts_with_and_a_second_learn_counts_dupl
 
     let d = Daemon::start(dir.path(), Options::default());
     assert_eq!(classifier_learned(&d), (4, 4), "duplicates not trained");
+    // Nor counted: relearning a folder must not multiply its keys' complaints and rescues.
+    assert_eq!(subject_count(&d, "Test spam mail (GTUBE)", "complaint"), 1);
+    assert_eq!(subject_count(&d, "Quarterly report", "rescue"), 1);
 }
 
 #[test]
@@ -268,6 +271,9 @@ fn learning_through_a_running_daemon() {
     // The reply of /learnspam says so too.
     let r = d.post("/learnspam", &[], &data("gtube.eml"));
     assert_eq!(r.json()["duplicate"], true, "{}", r.text());
+    // The duplicates added no complaint or rescue to the message's keys.
+    assert_eq!(subject_count(&d, "Test spam mail (GTUBE)", "complaint"), 1);
+    assert_eq!(subject_count(&d, "Quarterly report", "rescue"), 1);
 
     // No daemon there: one clear error, a failure, no per-file noise.
     let nowhere = format!("http://127.0.0.1:{}", free_port());

@@ -121,13 +121,14 @@ fn checkv2_and_shrike_endpoints() {
     assert_eq!(h["generation"], 1);
     assert!(h["last_reload_error"].is_null());
 
-    // Learning counts every call, also for the same message.
+    // Learning the same message again succeeds but counts once: a duplicate adds no
+    // complaint.
     for _ in 0..3 {
         let r = d.post("/learnspam", &[], &read("gtube.eml"));
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["success"], true);
     }
-    assert_eq!(subject_complaints(&d, "Test spam mail (GTUBE)"), 3);
+    assert_eq!(subject_complaints(&d, "Test spam mail (GTUBE)"), 1);
     let r = d.post("/learnham", &[], &read("gtube.eml"));
     assert_eq!(r.json()["class"], "ham");
     let rep = d
@@ -415,9 +416,20 @@ fn workers_build_their_rule_states_before_serving_and_after_a_reload() {
 fn learned_state_survives_sigterm_and_kill9() {
     let dir = tempfile::tempdir().unwrap();
     let subject = "Test spam mail (GTUBE)";
+    // Copies of one message under their own Message-IDs: each learn counts (a duplicate would
+    // not).
+    let copy = |n: u32| {
+        String::from_utf8(read("gtube.eml"))
+            .unwrap()
+            .replace(
+                "<GTUBE1.1010101@example.net>",
+                &format!("<GTUBE{n}.1010101@example.net>"),
+            )
+            .into_bytes()
+    };
     let mut d = Daemon::start(dir.path(), Options::default());
-    for _ in 0..3 {
-        assert_eq!(d.post("/learnspam", &[], &read("gtube.eml")).status, 200);
+    for n in 0..3 {
+        assert_eq!(d.post("/learnspam", &[], &copy(n)).status, 200);
     }
     assert_eq!(subject_complaints(&d, subject), 3);
     let ports = (d.http, d.milter);
@@ -445,8 +457,8 @@ fn learned_state_survives_sigterm_and_kill9() {
         3,
         "after SIGTERM and restart"
     );
-    for _ in 0..2 {
-        assert_eq!(d.post("/learnspam", &[], &read("gtube.eml")).status, 200);
+    for n in 3..5 {
+        assert_eq!(d.post("/learnspam", &[], &copy(n)).status, 200);
     }
     // The WAL is written every 100 ms and fsynced every second.
     std::thread::sleep(Duration::from_millis(2500));

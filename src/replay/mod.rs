@@ -6,6 +6,7 @@
 //! Reports are built in `report`, corpora read in `corpus`.
 
 pub mod corpus;
+pub mod crossval;
 pub mod report;
 
 use std::cmp::Reverse;
@@ -17,7 +18,7 @@ use crate::classify::Class;
 use crate::config::Config;
 use crate::engine::{LoadError, RuleLocation};
 use crate::message::prepare;
-use crate::scan::Scanner;
+use crate::scan::{ScanWorker, Scanner};
 use crate::shingle::hash_bytes;
 use crate::store::{Counter, ManualClock, Store, StoreError};
 use crate::verdict::Action;
@@ -151,14 +152,7 @@ pub fn run(
     feedback: &Feedback,
 ) -> Result<Lane, ReplayError> {
     let start_time = corpus.items.first().map_or(0, |i| i.arrival);
-    let clock = Arc::new(ManualClock::new(start_time));
-    let mut store_config = config.store.clone();
-    if store_config.shards == 0 {
-        store_config.shards = REPLAY_SHARDS;
-    }
-    let store = Arc::new(Store::new(&store_config, clock.clone()).map_err(ReplayError::Store)?);
-    let scanner =
-        Scanner::new(&config.scan_settings(), rules, store.clone()).map_err(ReplayError::Rules)?;
+    let (clock, store, scanner) = pipeline(config, rules, start_time)?;
     let mut worker = scanner.worker();
     let mut sweeper = SimulatedSweeper {
         store: &store,
@@ -200,27 +194,12 @@ pub fn run(
         }
         clock.set(item.arrival);
         sweeper.advance(item.arrival);
-        let raw = match item.raw() {
-            Ok(raw) => raw,
-            Err(e) => {
-                tracing::warn!(file = %item.name, error = %e, "replay: cannot read message");
-                lane.outcomes.push(Outcome {
-                    action: Action::NoAction,
-                    score: 0.0,
-                    symbols: Vec::new(),
-                    feedback: None,
-                    error: Some(e.to_string()),
-                    probability: None,
-                });
-                continue;
-            }
-        };
-        let input = prepare(&raw, scanner.limits());
-        let scanned = worker.scan(&input, &item.envelope);
-        scanner.apply(&scanned.updates);
-        worker.autolearn(&scanned);
-        let verdict = scanned.verdict;
-        let filed = user_feedback(item, verdict.action, feedback);
+        let mut outcome = score(&scanner, &mut worker, item, &mut names);
+        if outcome.error.is_some() {
+            lane.outcomes.push(outcome);
+            continue;
+        }
+        let filed = user_feedback(item, outcome.action, feedback);
         let index = lane.outcomes.len();
         if let Some((counter, delay)) = filed {
             sequence += 1;
@@ -240,35 +219,83 @@ pub fn run(
             sequence += 1;
             events.push(Reverse((item.arrival + delay, sequence, index, class)));
         }
-        let symbols = verdict
-            .symbols
-            .into_values()
-            .map(|hit| {
-                let name = match names.get(hit.name.as_str()) {
-                    Some(n) => n.clone(),
-                    None => {
-                        let n: Arc<str> = Arc::from(hit.name.as_str());
-                        names.insert(hit.name, n.clone());
-                        n
-                    }
-                };
-                (name, hit.score)
-            })
-            .collect();
-        lane.outcomes.push(Outcome {
-            action: verdict.action,
-            score: verdict.score,
-            symbols,
-            feedback: filed.and_then(|(c, _)| c.counter()),
-            error: None,
-            probability: verdict.probability,
-        });
+        outcome.feedback = filed.and_then(|(c, _)| c.counter());
+        lane.outcomes.push(outcome);
     }
     lane.elapsed = started.elapsed();
     lane.store_keys = store.stats().keys;
     lane.swept_keys = sweeper.removed;
     lane.learned = scanner.classifier().learned();
     Ok(lane)
+}
+
+/// A replay's clock, store and scanner.
+type Pipeline = (Arc<ManualClock>, Arc<Store>, Arc<Scanner>);
+
+/// A fresh store and scanner (with a fresh classifier) on a simulated clock set to `start`.
+fn pipeline(config: &Config, rules: RuleLocation, start: u64) -> Result<Pipeline, ReplayError> {
+    let clock = Arc::new(ManualClock::new(start));
+    let mut store_config = config.store.clone();
+    if store_config.shards == 0 {
+        store_config.shards = REPLAY_SHARDS;
+    }
+    let store = Arc::new(Store::new(&store_config, clock.clone()).map_err(ReplayError::Store)?);
+    let scanner =
+        Scanner::new(&config.scan_settings(), rules, store.clone()).map_err(ReplayError::Rules)?;
+    Ok((clock, store, scanner))
+}
+
+/// Scans one message at the clock's current time as the daemon would (its updates recorded,
+/// autolearn as configured) and returns what it got, without feedback. An unreadable file is
+/// an outcome with its error.
+fn score(
+    scanner: &Scanner,
+    worker: &mut ScanWorker,
+    item: &Item,
+    names: &mut HashMap<String, Arc<str>>,
+) -> Outcome {
+    let raw = match item.raw() {
+        Ok(raw) => raw,
+        Err(e) => {
+            tracing::warn!(file = %item.name, error = %e, "replay: cannot read message");
+            return Outcome {
+                action: Action::NoAction,
+                score: 0.0,
+                symbols: Vec::new(),
+                feedback: None,
+                error: Some(e.to_string()),
+                probability: None,
+            };
+        }
+    };
+    let input = prepare(&raw, scanner.limits());
+    let scanned = worker.scan(&input, &item.envelope);
+    scanner.apply(&scanned.updates);
+    worker.autolearn(&scanned);
+    let verdict = scanned.verdict;
+    let symbols = verdict
+        .symbols
+        .into_values()
+        .map(|hit| {
+            let name = match names.get(hit.name.as_str()) {
+                Some(n) => n.clone(),
+                None => {
+                    let n: Arc<str> = Arc::from(hit.name.as_str());
+                    names.insert(hit.name, n.clone());
+                    n
+                }
+            };
+            (name, hit.score)
+        })
+        .collect();
+    Outcome {
+        action: verdict.action,
+        score: verdict.score,
+        symbols,
+        feedback: None,
+        error: None,
+        probability: verdict.probability,
+    }
 }
 
 /// Replays the same stream through two rule sets, each with its own store and clock, on two

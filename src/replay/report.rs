@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{Corpus, Feedback, Label, Lane, Outcome};
+use super::{Corpus, Feedback, Item, Label, Lane, Outcome};
 use crate::store::Counter;
 use crate::verdict::{Action, VerdictConfig};
 
@@ -125,10 +125,20 @@ fn rfc3339(secs: u64) -> String {
 
 impl Summary {
     pub fn new(corpus: &Corpus, lane: &Lane, verdict: &VerdictConfig, slices: usize) -> Summary {
+        let items: Vec<&Item> = corpus.items.iter().collect();
+        let mut summary = Summary::of(&items, lane, verdict, slices);
+        summary.undated = corpus.undated;
+        summary.skipped_files = corpus.skipped.len();
+        summary
+    }
+
+    /// The figures of a pass that scored `items` (in arrival order), `lane.outcomes[i]` being
+    /// what `items[i]` got: a whole corpus, or the messages one cross-validation fold scored.
+    pub fn of(items: &[&Item], lane: &Lane, verdict: &VerdictConfig, slices: usize) -> Summary {
         let scanned = || {
-            corpus
-                .items
+            items
                 .iter()
+                .copied()
                 .zip(&lane.outcomes)
                 .filter(|(_, o)| o.error.is_none())
         };
@@ -234,13 +244,14 @@ impl Summary {
                 .then_with(|| a.symbol.cmp(&b.symbol))
         });
 
-        let n = corpus.items.len();
+        let n = items.len();
         let slices = slices.clamp(1, n.max(1));
         let over_time = (0..slices)
             .map(|k| {
                 let range = k * n / slices..(k + 1) * n / slices;
-                let part: Vec<(&super::Item, &Outcome)> = corpus.items[range.clone()]
+                let part: Vec<(&Item, &Outcome)> = items[range.clone()]
                     .iter()
+                    .copied()
                     .zip(&lane.outcomes[range])
                     .filter(|(_, o)| o.error.is_none())
                     .collect();
@@ -276,14 +287,12 @@ impl Summary {
         Summary {
             messages: n,
             errors: lane.outcomes.iter().filter(|o| o.error.is_some()).count(),
-            undated: corpus.undated,
-            skipped_files: corpus.skipped.len(),
-            from: corpus
-                .items
+            undated: 0,
+            skipped_files: 0,
+            from: items
                 .first()
                 .map_or_else(String::new, |i| rfc3339(i.arrival)),
-            to: corpus
-                .items
+            to: items
                 .last()
                 .map_or_else(String::new, |i| rfc3339(i.arrival)),
             elapsed_secs: (secs * 1e3).round() / 1e3,
@@ -359,7 +368,12 @@ impl Summary {
             )?;
         }
         writeln!(out)?;
+        self.write_tables(out)
+    }
 
+    /// The tables of the text form: actions by label, score thresholds, rule hits by label,
+    /// detection over time.
+    pub fn write_tables(&self, out: &mut dyn Write) -> io::Result<()> {
         let actions: Vec<&'static str> = Action::ALL
             .iter()
             .map(|a| a.as_str())
@@ -549,25 +563,222 @@ pub fn write_csv(
             rfc3339(item.arrival),
         ];
         for lane in std::iter::once(a).chain(b) {
-            let o = &lane.outcomes[i];
-            match &o.error {
-                Some(e) => row.extend(["error".to_string(), String::new(), e.clone()]),
-                None => row.extend([
-                    o.action.as_str().to_string(),
-                    o.score.to_string(),
-                    symbol_list(&o.symbols),
-                ]),
-            }
-            row.push(feedback_name(o).to_string());
-            row.push(
-                o.probability
-                    .map_or_else(String::new, |p| format!("{p:.4}")),
-            );
+            row.extend(outcome_cells(&lane.outcomes[i]));
         }
         w.write_record(&row)?;
     }
     w.flush()?;
     Ok(())
+}
+
+/// The CSV of a cross-validation: `write_csv`'s columns for one rule set and a `fold` column,
+/// one row per message a fold scored (so hard ham once per fold), folds in order.
+pub fn write_csv_folds(
+    out: impl Write,
+    corpus: &Corpus,
+    cv: &super::crossval::CrossValidation,
+) -> Result<(), csv::Error> {
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record([
+        "file",
+        "label",
+        "arrival",
+        "action",
+        "score",
+        "symbols",
+        "feedback",
+        "probability",
+        "fold",
+    ])?;
+    for (k, fold) in cv.folds.iter().enumerate() {
+        for (&i, o) in fold.scored.iter().zip(&fold.lane.outcomes) {
+            let item = &corpus.items[i];
+            let mut row = vec![
+                item.name.clone(),
+                item.label.as_str().to_string(),
+                rfc3339(item.arrival),
+            ];
+            row.extend(outcome_cells(o));
+            row.push(k.to_string());
+            w.write_record(&row)?;
+        }
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// A message's action, score, symbols, feedback and probability as CSV cells.
+fn outcome_cells(o: &Outcome) -> [String; 5] {
+    let [action, score, symbols] = match &o.error {
+        Some(e) => ["error".to_string(), String::new(), e.clone()],
+        None => [
+            o.action.as_str().to_string(),
+            o.score.to_string(),
+            symbol_list(&o.symbols),
+        ],
+    };
+    [
+        action,
+        score,
+        symbols,
+        feedback_name(o).to_string(),
+        o.probability
+            .map_or_else(String::new, |p| format!("{p:.4}")),
+    ]
+}
+
+/// A cross-validation's figures: each fold's, and every fold's scored messages together (the
+/// untrained labels once per fold).
+#[derive(Debug, Serialize)]
+pub struct CrossSummary {
+    pub folds: usize,
+    pub seed: u64,
+    pub elapsed_secs: f64,
+    pub per_fold: Vec<Summary>,
+    pub total: Summary,
+}
+
+impl CrossSummary {
+    pub fn new(
+        corpus: &Corpus,
+        cv: &super::crossval::CrossValidation,
+        seed: u64,
+        verdict: &VerdictConfig,
+        slices: usize,
+    ) -> CrossSummary {
+        let per_fold = cv
+            .folds
+            .iter()
+            .map(|f| {
+                let items: Vec<&Item> = f.scored.iter().map(|&i| &corpus.items[i]).collect();
+                let mut s = Summary::of(&items, &f.lane, verdict, slices);
+                s.errors += f.unreadable;
+                s
+            })
+            .collect();
+        // All folds' messages in arrival order, so the over-time table means what it says.
+        let mut all: Vec<(usize, usize)> = (cv.folds.iter().enumerate())
+            .flat_map(|(k, f)| (0..f.scored.len()).map(move |n| (k, n)))
+            .collect();
+        all.sort_by_key(|&(k, n)| {
+            let i = cv.folds[k].scored[n];
+            (corpus.items[i].arrival, i, k)
+        });
+        let items: Vec<&Item> = all
+            .iter()
+            .map(|&(k, n)| &corpus.items[cv.folds[k].scored[n]])
+            .collect();
+        let sum = |f: &dyn Fn(&Lane) -> u64| cv.folds.iter().map(|x| f(&x.lane)).sum::<u64>();
+        let lane = Lane {
+            outcomes: all
+                .iter()
+                .map(|&(k, n)| cv.folds[k].lane.outcomes[n].clone())
+                .collect(),
+            elapsed: cv.elapsed,
+            complaints: sum(&|l| l.complaints),
+            rescues: sum(&|l| l.rescues),
+            store_keys: cv.folds.iter().map(|f| f.lane.store_keys).sum(),
+            swept_keys: sum(&|l| l.swept_keys),
+            learned: (sum(&|l| l.learned.0), sum(&|l| l.learned.1)),
+        };
+        let mut total = Summary::of(&items, &lane, verdict, slices);
+        total.undated = corpus.undated;
+        total.skipped_files = corpus.skipped.len();
+        total.errors += cv.folds.iter().map(|f| f.unreadable).sum::<usize>();
+        CrossSummary {
+            folds: cv.k,
+            seed,
+            elapsed_secs: (cv.elapsed.as_secs_f64() * 1e3).round() / 1e3,
+            per_fold,
+            total,
+        }
+    }
+
+    /// A line per fold (what it learned, each label's share at add header or above), then the
+    /// tables of all folds together.
+    pub fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let count = |s: &Summary, l: Label| {
+            s.labels
+                .iter()
+                .find(|x| x.label == l)
+                .map_or(0, |x| x.messages)
+        };
+        let t = &self.total;
+        writeln!(
+            out,
+            "cross-validation: {} folds of the spam and ham (seed {}); each fold learns the others \
+             (as `shrike learn` does), then scores its own and all hard ham",
+            self.folds, self.seed
+        )?;
+        writeln!(
+            out,
+            "scored: {} messages ({} spam, {} ham, {} hard ham{}) arriving {} .. {}",
+            t.messages,
+            count(t, Label::Spam),
+            count(t, Label::Ham),
+            count(t, Label::HardHam),
+            match count(t, Label::Unlabeled) {
+                0 => String::new(),
+                u => format!(", {u} unlabeled"),
+            },
+            t.from,
+            t.to
+        )?;
+        writeln!(
+            out,
+            "time: {:.2} s for all folds; learned: {} spam, {} ham over the folds (classifier: {} spam, {} ham)",
+            self.elapsed_secs, t.complaints, t.rescues, t.classifier_spam, t.classifier_ham
+        )?;
+        if t.errors + t.undated + t.skipped_files > 0 {
+            writeln!(
+                out,
+                "notes: {} unreadable, {} skipped files, {} without a usable date (placed after their neighbour)",
+                t.errors, t.skipped_files, t.undated
+            )?;
+        }
+        writeln!(out)?;
+        let caught = |s: &Summary, l: Label| {
+            s.labels.iter().find(|x| x.label == l).map_or_else(
+                || "-".to_string(),
+                |x| format!("{} ({:.1}%)", x.caught, x.caught_pct),
+            )
+        };
+        let mut rows = vec![[
+            "fold",
+            "learned spam",
+            "learned ham",
+            "spam",
+            "≥ add header",
+            "ham",
+            "≥ add header",
+            "hard ham",
+            "≥ add header",
+        ]
+        .map(String::from)
+        .to_vec()];
+        let fold_rows = self
+            .per_fold
+            .iter()
+            .enumerate()
+            .map(|(k, s)| (k.to_string(), s));
+        for (name, s) in fold_rows.chain(std::iter::once(("all".to_string(), t))) {
+            rows.push(vec![
+                name,
+                s.complaints.to_string(),
+                s.rescues.to_string(),
+                count(s, Label::Spam).to_string(),
+                caught(s, Label::Spam),
+                count(s, Label::Ham).to_string(),
+                caught(s, Label::Ham),
+                count(s, Label::HardHam).to_string(),
+                caught(s, Label::HardHam),
+            ]);
+        }
+        table(out, &rows)?;
+        writeln!(out)?;
+        writeln!(out, "all folds together:")?;
+        self.total.write_tables(out)
+    }
 }
 
 /// A message two rule sets treat differently.

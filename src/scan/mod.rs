@@ -341,7 +341,8 @@ impl Scanner {
     }
 
     /// A user's complaint (`Counter::Complaint`) or rescue (`Counter::Rescue`) against every
-    /// shingle of a message: each call counts once, also for the same message again.
+    /// shingle of a message: each call counts once, also for the same message again
+    /// (`ScanWorker::learn` does not call it for a message the classifier already learned).
     /// Returns the number of keys counted.
     pub fn learn(&self, analysis: &Analysis<'_>, counter: Counter) -> usize {
         let increments: Vec<Increment> = counted(&analysis.shingles)
@@ -522,7 +523,8 @@ impl ScanWorker {
 
     /// `/learnspam` and `/learnham`, and the simulated users of a replay: scans a raw message
     /// (recording nothing of the scan), records one complaint or rescue against each of its
-    /// counted shingles, and trains the classifier on it.
+    /// counted shingles, and trains the classifier on it. A message the classifier already
+    /// learned as this class is a duplicate: neither counted nor trained again.
     pub fn learn(&mut self, raw: &[u8], counter: Counter) -> Learned {
         let class = match counter {
             Counter::Rescue | Counter::Ham => Class::Ham,
@@ -540,13 +542,20 @@ impl ScanWorker {
         let sc = self.scanner.clone();
         let input = message::prepare(raw, &sc.limits);
         let scanned = self.scan_as(&input, &Envelope::default(), true, None);
-        let keys = counter.map_or(0, |c| sc.learn(&scanned.analysis, c));
         let (trained, journal_error) = match counter {
             Some(_) => match sc.train_learned(&scanned, class) {
                 Ok(t) => (t, None),
                 Err(e) => (true, Some(e.to_string())),
             },
             None => (sc.train(&scanned, class), None),
+        };
+        // A message learned again (the classifier remembers it) adds no complaint or rescue:
+        // relearning a folder must not multiply its keys' counts. Without a classifier there is
+        // no memory of learned messages, so every learn counts.
+        let fresh = trained || !sc.classifier.config().enabled;
+        let keys = match counter {
+            Some(c) if fresh => sc.learn(&scanned.analysis, c),
+            _ => 0,
         };
         Learned {
             keys,
