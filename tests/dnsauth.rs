@@ -698,27 +698,38 @@ fn dns_off_means_no_auth_symbols_and_no_queries() {
 #[path = "common/mta.rs"]
 mod mta;
 
-#[test]
-fn milter_adds_authentication_results_and_removes_forged_ones() {
-    use shrike::proto::milter::{Command, Reply};
-    let w = world();
+/// A daemon checking DNS against the test server, authserv-id `mx.shrike.test`, plus `extra`.
+fn milter_daemon(w: &World, extra: &str) -> (tempfile::TempDir, Daemon) {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(
         dir.path(),
         Options {
             config: Some(format!(
-                "{}\n[auth]\nauthserv_id = \"mx.shrike.test\"\n",
+                "{}\n[auth]\nauthserv_id = \"mx.shrike.test\"\n{extra}",
                 w.dns.dns_section(2000)
             )),
             ..Default::default()
         },
     );
-    let raw = sign_rsa(
-        &message("alice@sender.example", "milter"),
+    (dir, d)
+}
+
+/// A message from alice@sender.example signed with sender.example's RSA key.
+fn signed_by_alice(subject: &str) -> String {
+    sign_rsa(
+        &message("alice@sender.example", subject),
         "sender.example",
         "rsa",
         "rsa2048.pk8.der",
-    );
+    )
+}
+
+#[test]
+fn milter_adds_authentication_results_and_removes_forged_ones() {
+    use shrike::proto::milter::{Command, Reply};
+    let w = world();
+    let (_dir, d) = milter_daemon(&w, "");
+    let raw = signed_by_alice("milter");
     // a forged result claiming our id (before the signature and after it), and a third
     // party's, which stays
     let raw = format!(
@@ -781,29 +792,12 @@ fn milter_adds_authentication_results_and_removes_forged_ones() {
         .any(|r| matches!(r, Reply::AddHeader { name, .. } if name == "X-Spam-Status")));
 }
 
-/// The aligned DKIM domain is a reputation key: a sender that signs builds a history that a
-/// forger of its From address (who cannot sign) does not get.
 #[test]
 fn milter_lookups_start_at_end_of_headers_before_the_body_arrives() {
     use shrike::proto::milter::{Command, Reply};
     let w = world();
-    let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(
-        dir.path(),
-        Options {
-            config: Some(format!(
-                "{}\n[auth]\nauthserv_id = \"mx.shrike.test\"\n[[dnsbl]]\nzone = \"zen.spamhaus.org\"\n",
-                w.dns.dns_section(2000)
-            )),
-            ..Default::default()
-        },
-    );
-    let raw = sign_rsa(
-        &message("alice@sender.example", "early"),
-        "sender.example",
-        "rsa",
-        "rsa2048.pk8.der",
-    );
+    let (_dir, d) = milter_daemon(&w, "[[dnsbl]]\nzone = \"zen.spamhaus.org\"\n");
+    let raw = signed_by_alice("early");
     let mut mta = mta::Mta::connect(d.milter);
     mta.send(&[Command::OptNeg(mta::POSTFIX)]);
     mta.until_final();
@@ -871,6 +865,8 @@ fn milter_lookups_start_at_end_of_headers_before_the_body_arrives() {
     }
 }
 
+/// The aligned DKIM domain is a reputation key: a sender that signs builds a history that a
+/// forger of its From address (who cannot sign) does not get.
 #[test]
 fn an_aligned_dkim_domain_builds_a_reputation_a_forger_cannot_borrow() {
     let w = world();

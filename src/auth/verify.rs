@@ -38,6 +38,49 @@ pub struct Smtp<'a> {
     pub host: &'a str,
 }
 
+/// Who a message is from, as authentication sees it.
+struct Who<'a> {
+    from_domain: Option<String>,
+    helo: &'a str,
+    /// The envelope sender, or for a bounce `postmaster@HELO` (RFC 7208 2.4).
+    sender: String,
+    /// The key of its results in the memo when it carries no signature (else None).
+    memo_key: Option<MemoKey>,
+}
+
+fn identify<'a>(msg: &AuthenticatedMessage<'_>, smtp: Smtp<'a>) -> Who<'a> {
+    let from_domain = msg
+        .from
+        .first()
+        .and_then(|f| f.rsplit_once('@'))
+        .map(|(_, d)| d.trim_end_matches('.').to_ascii_lowercase())
+        .filter(|d| !d.is_empty());
+    let helo = smtp.helo.trim();
+    let sender = if smtp.mail_from.contains('@') {
+        smtp.mail_from.to_string()
+    } else {
+        format!("postmaster@{helo}")
+    };
+    let unsigned = msg.dkim_headers.is_empty()
+        && !msg.has_dkim_errors
+        && msg.ams_headers.is_empty()
+        && msg.as_headers.is_empty()
+        && msg.aar_headers.is_empty()
+        && !msg.has_arc_errors;
+    let memo_key = unsigned.then(|| MemoKey {
+        ip: smtp.ip,
+        helo: helo.into(),
+        sender: sender.as_str().into(),
+        from_domain: from_domain.as_deref().map(Into::into),
+    });
+    Who {
+        from_domain,
+        helo,
+        sender,
+        memo_key,
+    }
+}
+
 /// Verifies `raw` as sent by `smtp`. Sends every `Piece` once on `tx`.
 pub async fn verify(
     auth: &MessageAuthenticator,
@@ -47,12 +90,7 @@ pub async fn verify(
     smtp: Smtp<'_>,
     tx: &UnboundedSender<Piece>,
 ) {
-    let Smtp {
-        ip,
-        helo,
-        mail_from,
-        host,
-    } = smtp;
+    let Smtp { ip, host, .. } = smtp;
     let send = |p: Piece| {
         let _ = tx.send(p);
     };
@@ -70,32 +108,13 @@ pub async fn verify(
         send(Piece::Dmarc(bad));
         return;
     };
-    let from_domain = msg
-        .from
-        .first()
-        .and_then(|f| f.rsplit_once('@'))
-        .map(|(_, d)| d.trim_end_matches('.').to_ascii_lowercase())
-        .filter(|d| !d.is_empty());
+    let Who {
+        from_domain,
+        helo,
+        sender,
+        memo_key,
+    } = identify(&msg, smtp);
     send(Piece::From(from_domain.clone()));
-    let helo = helo.trim();
-    // RFC 7208 2.4: a null sender is checked as postmaster@HELO.
-    let sender = if mail_from.contains('@') {
-        mail_from.to_string()
-    } else {
-        format!("postmaster@{helo}")
-    };
-    let unsigned = msg.dkim_headers.is_empty()
-        && !msg.has_dkim_errors
-        && msg.ams_headers.is_empty()
-        && msg.as_headers.is_empty()
-        && msg.aar_headers.is_empty()
-        && !msg.has_arc_errors;
-    let memo_key = unsigned.then(|| MemoKey {
-        ip,
-        helo: helo.into(),
-        sender: sender.as_str().into(),
-        from_domain: from_domain.as_deref().map(Into::into),
-    });
     if let Some(m) = memo_key.as_ref().and_then(|k| caches.memo.get(k)) {
         send(Piece::Spf(m.spf));
         send(Piece::Helo(m.helo));
@@ -329,30 +348,14 @@ pub async fn prefetch(
     let Some(msg) = AuthenticatedMessage::parse(&raw) else {
         return;
     };
-    let from_domain = msg
-        .from
-        .first()
-        .and_then(|f| f.rsplit_once('@'))
-        .map(|(_, d)| d.trim_end_matches('.').to_ascii_lowercase())
-        .filter(|d| !d.is_empty());
-    let helo = smtp.helo.trim();
-    let sender = if smtp.mail_from.contains('@') {
-        smtp.mail_from.to_string()
-    } else {
-        format!("postmaster@{helo}")
-    };
-    let unsigned =
-        msg.dkim_headers.is_empty() && msg.ams_headers.is_empty() && msg.as_headers.is_empty();
-    if unsigned {
-        let key = MemoKey {
-            ip: smtp.ip,
-            helo: helo.into(),
-            sender: sender.as_str().into(),
-            from_domain: from_domain.as_deref().map(Into::into),
-        };
-        if caches.memo.peek(&key) {
-            return;
-        }
+    let Who {
+        from_domain,
+        helo,
+        sender,
+        memo_key,
+    } = identify(&msg, smtp);
+    if memo_key.is_some_and(|k| caches.memo.peek(&k)) {
+        return;
     }
     let spf = async {
         if let Some(ip) = smtp.ip {

@@ -207,10 +207,8 @@ impl Checker {
             for zone in self.zones.iter() {
                 for &check in &zone.checks {
                     for name in names(&t, check) {
-                        let query = match (zone.kind, name) {
-                            (ZoneKind::Ip, Name::Ip(ip)) => dnsbl::ip_query(ip, &zone.zone),
-                            (ZoneKind::Ip, Name::Domain(_)) => continue,
-                            (ZoneKind::Domain, name) => format!("{name}.{}", zone.zone),
+                        let Some(query) = list_query(zone, name) else {
+                            continue;
                         };
                         if queries.len() < MAX_LIST_QUERIES
                             && !queries.contains(&query)
@@ -312,10 +310,8 @@ impl Checker {
             for (zi, zone) in self.zones.iter().enumerate() {
                 for &check in &zone.checks {
                     for name in names(&t, check) {
-                        let query = match (zone.kind, name) {
-                            (ZoneKind::Ip, Name::Ip(ip)) => dnsbl::ip_query(ip, &zone.zone),
-                            (ZoneKind::Ip, Name::Domain(_)) => continue,
-                            (ZoneKind::Domain, name) => format!("{name}.{}", zone.zone),
+                        let Some(query) = list_query(zone, name) else {
+                            continue;
                         };
                         if asked.contains(&query) || asked.len() >= MAX_LIST_QUERIES {
                             continue;
@@ -434,6 +430,15 @@ impl std::fmt::Display for Name<'_> {
             Name::Ip(ip) => ip.fmt(f),
             Name::Domain(d) => f.write_str(d),
         }
+    }
+}
+
+/// What `zone` is asked about `name` (None: an IP list is not asked about domains).
+fn list_query(zone: &Zone, name: Name<'_>) -> Option<String> {
+    match (zone.kind, name) {
+        (ZoneKind::Ip, Name::Ip(ip)) => Some(dnsbl::ip_query(ip, &zone.zone)),
+        (ZoneKind::Ip, Name::Domain(_)) => None,
+        (ZoneKind::Domain, name) => Some(format!("{name}.{}", zone.zone)),
     }
 }
 
