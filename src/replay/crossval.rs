@@ -139,15 +139,7 @@ fn run_fold(
     let mut out = Fold {
         learned: Vec::new(),
         scored: Vec::new(),
-        lane: Lane {
-            outcomes: Vec::new(),
-            elapsed: Duration::ZERO,
-            complaints: 0,
-            rescues: 0,
-            store_keys: 0,
-            swept_keys: 0,
-            learned: (0, 0),
-        },
+        lane: Lane::empty(0),
         unreadable: 0,
     };
     let started = Instant::now();

@@ -105,6 +105,21 @@ pub struct Lane {
     pub learned: (u64, u64),
 }
 
+impl Lane {
+    /// A pass that has not started, room for `capacity` outcomes.
+    pub fn empty(capacity: usize) -> Lane {
+        Lane {
+            outcomes: Vec::with_capacity(capacity),
+            elapsed: Duration::ZERO,
+            complaints: 0,
+            rescues: 0,
+            store_keys: 0,
+            swept_keys: 0,
+            learned: (0, 0),
+        }
+    }
+}
+
 /// A feedback event: (time, sequence) orders the queue, the item says which message.
 type Event = Reverse<(u64, u64, usize, EventKind)>;
 
@@ -164,15 +179,7 @@ pub fn run(
     let mut names: HashMap<String, Arc<str>> = HashMap::new();
     let mut events: BinaryHeap<Event> = BinaryHeap::new();
     let mut sequence = 0u64;
-    let mut lane = Lane {
-        outcomes: Vec::with_capacity(corpus.items.len()),
-        elapsed: Duration::ZERO,
-        complaints: 0,
-        rescues: 0,
-        store_keys: 0,
-        swept_keys: 0,
-        learned: (0, 0),
-    };
+    let mut lane = Lane::empty(corpus.items.len());
     let started = Instant::now();
     for item in &corpus.items {
         // Feedback due before this message arrives trains the store first.

@@ -536,24 +536,13 @@ pub fn write_csv(
     b: Option<&Lane>,
 ) -> Result<(), csv::Error> {
     let mut w = csv::Writer::from_writer(out);
-    let mut header = vec![
-        "file",
-        "label",
-        "arrival",
-        "action",
-        "score",
-        "symbols",
-        "feedback",
-        "probability",
-    ];
+    let mut header: Vec<String> = LEAD_COLUMNS
+        .iter()
+        .chain(&OUTCOME_COLUMNS)
+        .map(|c| c.to_string())
+        .collect();
     if b.is_some() {
-        header.extend([
-            "action_b",
-            "score_b",
-            "symbols_b",
-            "feedback_b",
-            "probability_b",
-        ]);
+        header.extend(OUTCOME_COLUMNS.iter().map(|c| format!("{c}_b")));
     }
     w.write_record(&header)?;
     for (i, item) in corpus.items.iter().enumerate() {
@@ -571,6 +560,10 @@ pub fn write_csv(
     Ok(())
 }
 
+/// The CSV's columns of a message, then of its outcome in one pass.
+const LEAD_COLUMNS: [&str; 3] = ["file", "label", "arrival"];
+const OUTCOME_COLUMNS: [&str; 5] = ["action", "score", "symbols", "feedback", "probability"];
+
 /// The CSV of a cross-validation: `write_csv`'s columns for one rule set and a `fold` column,
 /// one row per message a fold scored (so hard ham once per fold), folds in order.
 pub fn write_csv_folds(
@@ -579,17 +572,7 @@ pub fn write_csv_folds(
     cv: &super::crossval::CrossValidation,
 ) -> Result<(), csv::Error> {
     let mut w = csv::Writer::from_writer(out);
-    w.write_record([
-        "file",
-        "label",
-        "arrival",
-        "action",
-        "score",
-        "symbols",
-        "feedback",
-        "probability",
-        "fold",
-    ])?;
+    w.write_record(LEAD_COLUMNS.iter().chain(&OUTCOME_COLUMNS).chain(&["fold"]))?;
     for (k, fold) in cv.folds.iter().enumerate() {
         for (&i, o) in fold.scored.iter().zip(&fold.lane.outcomes) {
             let item = &corpus.items[i];
