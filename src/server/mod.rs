@@ -32,7 +32,7 @@ use crate::config::Config;
 use crate::datadir::DataDir;
 use crate::engine::{LoadError, RuleLocation};
 use crate::scan::Scanner;
-use crate::store::{Committer, PersistError, ReputationStore, Store, Sweeper};
+use crate::store::{Committer, PersistError, ReputationStore, Store, Sweeper, SystemClock};
 use listen::Listen;
 use metrics::Metrics;
 use pool::Pool;
@@ -117,6 +117,8 @@ pub enum ServeError {
     CloseData(#[source] PersistError),
     #[error("starting the DNS checks")]
     Dns(#[source] crate::netcheck::NetcheckError),
+    #[error("starting the redis store")]
+    Redis(#[source] crate::store::redis::RedisStoreError),
 }
 
 impl ServeError {
@@ -205,7 +207,13 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let store = durable.store().clone();
     let sweeper = Sweeper::spawn(store.clone(), Duration::from_secs(s.sweep_cycle_secs))
         .map_err(ServeError::io("starting the sweeper"))?;
-    let shared: Arc<dyn ReputationStore> = store.clone();
+    let shared: Arc<dyn ReputationStore> = match config.store.backend {
+        crate::store::redis::Backend::Memory => store.clone(),
+        crate::store::redis::Backend::Redis => Arc::new(
+            crate::store::redis::RedisStore::new(&config.store, Arc::new(SystemClock))
+                .map_err(ServeError::Redis)?,
+        ),
+    };
     let scanner =
         Scanner::with_classifier(&config.scan_settings(), rules, shared, classifier.clone())
             .map_err(ServeError::Rules)?;

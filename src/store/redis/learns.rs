@@ -1,0 +1,1 @@
+//! The classifier's shared learn stream (filled in below).

@@ -1,0 +1,202 @@
+//! Writes off the reply path: increments are added together per (key, bucket) in memory and
+//! flushed every `flush_interval_ms` as one pipeline per node (+5 once equals +1 five times);
+//! unique pairs wait for the same flush and run their script there. While Redis is down the
+//! pending set grows up to `max_pending` entries; past that, new increments are dropped and
+//! counted. A flush that fails puts its entries back (at-least-once: a batch that reached Redis
+//! but whose reply was lost is counted again).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use parking_lot::Mutex;
+
+use super::conn::Item;
+use super::health::Stats;
+use super::keys;
+use crate::store::{Counter, Counts, Increment, Layout, StoreKey};
+
+#[derive(Default)]
+struct Pending {
+    /// (key, time of its finest bucket) → counts.
+    incs: HashMap<(StoreKey, u64), Counts>,
+    /// (pair, unique) → (period, time).
+    pairs: HashMap<(StoreKey, StoreKey), (u64, u64)>,
+    /// Fields past their keep, found by readers.
+    dels: HashMap<StoreKey, Vec<Vec<u8>>>,
+}
+
+enum Origin {
+    Inc(StoreKey, u64, Counts),
+    Pair(StoreKey, StoreKey, u64, u64),
+    Del,
+}
+
+/// A flush's commands and what each came from (to put back on failure).
+pub struct Batch {
+    pub items: Vec<Item>,
+    origins: Vec<Origin>,
+}
+
+pub struct Writer {
+    pending: Mutex<Pending>,
+    max: usize,
+}
+
+/// The finest bucket's start of `now`: increments within one bucket aggregate together.
+fn slot_time(layout: &Layout, now: u64) -> u64 {
+    let w = layout.resolutions()[0].bucket_secs;
+    now - now % w
+}
+
+impl Writer {
+    pub fn new(max: usize) -> Writer {
+        Writer {
+            pending: Mutex::new(Pending::default()),
+            max,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        let p = self.pending.lock();
+        p.incs.len() + p.pairs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        let p = self.pending.lock();
+        p.incs.is_empty() && p.pairs.is_empty() && p.dels.is_empty()
+    }
+
+    pub fn add(&self, increments: &[Increment], now: u64, stats: &Stats) {
+        let mut p = self.pending.lock();
+        for inc in increments {
+            self.add_one(&mut p, inc.key, now, &inc.counts, stats);
+        }
+    }
+
+    fn add_one(&self, p: &mut Pending, key: StoreKey, at: u64, counts: &Counts, stats: &Stats) {
+        let full = p.incs.len() + p.pairs.len() >= self.max;
+        // The time is rounded by `take`'s caller's layout; keep the raw time's bucket here by
+        // using it as is (callers pass `now`; `take` groups by field anyway).
+        match p.incs.get_mut(&(key, at)) {
+            Some(sum) => {
+                for (s, d) in sum.iter_mut().zip(counts) {
+                    *s = s.saturating_add(*d);
+                }
+            }
+            None if full => {
+                stats.dropped.fetch_add(1, Relaxed);
+            }
+            None => {
+                p.incs.insert((key, at), *counts);
+            }
+        }
+    }
+
+    pub fn pair(&self, pair: StoreKey, unique: StoreKey, period: u64, now: u64, stats: &Stats) {
+        let mut p = self.pending.lock();
+        if p.pairs.contains_key(&(pair, unique)) {
+            return;
+        }
+        if p.incs.len() + p.pairs.len() >= self.max {
+            stats.dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        p.pairs.insert((pair, unique), (period, now));
+    }
+
+    pub fn delete(&self, key: StoreKey, fields: Vec<Vec<u8>>) {
+        let mut p = self.pending.lock();
+        if p.dels.len() < self.max {
+            p.dels.insert(key, fields);
+        }
+    }
+
+    /// Everything pending, as commands.
+    pub fn take(&self, layout: &Layout, prefix: &str, ttl: u64) -> Batch {
+        let taken = std::mem::take(&mut *self.pending.lock());
+        // Increments of one key within one finest bucket become one set of HINCRBYs.
+        let mut incs: HashMap<(StoreKey, u64), Counts> = HashMap::with_capacity(taken.incs.len());
+        for ((key, at), counts) in taken.incs {
+            let sum = incs.entry((key, slot_time(layout, at))).or_default();
+            for (s, d) in sum.iter_mut().zip(&counts) {
+                *s = s.saturating_add(*d);
+            }
+        }
+        let mut items = Vec::with_capacity(incs.len() + taken.pairs.len() + taken.dels.len());
+        let mut origins = Vec::with_capacity(items.capacity());
+        for ((key, at), counts) in incs {
+            items.extend(increment_items(layout, prefix, ttl, [(key, at, counts)]));
+            origins.push(Origin::Inc(key, at, counts));
+        }
+        for ((pair, unique), (period, at)) in taken.pairs {
+            let pk = keys::pair_key(prefix, &pair, &unique);
+            let tk = keys::timeline_key(prefix, &unique);
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(keys::UNIQUE_SCRIPT)
+                .arg(2)
+                .arg(&pk)
+                .arg(&tk)
+                .arg(period)
+                .arg(ttl);
+            let one = Increment::one(unique, Counter::Seen).counts;
+            for (f, _) in keys::increment_fields(layout, at, &one) {
+                cmd.arg(f);
+            }
+            items.push(Item::new(&tk, vec![cmd]));
+            origins.push(Origin::Pair(pair, unique, period, at));
+        }
+        for (key, fields) in taken.dels {
+            let tk = keys::timeline_key(prefix, &key);
+            let mut cmd = redis::cmd("HDEL");
+            cmd.arg(&tk).arg(fields);
+            items.push(Item::new(&tk, vec![cmd]));
+            origins.push(Origin::Del);
+        }
+        Batch { items, origins }
+    }
+
+    /// Puts back the entries of `failed` items (within the bound).
+    pub fn requeue(&self, batch: Batch, failed: &[usize], stats: &Stats) {
+        if failed.is_empty() {
+            return;
+        }
+        let mut p = self.pending.lock();
+        for &i in failed {
+            match &batch.origins[i] {
+                Origin::Inc(key, at, counts) => self.add_one(&mut p, *key, *at, counts, stats),
+                Origin::Pair(pair, unique, period, at) => {
+                    if p.incs.len() + p.pairs.len() >= self.max {
+                        stats.dropped.fetch_add(1, Relaxed);
+                    } else {
+                        p.pairs.entry((*pair, *unique)).or_insert((*period, *at));
+                    }
+                }
+                Origin::Del => {}
+            }
+        }
+    }
+}
+
+/// One item per (key, time, counts): its HINCRBYs at every resolution and the key's TTL.
+pub fn increment_items(
+    layout: &Layout,
+    prefix: &str,
+    ttl: u64,
+    incs: impl IntoIterator<Item = (StoreKey, u64, Counts)>,
+) -> Vec<Item> {
+    incs.into_iter()
+        .map(|(key, at, counts)| {
+            let tk = keys::timeline_key(prefix, &key);
+            let mut cmds = Vec::new();
+            for (f, delta) in keys::increment_fields(layout, at, &counts) {
+                let mut c = redis::cmd("HINCRBY");
+                c.arg(&tk).arg(f).arg(delta);
+                cmds.push(c);
+            }
+            let mut e = redis::cmd("EXPIRE");
+            e.arg(&tk).arg(ttl);
+            cmds.push(e);
+            Item::new(&tk, cmds)
+        })
+        .collect()
+}
