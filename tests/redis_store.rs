@@ -315,6 +315,13 @@ fn two_daemons_share_a_cluster_through_failover_and_outage() {
     assert_eq!(a.post("/learnspam", &[], &m).status, 200);
     assert_eq!(window(&b, "subject", "Unbeatable offer", "complaint"), 1);
     assert!(scan(&b, &m, &[]).0.contains(&"COMPLAINED".to_string()));
+    // The classifier too: B applies A's learn from the shared stream, A does not apply it twice.
+    let learned = |d: &Daemon| d.get("/stat").json()["classifier"]["learned_spam"].as_u64();
+    wait_until("B's classifier learned A's learn", 5, || {
+        learned(&b) == Some(1)
+    });
+    assert_eq!(learned(&a), Some(1));
+    assert_eq!(b.metric("shrike_redis_learns_applied_total"), 1);
 
     // The same message through both daemons counts seen twice.
     let s = message("x@same.example", "Seen on both", "s1");

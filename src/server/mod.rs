@@ -119,6 +119,8 @@ pub enum ServeError {
     Dns(#[source] crate::netcheck::NetcheckError),
     #[error("starting the redis store")]
     Redis(#[source] crate::store::redis::RedisStoreError),
+    #[error(transparent)]
+    ShareLearns(crate::store::redis::learns::ShareError),
 }
 
 impl ServeError {
@@ -209,10 +211,17 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         .map_err(ServeError::io("starting the sweeper"))?;
     let shared: Arc<dyn ReputationStore> = match config.store.backend {
         crate::store::redis::Backend::Memory => store.clone(),
-        crate::store::redis::Backend::Redis => Arc::new(
-            crate::store::redis::RedisStore::new(&config.store, Arc::new(SystemClock))
-                .map_err(ServeError::Redis)?,
-        ),
+        crate::store::redis::Backend::Redis => {
+            let redis = Arc::new(
+                crate::store::redis::RedisStore::new(&config.store, Arc::new(SystemClock))
+                    .map_err(ServeError::Redis)?,
+            );
+            if config.store.redis.shared_classifier && classifier.config().enabled {
+                crate::store::redis::learns::share(&redis, &classifier, &s.data_dir)
+                    .map_err(ServeError::ShareLearns)?;
+            }
+            redis
+        }
     };
     let scanner =
         Scanner::with_classifier(&config.scan_settings(), rules, shared, classifier.clone())

@@ -41,14 +41,24 @@ impl Node {
             .arg("--appendonly")
             .arg("no")
             .arg("--protected-mode")
-            .arg("no");
+            .arg("no")
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"));
         if self.cluster {
             cmd.arg("--cluster-enabled")
                 .arg("yes")
                 .arg("--cluster-config-file")
                 .arg("nodes.conf")
                 .arg("--cluster-node-timeout")
-                .arg("1000");
+                .arg("1000")
+                // A replica may always take over (the default refuses one whose link to its
+                // master looks old, which a loaded test machine can make it look).
+                .arg("--cluster-replica-validity-factor")
+                .arg("0")
+                // Replicas sync at once (the default waits 5 s for more replicas to share a
+                // transfer; one killed master before its replica's first sync has no heir).
+                .arg("--repl-diskless-sync-delay")
+                .arg("0");
         }
         let child = cmd
             .stdout(Stdio::null())
@@ -119,6 +129,7 @@ impl Cluster {
         );
         let c = Cluster { nodes };
         c.wait_ok();
+        c.wait_replicas();
         c
     }
 
@@ -141,7 +152,36 @@ impl Cluster {
             if ok {
                 return;
             }
-            assert!(Instant::now() < deadline, "cluster not ok after 30 s");
+            if Instant::now() >= deadline {
+                let states: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|n| format!("{}: {}", n.port, n.cli(&["CLUSTER", "NODES"])))
+                    .collect();
+                panic!("cluster not ok after 30 s:\n{}", states.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every replica has finished its sync with its master.
+    pub fn wait_replicas(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let synced = self
+                .nodes
+                .iter()
+                .filter(|n| n.cli(&["ROLE"]).starts_with("slave"))
+                .filter(|n| {
+                    let info = n.cli(&["INFO", "replication"]);
+                    info.contains("master_link_status:up")
+                        && !info.contains("master_sync_in_progress:1")
+                })
+                .count();
+            if synced == 3 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "replicas not in sync after 30 s");
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -18,7 +18,7 @@ pub enum Backend {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
-    /// One node, or a cluster's seed nodes (`redis://host:port`, `rediss://` needs TLS built in).
+    /// One node, or a cluster's seed nodes (`redis://[user:password@]host:port`).
     pub urls: Vec<String>,
     /// The nodes form a Redis Cluster (keys spread over hash slots).
     pub cluster: bool,
@@ -64,6 +64,8 @@ pub enum RedisConfigError {
     NoUrls,
     #[error("store.redis.urls: {0:?} is not a redis:// URL")]
     BadUrl(String),
+    #[error("store.redis.urls: {0:?}: TLS is not built into this shrike (use a local TLS proxy such as stunnel, or plain redis:// on a private network)")]
+    Tls(String),
     #[error("store.redis.prefix must be 1 to 32 characters without '{{', '}}' or ':'")]
     Prefix,
     #[error("store.redis.timeout_ms must be 1 to 60000")]
@@ -82,10 +84,10 @@ impl RedisConfig {
             return Err(RedisConfigError::NoUrls);
         }
         for u in &self.urls {
-            if !(u.starts_with("redis://")
-                || u.starts_with("rediss://")
-                || u.starts_with("valkey://"))
-            {
+            if u.starts_with("rediss://") || u.starts_with("valkeys://") {
+                return Err(RedisConfigError::Tls(u.clone()));
+            }
+            if !(u.starts_with("redis://") || u.starts_with("valkey://")) {
                 return Err(RedisConfigError::BadUrl(u.clone()));
             }
         }
@@ -106,5 +108,34 @@ impl RedisConfig {
             return Err(RedisConfigError::Pending);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_values_are_named() {
+        let ok = RedisConfig::default();
+        assert_eq!(ok.validate(), Ok(()));
+        let with = |f: &dyn Fn(&mut RedisConfig)| {
+            let mut c = RedisConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err().to_string()
+        };
+        assert!(with(&|c| c.urls.clear()).contains("urls"));
+        assert!(with(&|c| c.urls = vec!["http://x".into()]).contains("not a redis"));
+        assert!(with(&|c| c.urls = vec!["rediss://x:6379".into()]).contains("TLS"));
+        assert!(with(&|c| c.prefix = "a{b}".into()).contains("prefix"));
+        assert!(with(&|c| c.timeout_ms = 0).contains("timeout_ms"));
+        assert!(with(&|c| c.pool_size = 0).contains("pool_size"));
+        assert!(with(&|c| c.max_pending = 0).contains("max_pending"));
+        // Only checked when the backend is redis.
+        let cfg: crate::config::Config =
+            toml::from_str("[store]\nbackend = \"redis\"\n[store.redis]\nurls = []\n").unwrap();
+        assert!(cfg.validate().unwrap_err().to_string().contains("store"));
+        let cfg: crate::config::Config = toml::from_str("[store.redis]\nurls = []\n").unwrap();
+        assert!(cfg.validate().is_ok());
     }
 }
