@@ -5,9 +5,9 @@
 #      `[store] backend = "redis"` on a 3-master Redis Cluster on loopback, no replicas) take
 #      turns under wrk (scripts/bench/checkv2.lua, BENCH_ENVELOPE=1: every sixth dev-corpus
 #      message with an MTA's envelope, so paired unique counts run too) for ROUNDS rounds
-#      (default 3). Each round prints both rates and p99s; then the redis daemon's round trips
-#      (pipelines sent to nodes, the read before the rules plus its share of the batched
-#      writes and scripts) and commands per message, from its /metrics.
+#      (default 3). Each round prints both rates and p99s; then, from the redis daemon's
+#      /metrics, per message: round trips (batches: the read before the rules, rate-limit
+#      scripts, its share of the flushes and heartbeats), node pipelines and commands.
 #   2. Redis memory per shingle key (`MEMORY USAGE`): a key written in every 10-minute bucket of
 #      a day and every day of two weeks, with one counter and with three, under Redis's default
 #      hash-max-listpack-entries (128) and with 512; and the mean over 1,000 keys the
@@ -88,6 +88,7 @@ start "$work/r1/shrike.toml" 21352 "$work/r1/data"
 run_wrk 21351 5 "$conns" >/dev/null
 run_wrk 21352 5 "$conns" >/dev/null
 rt0=$(metric 21352 shrike_redis_round_trips_total); cmd0=$(metric 21352 shrike_redis_commands_total)
+pl0=$(metric 21352 shrike_redis_pipelines_total)
 n0=$(checks 21352)
 ratios=()
 for r in $(seq "$rounds"); do
@@ -100,9 +101,10 @@ done
 sorted=$(printf '%s\n' "${ratios[@]}" | sort -n | tr '\n' ' ')
 echo "median: redis = $(echo "$sorted" | awk '{print $(int((NF + 1) / 2))}')% of memory (rounds: $sorted)"
 rt1=$(metric 21352 shrike_redis_round_trips_total); cmd1=$(metric 21352 shrike_redis_commands_total)
+pl1=$(metric 21352 shrike_redis_pipelines_total)
 n1=$(checks 21352)
-awk -v rt=$((rt1 - rt0)) -v c=$((cmd1 - cmd0)) -v n=$((n1 - n0)) 'BEGIN {
-    printf "redis daemon: %d messages, %.2f round trips (node pipelines) and %.1f commands a message\n", n, rt / n, c / n }'
+awk -v rt=$((rt1 - rt0)) -v pl=$((pl1 - pl0)) -v c=$((cmd1 - cmd0)) -v n=$((n1 - n0)) 'BEGIN {
+    printf "redis daemon: %d messages; a message: %.3f round trips (batches), %.2f node pipelines, %.1f commands\n", n, rt / n, pl / n, c / n }'
 echo "unavailable scans: $(metric 21352 shrike_redis_unavailable_scans_total), timeouts: $(metric 21352 shrike_redis_timeouts_total), dropped: $(metric 21352 shrike_redis_dropped_increments_total)"
 
 echo "## 2. Redis memory per key"

@@ -138,9 +138,13 @@ fn single_node_counts_learns_degrades_and_recovers() {
     });
     // Keys live in redis under the prefix, with a TTL (expiry by redis, no sweeper).
     let keys = node.cli(&["--scan", "--pattern", "in:{*"]);
-    let first = keys.lines().next().expect("a timeline key");
-    let ttl: i64 = node.cli(&["TTL", first]).trim().parse().unwrap();
-    assert!(ttl > 14 * 86_400 && ttl <= 15 * 86_400, "ttl {ttl}");
+    assert!(keys.lines().count() >= 3, "{keys}");
+    wait_until("every key has its TTL", 5, || {
+        keys.lines().all(|k| {
+            let ttl: i64 = node.cli(&["TTL", k]).trim().parse().unwrap();
+            ttl > 14 * 86_400 && ttl <= 15 * 86_400
+        })
+    });
 
     // A learn is written before its 200, and the next scan sees it.
     let r = d.post("/learnspam", &[], &m1);

@@ -227,6 +227,7 @@ impl Link {
                 None => groups.push((node, vec![i])),
             }
         }
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut tasks = tokio::task::JoinSet::new();
         for (g, (_, members)) in groups.iter().enumerate() {
             let mut pipe = redis::pipe();
@@ -239,7 +240,7 @@ impl Link {
             }
             let first_slot = items[members[0]].slot;
             let mut conn = conn.clone();
-            self.stats.round_trip(count);
+            self.stats.pipeline(count);
             tasks.spawn(async move {
                 let r = match &mut conn {
                     Conn::Single(c) => c.req_packed_commands(&pipe, 0, count).await,

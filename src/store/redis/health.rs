@@ -5,8 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Counters of the redis store (all monotonic except `pending`).
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Pipelines sent (one per node per batch): the round trips.
+    /// Batches sent: one round trip each (a batch's per-node pipelines go out together and are
+    /// waited for together).
     pub round_trips: AtomicU64,
+    /// Pipelines sent: one per node a batch touches.
+    pub pipelines: AtomicU64,
     /// Commands sent in those pipelines.
     pub commands: AtomicU64,
     /// Reads (and scripts) that did not answer within `timeout_ms`.
@@ -28,8 +31,8 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn round_trip(&self, commands: usize) {
-        self.round_trips.fetch_add(1, Relaxed);
+    pub fn pipeline(&self, commands: usize) {
+        self.pipelines.fetch_add(1, Relaxed);
         self.commands.fetch_add(commands as u64, Relaxed);
     }
 
@@ -38,8 +41,14 @@ impl Stats {
         vec![
             (
                 "shrike_redis_round_trips_total",
-                "Pipelines sent to redis nodes (one per node per batch).",
+                "Batches sent to redis: one round trip each (their node pipelines in parallel).",
                 self.round_trips.load(Relaxed),
+                false,
+            ),
+            (
+                "shrike_redis_pipelines_total",
+                "Pipelines sent to redis nodes (one per node a batch touches).",
+                self.pipelines.load(Relaxed),
                 false,
             ),
             (

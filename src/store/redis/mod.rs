@@ -282,14 +282,9 @@ impl Inner {
         let link = self.link.clone();
         let wait = (self.timeout * 20).max(Duration::from_secs(1));
         match tokio::time::timeout(wait, link.run(&batch.items)).await {
-            Ok(results) => {
-                let failed: Vec<usize> = results
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, r)| r.is_err().then_some(i))
-                    .collect();
-                self.writer.requeue(batch, &failed, &self.stats);
-            }
+            Ok(results) => self
+                .writer
+                .settle(batch, &results, &self.layout, &self.stats),
             Err(_) => {
                 self.link.timed_out();
                 let all: Vec<usize> = (0..batch.items.len()).collect();
@@ -370,7 +365,7 @@ impl ReputationStore for RedisStore {
         let items = writer::increment_items(
             &self.inner.layout,
             &self.inner.prefix,
-            self.inner.ttl,
+            Some(self.inner.ttl),
             increments.iter().map(|i| (i.key, now, i.counts)),
         );
         let link = self.inner.link.clone();

@@ -23,6 +23,8 @@ struct Pending {
     pairs: HashMap<(StoreKey, StoreKey), (u64, u64)>,
     /// Fields past their keep, found by readers.
     dels: HashMap<StoreKey, Vec<Vec<u8>>>,
+    /// Keys whose TTL to renew: their first write of a coarsest bucket (a day).
+    expires: std::collections::HashSet<StoreKey>,
 }
 
 enum Origin {
@@ -63,7 +65,7 @@ impl Writer {
 
     pub fn is_empty(&self) -> bool {
         let p = self.pending.lock();
-        p.incs.is_empty() && p.pairs.is_empty() && p.dels.is_empty()
+        p.incs.is_empty() && p.pairs.is_empty() && p.dels.is_empty() && p.expires.is_empty()
     }
 
     pub fn add(&self, increments: &[Increment], now: u64, stats: &Stats) {
@@ -124,9 +126,19 @@ impl Writer {
         }
         let mut items = Vec::with_capacity(incs.len() + taken.pairs.len() + taken.dels.len());
         let mut origins = Vec::with_capacity(items.capacity());
+        // The TTL is renewed only after a key's first write of a day (seen in the replies of
+        // the flush before): a key written every day still lives 14 days past its last write,
+        // and most writes cost no EXPIRE.
         for ((key, at), counts) in incs {
-            items.extend(increment_items(layout, prefix, ttl, [(key, at, counts)]));
+            items.extend(increment_items(layout, prefix, None, [(key, at, counts)]));
             origins.push(Origin::Inc(key, at, counts));
+        }
+        for key in taken.expires {
+            let tk = keys::timeline_key(prefix, &key);
+            let mut cmd = redis::cmd("EXPIRE");
+            cmd.arg(&tk).arg(ttl);
+            items.push(Item::new(&tk, vec![cmd]));
+            origins.push(Origin::Del);
         }
         for ((pair, unique), (period, at)) in taken.pairs {
             let pk = keys::pair_key(prefix, &pair, &unique);
@@ -155,6 +167,42 @@ impl Writer {
         Batch { items, origins }
     }
 
+    /// After a flush: keys whose replies show a first write of the day get their TTL renewed
+    /// by the next flush, and the entries of failed items are put back (within the bound).
+    pub fn settle(
+        &self,
+        batch: Batch,
+        results: &[Result<Vec<redis::Value>, super::conn::LinkError>],
+        layout: &Layout,
+        stats: &Stats,
+    ) {
+        let coarsest = layout.resolutions().len() - 1;
+        let mut failed = Vec::new();
+        let mut expire = Vec::new();
+        for (i, r) in results.iter().enumerate() {
+            match (r, &batch.origins[i]) {
+                (Err(_), _) => failed.push(i),
+                (Ok(replies), Origin::Inc(key, _, counts)) => {
+                    let deltas = counts.iter().filter(|&&d| d > 0);
+                    let firsts = replies
+                        .chunks(coarsest + 1)
+                        .zip(deltas)
+                        .any(|(per_res, &d)| {
+                            matches!(per_res.get(coarsest), Some(redis::Value::Int(v)) if *v as u64 == d)
+                        });
+                    if firsts {
+                        expire.push(*key);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !expire.is_empty() {
+            self.pending.lock().expires.extend(expire);
+        }
+        self.requeue(batch, &failed, stats);
+    }
+
     /// Puts back the entries of `failed` items (within the bound).
     pub fn requeue(&self, batch: Batch, failed: &[usize], stats: &Stats) {
         if failed.is_empty() {
@@ -177,11 +225,12 @@ impl Writer {
     }
 }
 
-/// One item per (key, time, counts): its HINCRBYs at every resolution and the key's TTL.
+/// One item per (key, time, counts): its HINCRBYs at every resolution (per nonzero counter,
+/// finest first) and, with `ttl`, the key's EXPIRE.
 pub fn increment_items(
     layout: &Layout,
     prefix: &str,
-    ttl: u64,
+    ttl: Option<u64>,
     incs: impl IntoIterator<Item = (StoreKey, u64, Counts)>,
 ) -> Vec<Item> {
     incs.into_iter()
@@ -193,9 +242,11 @@ pub fn increment_items(
                 c.arg(&tk).arg(f).arg(delta);
                 cmds.push(c);
             }
-            let mut e = redis::cmd("EXPIRE");
-            e.arg(&tk).arg(ttl);
-            cmds.push(e);
+            if let Some(ttl) = ttl {
+                let mut e = redis::cmd("EXPIRE");
+                e.arg(&tk).arg(ttl);
+                cmds.push(e);
+            }
             Item::new(&tk, cmds)
         })
         .collect()
