@@ -81,6 +81,7 @@ impl RedisStore {
             .map_err(RedisStoreError::Runtime)?;
         let stats = Arc::new(Stats::default());
         let link = Link::new(cfg.clone(), stats.clone(), runtime.handle().clone());
+        let bucket_secs = layout.resolutions()[0].bucket_secs;
         let inner = Arc::new(Inner {
             link,
             ttl: keys::ttl_secs(&layout),
@@ -89,7 +90,7 @@ impl RedisStore {
             clock,
             prefix: cfg.prefix.clone(),
             timeout: Duration::from_millis(cfg.timeout_ms),
-            writer: writer::Writer::new(cfg.max_pending),
+            writer: writer::Writer::new(cfg.max_pending, bucket_secs),
             stats,
             degraded: AtomicBool::new(false),
         });

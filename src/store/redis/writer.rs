@@ -42,19 +42,16 @@ pub struct Batch {
 pub struct Writer {
     pending: Mutex<Pending>,
     max: usize,
-}
-
-/// The finest bucket's start of `now`: increments within one bucket aggregate together.
-fn slot_time(layout: &Layout, now: u64) -> u64 {
-    let w = layout.resolutions()[0].bucket_secs;
-    now - now % w
+    /// The finest bucket's width: increments within one bucket share an entry.
+    bucket_secs: u64,
 }
 
 impl Writer {
-    pub fn new(max: usize) -> Writer {
+    pub fn new(max: usize, bucket_secs: u64) -> Writer {
         Writer {
             pending: Mutex::new(Pending::default()),
             max,
+            bucket_secs: bucket_secs.max(1),
         }
     }
 
@@ -77,8 +74,7 @@ impl Writer {
 
     fn add_one(&self, p: &mut Pending, key: StoreKey, at: u64, counts: &Counts, stats: &Stats) {
         let full = p.incs.len() + p.pairs.len() >= self.max;
-        // The time is rounded by `take`'s caller's layout; keep the raw time's bucket here by
-        // using it as is (callers pass `now`; `take` groups by field anyway).
+        let at = at - at % self.bucket_secs;
         match p.incs.get_mut(&(key, at)) {
             Some(sum) => {
                 for (s, d) in sum.iter_mut().zip(counts) {
@@ -116,14 +112,7 @@ impl Writer {
     /// Everything pending, as commands.
     pub fn take(&self, layout: &Layout, prefix: &str, ttl: u64) -> Batch {
         let taken = std::mem::take(&mut *self.pending.lock());
-        // Increments of one key within one finest bucket become one set of HINCRBYs.
-        let mut incs: HashMap<(StoreKey, u64), Counts> = HashMap::with_capacity(taken.incs.len());
-        for ((key, at), counts) in taken.incs {
-            let sum = incs.entry((key, slot_time(layout, at))).or_default();
-            for (s, d) in sum.iter_mut().zip(&counts) {
-                *s = s.saturating_add(*d);
-            }
-        }
+        let incs = taken.incs;
         let mut items = Vec::with_capacity(incs.len() + taken.pairs.len() + taken.dels.len());
         let mut origins = Vec::with_capacity(items.capacity());
         // The TTL is renewed only after a key's first write of a day (seen in the replies of
@@ -250,4 +239,102 @@ pub fn increment_items(
             Item::new(&tk, cmds)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreConfig;
+
+    fn args(item: &Item) -> Vec<Vec<String>> {
+        item.cmds
+            .iter()
+            .map(|c| {
+                c.args_iter()
+                    .map(|a| match a {
+                        redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                        _ => String::new(),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn increments_add_up_per_key_and_the_bound_drops_and_counts() {
+        let layout = Layout::new(&StoreConfig::default().resolutions).unwrap();
+        let stats = Stats::default();
+        let w = Writer::new(2, 600);
+        let key = |hash| StoreKey {
+            namespace: 0,
+            kind: 1,
+            hash,
+        };
+        let now = 1_800_000_000;
+        for i in 0..5 {
+            // Five increments within one 10-minute bucket: one set of writes of +5.
+            w.add(&[Increment::one(key(1), Counter::Seen)], now + i, &stats);
+        }
+        w.add(&[Increment::one(key(2), Counter::Spam)], now, &stats);
+        // Full: a third key is dropped and counted, more of a held key still adds up.
+        w.add(&[Increment::one(key(3), Counter::Seen)], now, &stats);
+        w.add(&[Increment::one(key(2), Counter::Spam)], now, &stats);
+        assert_eq!(stats.dropped.load(Relaxed), 1);
+        let batch = w.take(&layout, "in", 100);
+        assert!(w.is_empty());
+        let mut all: Vec<Vec<Vec<String>>> = batch.items.iter().map(args).collect();
+        all.sort();
+        assert_eq!(
+            all,
+            vec![
+                vec![
+                    vec![
+                        "HINCRBY".into(),
+                        "in:{0.1.0000000000000001}".into(),
+                        format!("00{}", now / 600),
+                        "5".into()
+                    ],
+                    vec![
+                        "HINCRBY".into(),
+                        "in:{0.1.0000000000000001}".into(),
+                        format!("10{}", now / 86_400),
+                        "5".into()
+                    ],
+                ],
+                vec![
+                    vec![
+                        "HINCRBY".into(),
+                        "in:{0.1.0000000000000002}".into(),
+                        format!("01{}", now / 600),
+                        "2".into()
+                    ],
+                    vec![
+                        "HINCRBY".into(),
+                        "in:{0.1.0000000000000002}".into(),
+                        format!("11{}", now / 86_400),
+                        "2".into()
+                    ],
+                ],
+            ]
+        );
+        // A failed flush puts its entries back; a first write of the day asks for an EXPIRE.
+        let results = vec![
+            Err(super::super::conn::LinkError::Redis("down".into())),
+            Ok(vec![redis::Value::Int(9), redis::Value::Int(2)]),
+        ];
+        let first_is_key1 = args(&batch.items[0])[0][1].ends_with("1}");
+        let results = if first_is_key1 {
+            results
+        } else {
+            results.into_iter().rev().collect()
+        };
+        w.settle(batch, &results, &layout, &stats);
+        let again = w.take(&layout, "in", 100);
+        let all: Vec<Vec<Vec<String>>> = again.items.iter().map(args).collect();
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert!(all.iter().any(|c| c[0][0] == "HINCRBY" && c[0][3] == "5"));
+        assert!(all
+            .iter()
+            .any(|c| c[0] == vec!["EXPIRE", "in:{0.1.0000000000000002}", "100"]));
+    }
 }
