@@ -67,14 +67,15 @@ prefix = "in"
 timeout_ms = 50
 TOML
 }
-start() {  # start CONFIG PORT DATA
+start() {  # start CONFIG PORT DATA; its pid in $last_pid
     "$bin" --config "$1" serve --http "127.0.0.1:$2" --milter off --data "$3" 2> "$3.log" &
+    last_pid=$!
     pids+=($!)
     for _ in $(seq 300); do curl -sf "http://127.0.0.1:$2/health" >/dev/null && break; sleep 0.1; done
 }
 run_wrk() {  # run_wrk PORT SECONDS CONNECTIONS -> "rate p99"
     BENCH_ENVELOPE=1 BENCH_LIST="$work/list" wrk -t2 -c"$3" -d"$2s" -s scripts/bench/checkv2.lua \
-        "http://127.0.0.1:$1" | awk '/^messages/ {r=$7} /^latency/ {p=$7} END {print r, p}'
+        "http://127.0.0.1:$1" | awk '/^messages/ {r=$7} /^latency/ {p=$8} END {print r, p}'
 }
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 checks() { curl -s "http://127.0.0.1:$1/stat" | python3 -c 'import json,sys; print(json.load(sys.stdin)["scanned"])'; }
@@ -83,17 +84,32 @@ echo "## 1. /checkv2, memory vs redis backend ($(wc -l < "$work/list") messages 
 rm -rf "$work/mem" "$work/r1" "$work/r2" "$work/r3"
 mkdir -p "$work/mem"
 start scripts/bench/offline.toml 21351 "$work/mem/data"
+mem_pid=$last_pid
 redis_toml "$work/r1"
 start "$work/r1/shrike.toml" 21352 "$work/r1/data"
+r1_pid=$last_pid
+redis_pids=("${pids[@]:0:3}")
+cpu() {  # cpu PID... -> CPU seconds used so far, summed
+    local t=0
+    for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+    echo $((t / $(getconf CLK_TCK)))
+}
 run_wrk 21351 5 "$conns" >/dev/null
 run_wrk 21352 5 "$conns" >/dev/null
 rt0=$(metric 21352 shrike_redis_round_trips_total); cmd0=$(metric 21352 shrike_redis_commands_total)
 pl0=$(metric 21352 shrike_redis_pipelines_total)
 n0=$(checks 21352)
 ratios=()
+shrike_cpu=0; redis_cpu=0
+redis_round() {
+    local a b
+    a=$(cpu "$r1_pid"); b=$(cpu "${redis_pids[@]}")
+    d=$(run_wrk 21352 "$secs" "$conns")
+    shrike_cpu=$((shrike_cpu + $(cpu "$r1_pid") - a)); redis_cpu=$((redis_cpu + $(cpu "${redis_pids[@]}") - b))
+}
 for r in $(seq "$rounds"); do
-    if [ $((r % 2)) = 1 ]; then m=$(run_wrk 21351 "$secs" "$conns"); d=$(run_wrk 21352 "$secs" "$conns");
-    else d=$(run_wrk 21352 "$secs" "$conns"); m=$(run_wrk 21351 "$secs" "$conns"); fi
+    if [ $((r % 2)) = 1 ]; then m=$(run_wrk 21351 "$secs" "$conns"); redis_round;
+    else redis_round; m=$(run_wrk 21351 "$secs" "$conns"); fi
     ratio=$(awk -v a="${d% *}" -v b="${m% *}" 'BEGIN {printf "%.1f", a / b * 100}')
     ratios+=("$ratio")
     echo "round $r: memory ${m% *} msg/s (p99 ${m#* } ms), redis ${d% *} msg/s (p99 ${d#* } ms): redis = $ratio% of memory"
@@ -105,6 +121,7 @@ pl1=$(metric 21352 shrike_redis_pipelines_total)
 n1=$(checks 21352)
 awk -v rt=$((rt1 - rt0)) -v pl=$((pl1 - pl0)) -v c=$((cmd1 - cmd0)) -v n=$((n1 - n0)) 'BEGIN {
     printf "redis daemon: %d messages; a message: %.3f round trips (batches), %.2f node pipelines, %.1f commands\n", n, rt / n, pl / n, c / n }'
+echo "CPU during the redis rounds: shrike $shrike_cpu s, the redis-servers $redis_cpu s (of $((rounds * secs * 2)) core-seconds)"
 echo "unavailable scans: $(metric 21352 shrike_redis_unavailable_scans_total), timeouts: $(metric 21352 shrike_redis_timeouts_total), dropped: $(metric 21352 shrike_redis_dropped_increments_total)"
 
 echo "## 2. Redis memory per key"
@@ -144,7 +161,7 @@ for entries in (128, 512):
 for p in ports: cli(p, "CONFIG", "SET", "hash-max-listpack-entries", "128")
 total = n = 0
 for p in ports:
-    for key in cli(p, "--scan", "--pattern", "in:{*", "--count", "1000").splitlines()[:334]:
+    for key in cli(p, "--scan", "--pattern", "in:{*").splitlines()[:334]:
         total += int(cli(p, "MEMORY", "USAGE", key, "SAMPLES", "0")); n += 1
 print(f"keys left by section 1: mean {total / max(n, 1):.0f} bytes over {n} keys")
 PY
@@ -152,7 +169,7 @@ PY
 echo "## 3. 1, 2 and 3 daemons on the cluster ($conns connections in all)"
 redis_toml "$work/r2"; start "$work/r2/shrike.toml" 21353 "$work/r2/data"
 redis_toml "$work/r3"; start "$work/r3/shrike.toml" 21354 "$work/r3/data"
-kill "$(pgrep -f 'serve --http 127.0.0.1:21351' | head -1)" 2>/dev/null || true
+kill "$mem_pid" 2>/dev/null || true
 for n in 1 2 3; do
     dports=(21352 21353 21354)
     each=$((conns / n))

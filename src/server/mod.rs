@@ -183,7 +183,13 @@ impl Daemon {
 pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let s = &config.server;
-    let workers = if s.workers == 0 { cores } else { s.workers };
+    // With a shared store a scan waits for its reads on the network: more workers than cores
+    // keep the cores busy meanwhile.
+    let workers = match (s.workers, config.store.backend) {
+        (0, crate::store::redis::Backend::Redis) => cores * 4,
+        (0, _) => cores,
+        (n, _) => n,
+    };
     let queue = if s.queue == 0 { workers * 64 } else { s.queue };
     // One socket thread per two cores (1–2): on a small machine the scan workers need the cores,
     // and every extra socket thread adds wake-ups that preempt them and cost scan throughput

@@ -201,7 +201,7 @@ impl Link {
 
     /// Sends `items` as one pipeline per node and returns each item's replies, or why it failed.
     /// Bound the wait with a timeout around this call.
-    pub async fn run(self: &Arc<Self>, items: &[Item]) -> Vec<Result<Vec<Value>, LinkError>> {
+    pub async fn run(self: &Arc<Self>, items: Vec<Item>) -> Vec<Result<Vec<Value>, LinkError>> {
         if items.is_empty() {
             return Vec::new();
         }
@@ -215,11 +215,14 @@ impl Link {
             return items.iter().map(|_| Err(e.clone())).collect();
         };
         let conn = conns[self.next.fetch_add(1, Ordering::Relaxed) % conns.len()].clone();
+        let lens: Vec<usize> = items.iter().map(|i| i.cmds.len()).collect();
+        let slots_of: Vec<u16> = items.iter().map(|i| i.slot).collect();
+        let mut cmds_of: Vec<Option<Vec<Cmd>>> = items.into_iter().map(|i| Some(i.cmds)).collect();
         // Group items by node.
         let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, item) in items.iter().enumerate() {
+        for (i, &slot) in slots_of.iter().enumerate() {
             let node = match &slots {
-                Some(map) => map[usize::from(item.slot) % SLOTS],
+                Some(map) => map[usize::from(slot) % SLOTS],
                 None => 0,
             };
             match groups.iter_mut().find(|(n, _)| *n == node) {
@@ -233,12 +236,12 @@ impl Link {
             let mut pipe = redis::pipe();
             let mut count = 0;
             for &i in members {
-                for cmd in &items[i].cmds {
-                    pipe.add_command(cmd.clone());
+                for cmd in cmds_of[i].take().unwrap_or_default() {
+                    pipe.add_command(cmd);
                     count += 1;
                 }
             }
-            let first_slot = items[members[0]].slot;
+            let first_slot = slots_of[members[0]];
             let mut conn = conn.clone();
             self.stats.pipeline(count);
             tasks.spawn(async move {
@@ -260,7 +263,7 @@ impl Link {
                 (g, r)
             });
         }
-        let mut out: Vec<Result<Vec<Value>, LinkError>> = items
+        let mut out: Vec<Result<Vec<Value>, LinkError>> = lens
             .iter()
             .map(|_| Err(LinkError::Redis("no reply".into())))
             .collect();
@@ -273,8 +276,7 @@ impl Link {
                 Ok(values) => {
                     let mut values = values.into_iter();
                     for &i in members {
-                        let replies: Vec<Value> =
-                            values.by_ref().take(items[i].cmds.len()).collect();
+                        let replies: Vec<Value> = values.by_ref().take(lens[i]).collect();
                         let failed = replies.iter().find_map(|v| match v {
                             Value::ServerError(e) => Some(e.clone()),
                             _ => None,
@@ -323,7 +325,7 @@ impl Link {
 
     /// One command on the node of `key`'s slot (a script), with its own reply.
     pub async fn one(self: &Arc<Self>, key: &str, cmd: Cmd) -> Result<Value, LinkError> {
-        let mut r = self.run(&[Item::new(key, vec![cmd])]).await;
+        let mut r = self.run(vec![Item::new(key, vec![cmd])]).await;
         match r.pop() {
             Some(Ok(mut v)) => v.pop().ok_or(LinkError::Redis("no reply".into())),
             Some(Err(e)) => Err(e),

@@ -206,7 +206,7 @@ impl RedisStore {
             })
             .collect();
         let link = self.inner.link.clone();
-        let replies = self.block(self.inner.timeout, async move { link.run(&items).await });
+        let replies = self.block(self.inner.timeout, async move { link.run(items).await });
         let Some(replies) = replies else {
             return Err(Unavailable("timed out".into()));
         };
@@ -263,7 +263,7 @@ impl Inner {
             cmds: vec![redis::cmd("PING")],
         };
         let link = self.link.clone();
-        let ok = match tokio::time::timeout(self.timeout * 4, link.run(&[ping])).await {
+        let ok = match tokio::time::timeout(self.timeout * 4, link.run(vec![ping])).await {
             Ok(r) => r.iter().all(Result::is_ok),
             Err(_) => {
                 self.link.timed_out();
@@ -274,21 +274,22 @@ impl Inner {
     }
 
     async fn flush(&self) {
-        let batch = self.writer.take(&self.layout, &self.prefix, self.ttl);
+        let mut batch = self.writer.take(&self.layout, &self.prefix, self.ttl);
         self.stats.pending.store(self.writer.len() as u64, Relaxed);
-        if batch.items.is_empty() {
+        if batch.is_empty() {
             return;
         }
         self.stats.flushes.fetch_add(1, Relaxed);
         let link = self.link.clone();
         let wait = (self.timeout * 20).max(Duration::from_secs(1));
-        match tokio::time::timeout(wait, link.run(&batch.items)).await {
+        let items = std::mem::take(&mut batch.items);
+        match tokio::time::timeout(wait, link.run(items)).await {
             Ok(results) => self
                 .writer
                 .settle(batch, &results, &self.layout, &self.stats),
             Err(_) => {
                 self.link.timed_out();
-                let all: Vec<usize> = (0..batch.items.len()).collect();
+                let all: Vec<usize> = (0..batch.len()).collect();
                 self.writer.requeue(batch, &all, &self.stats);
             }
         }
@@ -371,7 +372,7 @@ impl ReputationStore for RedisStore {
         );
         let link = self.inner.link.clone();
         let wait = (self.inner.timeout * 10).max(Duration::from_millis(500));
-        match self.block(wait, async move { link.run(&items).await }) {
+        match self.block(wait, async move { link.run(items).await }) {
             Some(results) => match results.into_iter().find_map(Result::err) {
                 None => Ok(()),
                 Some(e) => Err(Unavailable(e.to_string())),

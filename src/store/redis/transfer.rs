@@ -114,7 +114,7 @@ pub fn import(store: &RedisStore, input: &mut dyn BufRead) -> Result<u64, Transf
             let results = store
                 .block(
                     Duration::from_secs(30),
-                    async move { link.run(&batch).await },
+                    async move { link.run(batch).await },
                 )
                 .ok_or_else(|| Unavailable("timed out".into()))?;
             if let Some(e) = results.into_iter().find_map(Result::err) {

@@ -39,6 +39,17 @@ pub struct Batch {
     origins: Vec<Origin>,
 }
 
+impl Batch {
+    /// Entries (items before they are sent).
+    pub fn len(&self) -> usize {
+        self.origins.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.origins.is_empty()
+    }
+}
+
 pub struct Writer {
     pending: Mutex<Pending>,
     max: usize,
