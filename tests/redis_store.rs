@@ -289,6 +289,21 @@ fn export_from_memory_import_into_redis_keeps_window_sums() {
         before,
         "window sums in redis differ from the memory store's"
     );
+    // Learning offline into a redis-backed config is refused (it would fill the data
+    // directory, not Redis).
+    let spam = dir.path().join("spam.eml");
+    std::fs::write(&spam, message("s0@x.example", "Offline", "o1")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["learn", "--data"])
+        .arg(dir.path().join("offline"))
+        .arg("--spam")
+        .arg(&spam)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--server"));
     // A bad dump is refused with its line number, and nothing panics.
     std::fs::write(&dump, "{\"ns\":0}\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
