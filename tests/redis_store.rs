@@ -192,6 +192,13 @@ fn single_node_counts_learns_degrades_and_recovers() {
         window(&d, "subject", "Up again", "seen") >= 1
     });
     assert_eq!(health_store(&d), "ok");
+    // What the scans counted while Redis was down was held and is written now, once.
+    wait_until("the outage's counts written", 5, || {
+        window(&d, "subject", "Down", "seen") >= 5
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(window(&d, "subject", "Down", "seen"), 5);
+    assert_eq!(d.metric("shrike_redis_dropped_increments_total"), 0);
     let r = d.post("/learnspam", &[], &m1);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(d.metric("shrike_redis_round_trips_total") > 0);
@@ -341,6 +348,29 @@ fn two_daemons_share_a_cluster_through_failover_and_outage() {
     });
     assert_eq!(learned(&a), Some(1));
     assert_eq!(b.metric("shrike_redis_learns_applied_total"), 1);
+    // A daemon that joins later replays the stream instead of starting cold; B, restarted,
+    // continues from where it stopped and trains nothing twice.
+    let c = start(dir.path(), "c", &config);
+    wait_until("a new daemon replayed the learns", 10, || {
+        learned(&c) == Some(1)
+    });
+    drop(c);
+    let mut b = b;
+    b.stop();
+    let b = Daemon::start(
+        &dir.path().join("b"),
+        Options {
+            config: Some(config.clone()),
+            rules: Some(dir.path().join("b").join("rules")),
+            workers: Some(2),
+            ports: Some((b.http, b.milter)),
+            ..Options::default()
+        },
+    );
+    wait_until("B reconnected", 10, || health_store(&b) == "ok");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(learned(&b), Some(1));
+    assert_eq!(b.metric("shrike_redis_learns_applied_total"), 0);
 
     // The same message through both daemons counts seen twice.
     let s = message("x@same.example", "Seen on both", "s1");
