@@ -20,7 +20,7 @@ mta_libs="libdb5.3 libgnutls-dane0 libgnutls30 libidn12 libidn2-0 libldap-2.5-0 
     libssl3 libwrap0 liblockfile1 m4 util-linux"
 missing=""
 command -v npm >/dev/null || missing="nodejs npm"
-for pkg in postfix miltertest rspamd spamc iproute2 python3 chromium chromium-driver $mta_libs; do
+for pkg in postfix miltertest rspamd spamc iproute2 python3 chromium chromium-driver redis-server redis-tools $mta_libs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
         || missing="$missing $pkg"
 done

@@ -166,7 +166,7 @@ mod tests {
             documented, defaults,
             "docs/shrike.toml differs from the defaults"
         );
-        for optional in ["soft_reject", "rewrite_subject", "password"] {
+        for optional in ["soft_reject", "rewrite_subject", "password", "username"] {
             assert!(
                 text.contains(&format!("# {optional} = ")),
                 "{optional} not documented"

@@ -101,6 +101,8 @@ pub enum LearnError {
     CloseData(#[source] PersistError),
     #[error("the daemon at {url} cannot be used: {why}")]
     Server { url: String, why: String },
+    #[error("store.backend is \"redis\": learning offline would fill the data directory, not Redis; learn through a running daemon with --server URL")]
+    SharedStore,
 }
 
 /// One message to learn.
@@ -121,6 +123,11 @@ enum Outcome {
 pub fn run(config: &Config, options: &Options) -> Result<Summary, LearnError> {
     if options.spam.is_empty() && options.ham.is_empty() {
         return Err(LearnError::NoPaths);
+    }
+    if matches!(options.target, Target::Offline { .. })
+        && config.store.backend == crate::store::redis::Backend::Redis
+    {
+        return Err(LearnError::SharedStore);
     }
     let bar = if options.progress {
         ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())

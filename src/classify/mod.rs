@@ -133,7 +133,12 @@ pub struct Classifier {
     /// The learn journal, when the model is saved to disk (`attach_journal`). Its lock orders
     /// a learn's training and its record against a snapshot.
     journal: Mutex<Option<journal::Journal>>,
+    /// Told of every user learn that trained (a shared store publishes it to other daemons).
+    learn_hook: std::sync::OnceLock<LearnHook>,
 }
+
+/// What `Classifier::set_learn_hook` calls: (class, message key, features).
+pub type LearnHook = Box<dyn Fn(Class, Option<u64>, &Features) + Send + Sync>;
 
 impl std::fmt::Debug for Classifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -167,6 +172,7 @@ impl Classifier {
                 std::num::NonZeroUsize::new(SEEN_CAPACITY).expect("nonzero"),
             )),
             journal: Mutex::new(None),
+            learn_hook: std::sync::OnceLock::new(),
         }
     }
 
@@ -215,6 +221,14 @@ impl Classifier {
         self.ready().then(|| self.probability(features))
     }
 
+    /// Whether the message `key` is remembered as trained towards `class` (nothing changes).
+    pub fn knows(&self, class: Class, key: Option<u64>) -> bool {
+        key.is_some_and(|key| {
+            let tagged = key ^ if class == Class::Spam { 0x5A } else { 0xA5 };
+            self.seen.lock().contains(&tagged)
+        })
+    }
+
     /// One FTRL-Proximal step towards `class`. `key` identifies the message (Message-ID or
     /// body hash): a message trains once per class while it is remembered. Returns whether it
     /// trained.
@@ -259,6 +273,27 @@ impl Classifier {
     /// A user's learn: `train`, recorded in the journal (when one is attached) before it
     /// returns, so a killed process keeps it. Returns whether it trained.
     pub fn learn(
+        &self,
+        features: &Features,
+        class: Class,
+        key: Option<u64>,
+    ) -> std::io::Result<bool> {
+        let trained = self.learn_quietly(features, class, key)?;
+        if trained {
+            if let Some(hook) = self.learn_hook.get() {
+                hook(class, key, features);
+            }
+        }
+        Ok(trained)
+    }
+
+    /// Calls `hook` after each user learn that trained (once; later calls are ignored).
+    pub fn set_learn_hook(&self, hook: LearnHook) {
+        let _ = self.learn_hook.set(hook);
+    }
+
+    /// `learn` without telling the hook: a learn that came from another daemon.
+    pub fn learn_quietly(
         &self,
         features: &Features,
         class: Class,

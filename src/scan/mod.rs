@@ -174,6 +174,10 @@ pub struct Updates {
     pub pairs: Vec<(StoreKey, StoreKey)>,
 }
 
+/// The symbol (score 0) of a scan that went on without reputation: a shared store was down
+/// or slower than its timeout.
+pub const STORE_UNAVAILABLE: &str = "STORE_UNAVAILABLE";
+
 /// Everything shared by the scan workers: configuration, rules, store.
 pub struct Scanner {
     limits: Limits,
@@ -345,11 +349,20 @@ impl Scanner {
     /// (`ScanWorker::learn` does not call it for a message the classifier already learned).
     /// Returns the number of keys counted.
     pub fn learn(&self, analysis: &Analysis<'_>, counter: Counter) -> usize {
+        self.try_learn(analysis, counter).unwrap_or(0)
+    }
+
+    /// `learn`, confirmed by the store before it returns (a shared store may be unreachable).
+    pub fn try_learn(
+        &self,
+        analysis: &Analysis<'_>,
+        counter: Counter,
+    ) -> Result<usize, crate::store::Unavailable> {
         let increments: Vec<Increment> = counted(&analysis.shingles)
             .map(|s| Increment::one(self.key(s), counter))
             .collect();
-        self.store.record_many(&increments);
-        increments.len()
+        self.store.record_confirmed(&increments)?;
+        Ok(increments.len())
     }
 
     /// Trains the classifier on a scanned message (`features`). A message (by Message-ID, else
@@ -405,6 +418,8 @@ pub struct Learned {
     pub trained: bool,
     /// The classifier's journal could not record the training (the learn is not durable).
     pub journal_error: Option<String>,
+    /// A shared store did not take the counts (nothing was learned).
+    pub store_error: Option<String>,
 }
 
 /// Shingles whose keys count messages (the paired ones count distinct recipients instead).
@@ -494,17 +509,43 @@ impl ScanWorker {
         self.keys.clear();
         self.keys
             .extend(analysis.shingles.iter().map(|s| sc.key(s)));
-        let stats: Vec<WindowCounts> = sc.store.lookup_many(&self.keys);
+        // A shared store that cannot answer in time: the scan goes on without reputation.
+        let (stats, store_unavailable) = match sc.store.lookup_checked(&self.keys) {
+            Ok(stats) => (stats, false),
+            Err(_) => (
+                self.keys
+                    .iter()
+                    .map(|_| WindowCounts {
+                        windows: crate::store::WindowSums::zeros(sc.store.windows_secs().len()),
+                    })
+                    .collect(),
+                true,
+            ),
+        };
         let looked_up = std::time::Instant::now();
         let data = sc.message_data(&analysis, &stats, envelope, observe, net);
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
         let features = outcome.features.take();
         // Descriptions come from the generation that judged the message, even if a reload
         // swapped in another one meanwhile.
-        let verdict = match self.rules.generation() {
+        let mut verdict = match self.rules.generation() {
             Some(generation) => verdict(&sc.verdict, &outcome, generation),
             None => verdict(&sc.verdict, &outcome, &sc.engine.generation()),
         };
+        if store_unavailable {
+            verdict.symbols.insert(
+                STORE_UNAVAILABLE.to_string(),
+                crate::verdict::SymbolHit {
+                    name: STORE_UNAVAILABLE.to_string(),
+                    score: 0.0,
+                    description: Some(
+                        "the reputation store did not answer in time: scanned without reputation"
+                            .into(),
+                    ),
+                    options: Vec::new(),
+                },
+            );
+        }
         let times = StageTimes {
             analyze: analyzed - start,
             lookup: looked_up - analyzed,
@@ -542,6 +583,27 @@ impl ScanWorker {
         let sc = self.scanner.clone();
         let input = message::prepare(raw, &sc.limits);
         let scanned = self.scan_as(&input, &Envelope::default(), true, None);
+        // A message learned again (the classifier remembers it) adds no complaint or rescue:
+        // relearning a folder must not multiply its keys' counts. Without a classifier there is
+        // no memory of learned messages, so every learn counts. The store is asked first: a
+        // learn it does not take (a shared store out of reach) is refused whole, untrained.
+        let fresh =
+            !sc.classifier.config().enabled || !sc.classifier.knows(class, training_key(&scanned));
+        let keys = match counter {
+            Some(c) if fresh => match sc.try_learn(&scanned.analysis, c) {
+                Ok(keys) => keys,
+                Err(e) => {
+                    return Learned {
+                        keys: 0,
+                        message_id: scanned.analysis.entities.message_id.clone(),
+                        trained: false,
+                        journal_error: None,
+                        store_error: Some(e.to_string()),
+                    };
+                }
+            },
+            _ => 0,
+        };
         let (trained, journal_error) = match counter {
             Some(_) => match sc.train_learned(&scanned, class) {
                 Ok(t) => (t, None),
@@ -549,19 +611,12 @@ impl ScanWorker {
             },
             None => (sc.train(&scanned, class), None),
         };
-        // A message learned again (the classifier remembers it) adds no complaint or rescue:
-        // relearning a folder must not multiply its keys' counts. Without a classifier there is
-        // no memory of learned messages, so every learn counts.
-        let fresh = trained || !sc.classifier.config().enabled;
-        let keys = match counter {
-            Some(c) if fresh => sc.learn(&scanned.analysis, c),
-            _ => 0,
-        };
         Learned {
             keys,
             message_id: scanned.analysis.entities.message_id.clone(),
             trained,
             journal_error,
+            store_error: None,
         }
     }
 

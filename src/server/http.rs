@@ -416,6 +416,10 @@ async fn learn(
             return pool_error(e);
         }
     };
+    if let Some(e) = &l.store_error {
+        tracing::warn!(error = %e, "learn refused: the reputation store is unavailable");
+        return error(StatusCode::SERVICE_UNAVAILABLE, e);
+    }
     if let Err(e) = durable(daemon, &l).await {
         tracing::error!(error = %e, "learn not made durable");
         return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string());
@@ -516,6 +520,11 @@ fn health(daemon: &Daemon) -> Reply {
         "queue": daemon.pool.depth(),
         "dns": daemon.pool.checker().map_or("off", |c| c.health_word()),
         "history": super::record::history_health(daemon),
+        // "memory", or a shared backend's "ok" / "degraded" (scans go on without reputation).
+        "store": daemon.scanner.store().status().map_or("memory", |s| {
+            if s.degraded { "degraded" } else { "ok" }
+        }),
+        "store_error": daemon.scanner.store().status().filter(|s| s.degraded).map(|s| s.detail),
     });
     let status = if ready {
         StatusCode::OK
@@ -574,6 +583,22 @@ fn stat(daemon: &Daemon) -> String {
 fn metrics(daemon: &Daemon) -> String {
     let mut out = String::with_capacity(16 * 1024);
     daemon.metrics.render(&mut out);
+    if let Some(status) = daemon.scanner.store().status() {
+        gauge(
+            &mut out,
+            "shrike_store_degraded",
+            "1 while the shared reputation store is failing (scans go on without it).",
+            u8::from(status.degraded),
+        );
+        for (name, help, value, is_gauge) in status.metrics {
+            use std::fmt::Write as _;
+            let kind = if is_gauge { "gauge" } else { "counter" };
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
+    }
     if let Some(c) = daemon.pool.checker() {
         c.render_metrics(&mut out);
     }
@@ -773,7 +798,7 @@ pub(super) fn reputation(query: &str, daemon: &Daemon) -> Reply {
                 kind: kind.id(),
                 hash,
             };
-            let timeline = daemon.store.timeline(&key);
+            let timeline = daemon.scanner.store().timeline(&key);
             let (window_sums, buckets) = match &timeline {
                 Some(t) => (
                     windows

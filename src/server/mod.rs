@@ -32,7 +32,7 @@ use crate::config::Config;
 use crate::datadir::DataDir;
 use crate::engine::{LoadError, RuleLocation};
 use crate::scan::Scanner;
-use crate::store::{Committer, PersistError, ReputationStore, Store, Sweeper};
+use crate::store::{Committer, PersistError, ReputationStore, Store, Sweeper, SystemClock};
 use listen::Listen;
 use metrics::Metrics;
 use pool::Pool;
@@ -117,6 +117,10 @@ pub enum ServeError {
     CloseData(#[source] PersistError),
     #[error("starting the DNS checks")]
     Dns(#[source] crate::netcheck::NetcheckError),
+    #[error("starting the redis store")]
+    Redis(#[source] crate::store::redis::RedisStoreError),
+    #[error(transparent)]
+    ShareLearns(crate::store::redis::learns::ShareError),
 }
 
 impl ServeError {
@@ -179,7 +183,13 @@ impl Daemon {
 pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let s = &config.server;
-    let workers = if s.workers == 0 { cores } else { s.workers };
+    // With a shared store a scan waits for its reads on the network: more workers than cores
+    // keep the cores busy meanwhile.
+    let workers = match (s.workers, config.store.backend) {
+        (0, crate::store::redis::Backend::Redis) => cores * 4,
+        (0, _) => cores,
+        (n, _) => n,
+    };
     let queue = if s.queue == 0 { workers * 64 } else { s.queue };
     // One socket thread per two cores (1–2): on a small machine the scan workers need the cores,
     // and every extra socket thread adds wake-ups that preempt them and cost scan throughput
@@ -205,7 +215,20 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let store = durable.store().clone();
     let sweeper = Sweeper::spawn(store.clone(), Duration::from_secs(s.sweep_cycle_secs))
         .map_err(ServeError::io("starting the sweeper"))?;
-    let shared: Arc<dyn ReputationStore> = store.clone();
+    let shared: Arc<dyn ReputationStore> = match config.store.backend {
+        crate::store::redis::Backend::Memory => store.clone(),
+        crate::store::redis::Backend::Redis => {
+            let redis = Arc::new(
+                crate::store::redis::RedisStore::new(&config.store, Arc::new(SystemClock))
+                    .map_err(ServeError::Redis)?,
+            );
+            if config.store.redis.shared_classifier && classifier.config().enabled {
+                crate::store::redis::learns::share(&redis, &classifier, &s.data_dir)
+                    .map_err(ServeError::ShareLearns)?;
+            }
+            redis
+        }
+    };
     let scanner =
         Scanner::with_classifier(&config.scan_settings(), rules, shared, classifier.clone())
             .map_err(ServeError::Rules)?;

@@ -60,6 +60,8 @@ pub struct LearnReply {
     pub trained: bool,
     /// Why the classifier's training of it was not recorded, if it was not.
     pub journal_error: Option<String>,
+    /// Why a shared store did not take it (nothing was learned).
+    pub store_error: Option<String>,
 }
 
 enum Job {
@@ -401,6 +403,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 message_id: learned.message_id,
                 trained: learned.trained,
                 journal_error: learned.journal_error,
+                store_error: learned.store_error,
             });
         }
         Job::Test { request, reply } => {

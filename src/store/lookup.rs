@@ -224,6 +224,20 @@ impl Store {
         }
     }
 
+    /// The keys of one shard (`shard_count` shards): `shrike store export` walks them.
+    pub fn keys_in_shard(&self, index: usize) -> Vec<StoreKey> {
+        let shard = self.shards[index].lock();
+        shard
+            .table
+            .iter()
+            .map(|e| StoreKey {
+                namespace: e.namespace,
+                kind: e.kind,
+                hash: e.hash,
+            })
+            .collect()
+    }
+
     /// A key's buckets and window sums, or `None` for an unknown key.
     pub fn timeline(&self, key: &StoreKey) -> Option<Timeline> {
         let now = self.now();

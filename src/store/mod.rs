@@ -34,6 +34,7 @@ mod layout;
 mod lookup;
 pub mod persist;
 mod rate;
+pub mod redis;
 mod shards;
 mod sums;
 pub mod sweeper;
@@ -123,6 +124,10 @@ pub struct StoreConfig {
     pub max_keys: usize,
     /// Shards (a power of two); 0 sizes them from `max_keys` (about 512 keys per shard).
     pub shards: usize,
+    /// Where the reputation lives: "memory" (this process, default) or "redis" (shared).
+    pub backend: redis::Backend,
+    /// The redis backend's nodes and options (`[store.redis]`).
+    pub redis: redis::RedisConfig,
 }
 
 impl Default for StoreConfig {
@@ -141,6 +146,8 @@ impl Default for StoreConfig {
             windows_secs: vec![600, 3_600, 86_400, 7 * 86_400, 14 * 86_400],
             max_keys: 20_000_000,
             shards: 0,
+            backend: redis::Backend::Memory,
+            redis: redis::RedisConfig::default(),
         }
     }
 }
@@ -169,6 +176,8 @@ pub enum StoreConfigError {
     MaxKeys,
     #[error("store.shards must be 0 or a power of two")]
     Shards,
+    #[error(transparent)]
+    Redis(#[from] redis::RedisConfigError),
 }
 
 impl StoreConfig {
@@ -180,6 +189,9 @@ impl StoreConfig {
         }
         if self.shards != 0 && !self.shards.is_power_of_two() {
             return Err(StoreConfigError::Shards);
+        }
+        if self.backend == redis::Backend::Redis {
+            self.redis.validate()?;
         }
         Ok(())
     }
@@ -257,6 +269,39 @@ pub trait ReputationStore: Send + Sync {
     fn now(&self) -> u64;
     /// The windows `lookup_many` sums, in seconds.
     fn windows_secs(&self) -> &[u64];
+    /// `lookup_many`, or why the store could not answer in time (a shared store; the scan then
+    /// goes on without reputation and says so).
+    fn lookup_checked(&self, keys: &[StoreKey]) -> Result<Vec<WindowCounts>, Unavailable> {
+        Ok(self.lookup_many(keys))
+    }
+    /// `record_many` confirmed by the store before it returns (a user's learn: never a false
+    /// acknowledgement).
+    fn record_confirmed(&self, increments: &[Increment]) -> Result<(), Unavailable> {
+        self.record_many(increments);
+        Ok(())
+    }
+    /// A shared backend's state for `/health` and `/metrics` (`None`: the embedded store).
+    fn status(&self) -> Option<BackendStatus> {
+        None
+    }
+}
+
+/// A shared store could not answer (down, slow, or failing over).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("reputation store unavailable: {0}")]
+pub struct Unavailable(pub String);
+
+/// What a shared backend reports.
+#[derive(Debug, Clone)]
+pub struct BackendStatus {
+    /// The backend's name ("redis").
+    pub backend: &'static str,
+    /// Reads or writes are failing: scans go on without reputation.
+    pub degraded: bool,
+    /// The last error, when degraded.
+    pub detail: String,
+    /// `(name, help, value, is a gauge)` for `/metrics`.
+    pub metrics: Vec<(&'static str, &'static str, u64, bool)>,
 }
 
 impl ReputationStore for Store {

@@ -1,0 +1,358 @@
+//! Key layout in Redis and the scripts that run there.
+//!
+//! - A key's timeline is one hash, `<prefix>:{<ns>.<kind>.<hash>}`, whose fields are
+//!   `<resolution><counter><bucket id>` (e.g. `00` + 10-minute bucket number for "seen") holding
+//!   64-bit counters. Every increment is added to its bucket at each resolution (a 10-minute
+//!   bucket and its day), so no process ever folds buckets: a window sum reads the finest
+//!   resolution that still keeps the whole window. The key's TTL is renewed on every write to
+//!   the coarsest resolution's keep plus one bucket; fields past their resolution's keep are
+//!   deleted by the reader that meets them. No sweeper walks Redis.
+//! - A paired unique count's pair marker is `<prefix>:p:{<unique id>}:<pair id>`: the braces
+//!   (the hash tag) put it in the unique key's slot, so `UNIQUE` checks and counts both in one
+//!   atomic script on one node.
+//! - A rate counter is a small hash `<prefix>:r:{<id>}` of sub-bucket → hits with a TTL of its
+//!   window (Figma's layout).
+
+use std::fmt::Write as _;
+
+use redis::Value;
+
+use crate::store::{Counts, Layout, StoreKey, Timeline, WindowCounts, WindowSums, COUNTERS};
+
+/// The id of a store key inside keys (also its hash tag).
+fn id(out: &mut String, key: &StoreKey) {
+    let _ = write!(out, "{}.{}.{:016x}", key.namespace, key.kind, key.hash);
+}
+
+/// A key's timeline hash.
+pub fn timeline_key(prefix: &str, key: &StoreKey) -> String {
+    let mut s = String::with_capacity(prefix.len() + 32);
+    s.push_str(prefix);
+    s.push_str(":{");
+    id(&mut s, key);
+    s.push('}');
+    s
+}
+
+/// The marker of a (pair, unique) in the unique key's slot.
+pub fn pair_key(prefix: &str, pair: &StoreKey, unique: &StoreKey) -> String {
+    let mut s = String::with_capacity(prefix.len() + 64);
+    s.push_str(prefix);
+    s.push_str(":p:{");
+    id(&mut s, unique);
+    s.push_str("}:");
+    id(&mut s, pair);
+    s
+}
+
+/// A rate counter's hash.
+pub fn rate_key(prefix: &str, key: &StoreKey) -> String {
+    let mut s = String::with_capacity(prefix.len() + 32);
+    s.push_str(prefix);
+    s.push_str(":r:{");
+    id(&mut s, key);
+    s.push('}');
+    s
+}
+
+/// The classifier's learn stream (one key: learns are applied in one order everywhere).
+pub fn learn_stream(prefix: &str) -> String {
+    format!("{prefix}:clf:learns")
+}
+
+/// The cluster hash slot of a key: CRC16 (XMODEM) of its hash tag, else of the whole key.
+pub fn slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b
+        .iter()
+        .position(|&c| c == b'{')
+        .and_then(|open| {
+            let rest = &b[open + 1..];
+            let close = rest.iter().position(|&c| c == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(b);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
+}
+
+/// A timeline field.
+pub fn field(resolution: usize, counter: usize, bucket: u64) -> String {
+    format!("{resolution}{counter}{bucket}")
+}
+
+/// A field's (resolution, counter, bucket id), or `None` for one we did not write.
+pub fn parse_field(f: &[u8]) -> Option<(usize, usize, u64)> {
+    if f.len() < 3 || !f.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let r = usize::from(f[0] - b'0');
+    let c = usize::from(f[1] - b'0');
+    if c >= COUNTERS {
+        return None;
+    }
+    let id = std::str::from_utf8(&f[2..]).ok()?.parse().ok()?;
+    Some((r, c, id))
+}
+
+/// Seconds a timeline key lives after its last write: the coarsest resolution's keep plus one
+/// of its buckets.
+pub fn ttl_secs(layout: &Layout) -> u64 {
+    let last = layout
+        .resolutions()
+        .last()
+        .expect("a layout has a resolution");
+    last.keep_secs + last.bucket_secs
+}
+
+/// The (field, delta) writes of adding `counts` at time `at`: one per nonzero counter and
+/// resolution.
+pub fn increment_fields(layout: &Layout, at: u64, counts: &Counts) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for (c, &delta) in counts.iter().enumerate() {
+        if delta == 0 {
+            continue;
+        }
+        for (r, res) in layout.resolutions().iter().enumerate() {
+            out.push((field(r, c, at / res.bucket_secs), delta));
+        }
+    }
+    out
+}
+
+/// The field/value pairs of an `HGETALL` reply (RESP2 array or RESP3 map).
+pub fn hash_pairs(v: &Value) -> Vec<(&[u8], u64)> {
+    fn bytes(v: &Value) -> Option<&[u8]> {
+        match v {
+            Value::BulkString(b) => Some(b),
+            Value::SimpleString(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+    fn num(v: &Value) -> Option<u64> {
+        match v {
+            Value::Int(i) => u64::try_from(*i).ok(),
+            other => std::str::from_utf8(bytes(other)?).ok()?.parse().ok(),
+        }
+    }
+    let mut out = Vec::new();
+    match v {
+        Value::Array(items) => {
+            for pair in items.chunks_exact(2) {
+                if let (Some(f), Some(n)) = (bytes(&pair[0]), num(&pair[1])) {
+                    out.push((f, n));
+                }
+            }
+        }
+        Value::Map(items) => {
+            for (f, n) in items {
+                if let (Some(f), Some(n)) = (bytes(f), num(n)) {
+                    out.push((f, n));
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// One decoded timeline hash: per resolution, (bucket id, counts), and the fields past their
+/// resolution's keep (to delete).
+pub struct Decoded {
+    pub buckets: Vec<Vec<(u64, Counts)>>,
+    pub stale: Vec<Vec<u8>>,
+}
+
+/// Decodes an `HGETALL` reply at time `now`.
+pub fn decode(layout: &Layout, v: &Value, now: u64) -> Decoded {
+    let res = layout.resolutions();
+    let mut buckets: Vec<Vec<(u64, Counts)>> = vec![Vec::new(); res.len()];
+    let mut stale = Vec::new();
+    for (f, n) in hash_pairs(v) {
+        let Some((r, c, id)) = parse_field(f) else {
+            continue;
+        };
+        let Some(resolution) = res.get(r) else {
+            continue;
+        };
+        let end = (id + 1).saturating_mul(resolution.bucket_secs);
+        if end.saturating_add(resolution.keep_secs) <= now {
+            stale.push(f.to_vec());
+            continue;
+        }
+        let list = &mut buckets[r];
+        match list.iter_mut().find(|(b, _)| *b == id) {
+            Some((_, counts)) => counts[c] = counts[c].saturating_add(n),
+            None => {
+                let mut counts = [0; COUNTERS];
+                counts[c] = n;
+                list.push((id, counts));
+            }
+        }
+    }
+    for list in &mut buckets {
+        list.sort_unstable_by_key(|(id, _)| *id);
+    }
+    Decoded { buckets, stale }
+}
+
+/// The window sums of a decoded timeline: each window reads the finest resolution that keeps
+/// it whole (its buckets that end inside the window), the coarsest for longer windows. Every
+/// resolution holds every increment, so this equals the memory store's sums of settled
+/// buckets.
+pub fn window_sums(layout: &Layout, windows_secs: &[u64], d: &Decoded, now: u64) -> WindowCounts {
+    let res = layout.resolutions();
+    let mut sums = WindowSums::zeros(windows_secs.len());
+    for (w, &window) in windows_secs.iter().enumerate() {
+        let r = res
+            .iter()
+            .position(|r| r.keep_secs >= window)
+            .unwrap_or(res.len() - 1);
+        let from = now.saturating_sub(window);
+        let mut total = [0u64; COUNTERS];
+        for (id, counts) in &d.buckets[r] {
+            let end = (id + 1).saturating_mul(res[r].bucket_secs);
+            if end > from {
+                for (t, c) in total.iter_mut().zip(counts) {
+                    *t = t.saturating_add(*c);
+                }
+            }
+        }
+        sums[w] = total;
+    }
+    WindowCounts { windows: sums }
+}
+
+/// A decoded timeline as the memory store shows one: fine buckets while kept, and coarse
+/// buckets holding only what no finer kept bucket holds.
+pub fn timeline(layout: &Layout, windows_secs: &[u64], d: &Decoded, now: u64) -> Option<Timeline> {
+    let res = layout.resolutions();
+    let mut out: Vec<(usize, u64, Counts)> = Vec::new();
+    for (r, list) in d.buckets.iter().enumerate() {
+        for (id, counts) in list {
+            let start = id * res[r].bucket_secs;
+            let mut own = *counts;
+            if r > 0 {
+                let end = start + res[r].bucket_secs;
+                // Subtract what the finer resolutions still show of this bucket.
+                for (fid, fine) in &d.buckets[r - 1] {
+                    let fstart = fid * res[r - 1].bucket_secs;
+                    if fstart >= start && fstart < end {
+                        for (o, f) in own.iter_mut().zip(fine) {
+                            *o = o.saturating_sub(*f);
+                        }
+                    }
+                }
+            }
+            if own.iter().any(|&c| c > 0) {
+                out.push((r, start, own));
+            }
+        }
+    }
+    if out.is_empty() {
+        return None;
+    }
+    out.sort_by_key(|(r, start, _)| (*r, *start));
+    Some(Timeline {
+        buckets: out,
+        windows: window_sums(layout, windows_secs, d, now),
+    })
+}
+
+/// `UNIQUE`: counts the unique key once per pair and period, atomically on its node.
+/// KEYS: pair marker, unique timeline. ARGV: period, timeline TTL, then the fields to add 1 to.
+pub const UNIQUE_SCRIPT: &str = r"
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
+  for i = 3, #ARGV do redis.call('HINCRBY', KEYS[2], ARGV[i], 1) end
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+";
+
+/// A sliding-window rate counter (the memory store's `rate.rs`: window/60 sub-buckets plus
+/// one). KEYS: the counter's hash. ARGV: now, window, hit (1) or peek (0). Returns the count
+/// with this hit.
+pub const RATE_SCRIPT: &str = r"
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local sub = math.max(math.floor(window / 60), 1)
+local n = math.floor(window / sub) + 1
+local cur = math.floor(now / sub)
+local vals = redis.call('HGETALL', KEYS[1])
+local count = 0
+for i = 1, #vals, 2 do
+  local idx = tonumber(vals[i])
+  if idx > cur - n then
+    count = count + tonumber(vals[i + 1])
+  else
+    redis.call('HDEL', KEYS[1], vals[i])
+  end
+end
+if ARGV[3] == '1' then
+  redis.call('HINCRBY', KEYS[1], tostring(cur), 1)
+  redis.call('EXPIRE', KEYS[1], window + sub)
+end
+return count + 1
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreConfig;
+
+    #[test]
+    fn keys_share_the_unique_slot() {
+        let u = StoreKey {
+            namespace: 0,
+            kind: 7,
+            hash: 0xabc,
+        };
+        let p = StoreKey {
+            namespace: 0,
+            kind: 6,
+            hash: 0xdef,
+        };
+        let t = timeline_key("in", &u);
+        let pk = pair_key("in", &p, &u);
+        assert_eq!(t, "in:{0.7.0000000000000abc}");
+        assert_eq!(slot(&t), slot(&pk));
+        assert_ne!(slot(&t), slot(&timeline_key("in", &p)));
+        // Redis's own examples (CLUSTER KEYSLOT).
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+    }
+
+    #[test]
+    fn window_sums_match_the_layout() {
+        let cfg = StoreConfig::default();
+        let layout = Layout::new(&cfg.resolutions).unwrap();
+        let now = 1_000_000_000;
+        // Two hits now, one 3 hours ago, one 3 days ago.
+        let mut fields = Vec::new();
+        for at in [now, now, now - 3 * 3600, now - 3 * 86_400] {
+            for (f, d) in increment_fields(&layout, at, &[1, 0, 0, 0, 0]) {
+                fields.push(Value::BulkString(f.into_bytes()));
+                fields.push(Value::Int(d as i64));
+            }
+        }
+        let d = decode(&layout, &Value::Array(fields), now);
+        // The 3-day-old fine bucket is past its keep.
+        assert_eq!(d.stale.len(), 1);
+        let w = window_sums(&layout, &cfg.windows_secs, &d, now);
+        let seen: Vec<u64> = w.windows.iter().map(|c| c[0]).collect();
+        assert_eq!(seen, vec![2, 2, 3, 4, 4]);
+        assert_eq!(parse_field(b"01123"), Some((0, 1, 123)));
+        assert_eq!(parse_field(b"x1"), None);
+    }
+}

@@ -1,0 +1,497 @@
+//! The reputation store on real Redis servers (Debian's redis-server 7.x, started here): one
+//! node, and a cluster of three masters with three replicas shared by two daemons. Through
+//! the binary and HTTP as an MTA would use it: counts shared across daemons, exact unique
+//! counts under races, rate limits across daemons, a master killed, every node stopped and
+//! restarted, and counters moved in from a memory data directory.
+
+#[allow(dead_code)]
+#[path = "common/daemon.rs"]
+mod daemon;
+#[allow(dead_code)]
+#[path = "common/redis.rs"]
+mod redis;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use daemon::{Daemon, Options};
+use redis::{Cluster, Node};
+
+const RULES: &str = r#"
+rule { name = "COMPLAINED", score = 20.0, description = "its subject drew a complaint",
+  check = function(msg)
+    local _, _, _, complaints = msg:stat("subject", "24h")
+    return complaints > 0
+  end }
+rule { name = "RATE10", score = 0.5, description = "its sender went over 10 a minute",
+  check = function(msg)
+    local from = msg:from()
+    if not from then return end
+    local _, over = ratelimit("rl", from, 10, 60)
+    return over
+  end }
+"#;
+
+fn rules(dir: &Path) -> std::path::PathBuf {
+    let r = dir.join("rules");
+    std::fs::create_dir_all(&r).unwrap();
+    std::fs::write(r.join("t.lua"), RULES).unwrap();
+    r
+}
+
+fn message(from: &str, subject: &str, id: &str) -> Vec<u8> {
+    format!(
+        "From: {from}\r\nTo: someone@example.org\r\nSubject: {subject}\r\nMessage-ID: <{id}@t.example>\r\n\
+         Date: Fri, 27 Nov 2026 06:00:00 +0000\r\n\r\nHello, this is the body of {subject}.\r\n"
+    )
+    .into_bytes()
+}
+
+fn redis_config(urls: &str, cluster: bool) -> String {
+    format!(
+        "[store]\nbackend = \"redis\"\n[store.redis]\nurls = {urls}\ncluster = {cluster}\n\
+         prefix = \"in\"\ntimeout_ms = 50\nflush_interval_ms = 20\n"
+    )
+}
+
+fn start(dir: &Path, name: &str, config: &str) -> Daemon {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    Daemon::start(
+        &d,
+        Options {
+            config: Some(config.to_string()),
+            rules: Some(rules(&d)),
+            workers: Some(2),
+            ..Options::default()
+        },
+    )
+}
+
+/// Scans and returns (symbols, elapsed).
+fn scan(d: &Daemon, msg: &[u8], headers: &[(&str, &str)]) -> (Vec<String>, Duration) {
+    let t = Instant::now();
+    let r = d.post("/checkv2", headers, msg);
+    let took = t.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let symbols = v["symbols"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    (symbols, took)
+}
+
+fn window(d: &Daemon, kind: &str, value: &str, counter: &str) -> u64 {
+    let r = d.get(&format!("/reputation?type={kind}&value={}", enc(value)));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["keys"][0]["windows"]["24h"][counter]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn health_store(d: &Daemon) -> String {
+    d.get("/health").json()["store"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn single_node_counts_learns_degrades_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::start(dir.path(), daemon::free_port(), false);
+    let urls = format!("[\"redis://127.0.0.1:{}\"]", node.port);
+    let d = start(dir.path(), "a", &redis_config(&urls, false));
+    wait_until("the store connected", 10, || health_store(&d) == "ok");
+
+    let m1 = message("alice@one.example", "Quarterly numbers", "m1");
+    let (symbols, _) = scan(&d, &m1, &[]);
+    assert!(
+        !symbols.contains(&"STORE_UNAVAILABLE".to_string()),
+        "{symbols:?}"
+    );
+    assert!(!symbols.contains(&"COMPLAINED".to_string()));
+    wait_until("the scan counted in redis", 5, || {
+        window(&d, "subject", "Quarterly numbers", "seen") == 1
+    });
+    // Keys live in redis under the prefix, with a TTL (expiry by redis, no sweeper).
+    let keys = node.cli(&["--scan", "--pattern", "in:{*"]);
+    assert!(keys.lines().count() >= 3, "{keys}");
+    wait_until("every key has its TTL", 5, || {
+        keys.lines().all(|k| {
+            let ttl: i64 = node.cli(&["TTL", k]).trim().parse().unwrap();
+            ttl > 14 * 86_400 && ttl <= 15 * 86_400
+        })
+    });
+
+    // A learn is written before its 200, and the next scan sees it.
+    let r = d.post("/learnspam", &[], &m1);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(window(&d, "subject", "Quarterly numbers", "complaint"), 1);
+    let (symbols, _) = scan(&d, &m1, &[]);
+    assert!(symbols.contains(&"COMPLAINED".to_string()), "{symbols:?}");
+
+    // Redis down: scans go on at once without reputation, say so, and learns are refused.
+    node.kill9();
+    for i in 0..5 {
+        let (symbols, took) = scan(
+            &d,
+            &message("bob@two.example", "Down", &format!("d{i}")),
+            &[],
+        );
+        assert!(
+            symbols.contains(&"STORE_UNAVAILABLE".to_string()),
+            "{symbols:?}"
+        );
+        assert!(took < Duration::from_millis(1000), "scan took {took:?}");
+    }
+    // The complained-about message is no longer recognised: no reputation, no false verdict.
+    let (symbols, _) = scan(&d, &m1, &[]);
+    assert!(!symbols.contains(&"COMPLAINED".to_string()), "{symbols:?}");
+    assert_eq!(health_store(&d), "degraded");
+    // A message already learned is a duplicate, answered without the store; a new one needs
+    // the store and is refused.
+    let fresh = message("e@five.example", "Learned while down", "fresh1");
+    let r = d.post("/learnspam", &[], &fresh);
+    assert_eq!(
+        r.status,
+        503,
+        "a learn redis did not take is not acknowledged: {}",
+        r.text()
+    );
+    assert!(d.metric("shrike_redis_unavailable_scans_total") >= 5);
+    assert!(d.metric("shrike_store_degraded") == 1);
+
+    // Back up (empty: it saved nothing): used again without restarting shrike.
+    node.restart();
+    wait_until("scans use redis again", 15, || {
+        !scan(&d, &message("c@three.example", "Up again", "u"), &[])
+            .0
+            .contains(&"STORE_UNAVAILABLE".to_string())
+    });
+    wait_until("counting resumed", 5, || {
+        window(&d, "subject", "Up again", "seen") >= 1
+    });
+    assert_eq!(health_store(&d), "ok");
+    // What the scans counted while Redis was down was held and is written now, once.
+    wait_until("the outage's counts written", 5, || {
+        window(&d, "subject", "Down", "seen") >= 5
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(window(&d, "subject", "Down", "seen"), 5);
+    assert_eq!(d.metric("shrike_redis_dropped_increments_total"), 0);
+    // The refused learn was not trained: sent again, it is learned now.
+    let r = d.post("/learnspam", &[], &fresh);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!r.text().contains("\"duplicate\":true"), "{}", r.text());
+    assert!(d.metric("shrike_redis_round_trips_total") > 0);
+
+    // No [store] backend: the embedded store, as before.
+    let m = start(dir.path(), "memory", "");
+    assert_eq!(health_store(&m), "memory");
+    let (symbols, _) = scan(&m, &m1, &[]);
+    assert!(!symbols.contains(&"STORE_UNAVAILABLE".to_string()));
+}
+
+#[test]
+fn export_from_memory_import_into_redis_keeps_window_sums() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), daemon::free_port(), false);
+    let subjects: Vec<String> = (0..12)
+        .map(|i| format!("Subject number {}", i % 5))
+        .collect();
+    let mem_dir = dir.path().join("mem");
+    std::fs::create_dir_all(&mem_dir).unwrap();
+    let mut mem = Daemon::start(
+        &mem_dir,
+        Options {
+            rules: Some(rules(&mem_dir)),
+            ..Options::default()
+        },
+    );
+    for (i, s) in subjects.iter().enumerate() {
+        scan(
+            &mem,
+            &message(&format!("s{}@x.example", i % 3), s, &format!("e{i}")),
+            &[],
+        );
+    }
+    assert_eq!(
+        mem.post(
+            "/learnspam",
+            &[],
+            &message("s0@x.example", "Subject number 0", "e0")
+        )
+        .status,
+        200
+    );
+    let reads: Vec<(&str, String)> = (0..5)
+        .map(|i| ("subject", format!("Subject number {i}")))
+        .chain((0..3).map(|i| ("from", format!("s{i}@x.example"))))
+        .collect();
+    let sums = |d: &Daemon| -> Vec<serde_json::Value> {
+        reads
+            .iter()
+            .map(|(k, v)| {
+                let r = d.get(&format!("/reputation?type={k}&value={}", enc(v)));
+                r.json()["keys"][0]["windows"].clone()
+            })
+            .collect()
+    };
+    let before = sums(&mem);
+    assert_eq!(before[0]["24h"]["seen"], 3, "{:?}", before[0]);
+    mem.stop();
+
+    let dump = dir.path().join("dump.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .args(["store", "export", "--data"])
+        .arg(&mem.data)
+        .arg("--out")
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let urls = format!("[\"redis://127.0.0.1:{}\"]", node.port);
+    let cfg = dir.path().join("redis.toml");
+    std::fs::write(&cfg, redis_config(&urls, false)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["store", "import", "--in"])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("imported"));
+
+    let r = start(dir.path(), "r", &redis_config(&urls, false));
+    wait_until("the store connected", 10, || health_store(&r) == "ok");
+    assert_eq!(
+        sums(&r),
+        before,
+        "window sums in redis differ from the memory store's"
+    );
+    // Learning offline into a redis-backed config is refused (it would fill the data
+    // directory, not Redis).
+    let spam = dir.path().join("spam.eml");
+    std::fs::write(&spam, message("s0@x.example", "Offline", "o1")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["learn", "--data"])
+        .arg(dir.path().join("offline"))
+        .arg("--spam")
+        .arg(&spam)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--server"));
+    // A bad dump is refused with its line number, and nothing panics.
+    std::fs::write(&dump, "{\"ns\":0}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["store", "import", "--in"])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"));
+}
+
+#[test]
+fn two_daemons_share_a_cluster_through_failover_and_outage() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path());
+    let config = redis_config(&cluster.urls(), true);
+    let a = start(dir.path(), "a", &config);
+    let b = start(dir.path(), "b", &config);
+    for d in [&a, &b] {
+        wait_until("the store connected", 15, || health_store(d) == "ok");
+    }
+
+    // A complaint through A shows in B's reputation and changes B's verdict.
+    let m = message("promo@deals.example", "Unbeatable offer", "c1");
+    assert!(!scan(&b, &m, &[]).0.contains(&"COMPLAINED".to_string()));
+    assert_eq!(a.post("/learnspam", &[], &m).status, 200);
+    assert_eq!(window(&b, "subject", "Unbeatable offer", "complaint"), 1);
+    assert!(scan(&b, &m, &[]).0.contains(&"COMPLAINED".to_string()));
+    // The classifier too: B applies A's learn from the shared stream, A does not apply it twice.
+    let learned = |d: &Daemon| d.get("/stat").json()["classifier"]["learned_spam"].as_u64();
+    wait_until("B's classifier learned A's learn", 5, || {
+        learned(&b) == Some(1)
+    });
+    assert_eq!(learned(&a), Some(1));
+    assert_eq!(b.metric("shrike_redis_learns_applied_total"), 1);
+    // A daemon that joins later replays the stream instead of starting cold; B, restarted,
+    // continues from where it stopped and trains nothing twice.
+    let c = start(dir.path(), "c", &config);
+    wait_until("a new daemon replayed the learns", 10, || {
+        learned(&c) == Some(1)
+    });
+    drop(c);
+    let mut b = b;
+    b.stop();
+    let b = Daemon::start(
+        &dir.path().join("b"),
+        Options {
+            config: Some(config.clone()),
+            rules: Some(dir.path().join("b").join("rules")),
+            workers: Some(2),
+            ports: Some((b.http, b.milter)),
+            ..Options::default()
+        },
+    );
+    wait_until("B reconnected", 10, || health_store(&b) == "ok");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(learned(&b), Some(1));
+    assert_eq!(b.metric("shrike_redis_learns_applied_total"), 0);
+
+    // The same message through both daemons counts seen twice.
+    let s = message("x@same.example", "Seen on both", "s1");
+    scan(&a, &s, &[]);
+    scan(&b, &s, &[]);
+    wait_until("seen twice", 5, || {
+        window(&a, "subject", "Seen on both", "seen") == 2
+    });
+
+    // 1,000 pairs, each sent through both daemons at once: exactly 1,000 distinct recipients.
+    let bulk = message("bulk@sender.example", "Pairs", "p");
+    std::thread::scope(|sc| {
+        for t in 0..8 {
+            let (a, b, bulk) = (&a, &b, &bulk);
+            sc.spawn(move || {
+                for i in (t..1000).step_by(8) {
+                    let rcpt = format!("r{i}@rcpt.example");
+                    let (first, second) = if i % 2 == 0 { (a, b) } else { (b, a) };
+                    scan(first, bulk, &[("Rcpt", rcpt.as_str())]);
+                    scan(second, bulk, &[("Rcpt", rcpt.as_str())]);
+                }
+            });
+        }
+    });
+    wait_until("1,000 distinct", 10, || {
+        window(&a, "unique_sender", "bulk@sender.example", "seen") >= 1000
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        window(&b, "unique_sender", "bulk@sender.example", "seen"),
+        1000
+    );
+
+    // A limit of 10 a minute holds across both daemons: the 11th message on is over.
+    let over: Vec<bool> = (0..20)
+        .map(|i| {
+            let d = if i % 2 == 0 { &a } else { &b };
+            let msg = message(
+                "rl@limited.example",
+                &format!("Rate {i}"),
+                &format!("rl{i}"),
+            );
+            scan(d, &msg, &[]).0.contains(&"RATE10".to_string())
+        })
+        .collect();
+    assert_eq!(over, (0..20).map(|i| i >= 10).collect::<Vec<_>>());
+
+    // Kill a master: no scan fails or stalls past the timeout while its replica takes over.
+    let victim = cluster.master_of("in:{0.1.0000000000000000}");
+    cluster.nodes[victim].kill9();
+    let start_kill = Instant::now();
+    let mut slowest = Duration::ZERO;
+    let mut i = 0;
+    while start_kill.elapsed() < Duration::from_secs(6) {
+        let (_, took) = scan(
+            &a,
+            &message("f@fail.example", &format!("Failover {i}"), "f"),
+            &[],
+        );
+        slowest = slowest.max(took);
+        i += 1;
+    }
+    assert!(
+        slowest < Duration::from_millis(700),
+        "slowest scan during failover {slowest:?}"
+    );
+    cluster.wait_ok();
+    // Counting resumes on every slot (the dead master's included).
+    wait_until("scans without STORE_UNAVAILABLE after failover", 20, || {
+        !scan(&b, &message("g@after.example", "After failover", "g"), &[])
+            .0
+            .contains(&"STORE_UNAVAILABLE".to_string())
+    });
+    let before = window(&a, "subject", "After failover", "seen");
+    for _ in 0..3 {
+        scan(&b, &message("g@after.example", "After failover", "g"), &[]);
+    }
+    wait_until("counting resumed after failover", 10, || {
+        window(&a, "subject", "After failover", "seen") >= before + 3
+    });
+
+    // Every node down: degraded, never stalled; back up: used again, no restart of shrike.
+    for n in &mut cluster.nodes {
+        n.kill9();
+    }
+    for i in 0..5 {
+        let (symbols, took) = scan(
+            &a,
+            &message("h@down.example", "All down", &format!("h{i}")),
+            &[],
+        );
+        assert!(
+            symbols.contains(&"STORE_UNAVAILABLE".to_string()),
+            "{symbols:?}"
+        );
+        assert!(took < Duration::from_millis(1000), "scan took {took:?}");
+    }
+    wait_until("health degraded", 5, || health_store(&b) == "degraded");
+    let fresh = message("f@down.example", "Learned while all down", "fresh2");
+    assert_eq!(a.post("/learnspam", &[], &fresh).status, 503);
+    for n in &mut cluster.nodes {
+        n.restart();
+    }
+    cluster.wait_ok();
+    for d in [&a, &b] {
+        wait_until("reputation used again", 30, || {
+            !scan(d, &message("k@back.example", "Back", "k"), &[])
+                .0
+                .contains(&"STORE_UNAVAILABLE".to_string())
+        });
+    }
+    let seen = window(&a, "subject", "Back", "seen");
+    scan(&b, &message("k@back.example", "Back", "k"), &[]);
+    wait_until("counting after the restart", 10, || {
+        window(&a, "subject", "Back", "seen") > seen
+    });
+    assert_eq!(a.post("/learnspam", &[], &m).status, 200);
+    assert_eq!(health_store(&a), "ok");
+}
