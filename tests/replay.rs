@@ -181,6 +181,7 @@ fn compare_rules_lists_what_changed() {
     }
     let fixture = fixture();
     let json = replay(&[
+        "--no-default-rules",
         "--rules",
         rules.to_str().unwrap(),
         "--compare-rules",
@@ -213,6 +214,9 @@ fn compare_rules_lists_what_changed() {
     assert_eq!(cmp["moves"]["spam"]["no_longer_caught"], diffs.len());
     // The text form lists each difference with its symbols.
     let text = replay(&[
+        "--no-default-rules",
+        "--rules",
+        rules.to_str().unwrap(),
         "--compare-rules",
         rules_b.to_str().unwrap(),
         "--complain",

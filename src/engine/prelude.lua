@@ -309,6 +309,21 @@ end
 
 local M = {}
 
+-- The names of `msg`'s methods and of the sandbox's globals, sorted (the editor annotations'
+-- drift test, lua/shrike.d.lua).
+local function sorted_names(t)
+  local names = {}
+  for k, v in pairs(t) do
+    if type(k) == "string" and string.sub(k, 1, 2) ~= "__" and v ~= nil then
+      names[#names + 1] = k
+    end
+  end
+  table.sort(names)
+  return names
+end
+function M.msg_methods() return sorted_names(Msg) end
+function M.globals() return sorted_names(SANDBOX) end
+
 -- Runs a rule file (or any chunk) in a fresh environment over the sandbox.
 function M.load_file(text, chunkname)
   local f, err = raw_load(text, "@" .. chunkname, "t", new_env())

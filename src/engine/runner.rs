@@ -239,6 +239,9 @@ impl RuleRunner {
                             last = i;
                         }
                         let s = &meta.symbols[si];
+                        if s.off {
+                            continue;
+                        }
                         out.hits.push(Hit {
                             symbol: s.name.clone(),
                             score: s.score * w,
@@ -336,6 +339,9 @@ impl RuleRunner {
                         }
                         for (si, weight, options) in hits {
                             let s = &meta.symbols[si];
+                            if s.off {
+                                continue;
+                            }
                             if applied {
                                 ctx.applied.borrow_mut().push((i, si));
                             }

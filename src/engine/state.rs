@@ -19,7 +19,8 @@ use super::preempt::Preempt;
 use super::source::{self, RuleLocation, Sources};
 use super::view::{MessageData, WindowNames};
 use super::{
-    EngineConfig, Generation, LoadError, RuleCounters, RuleMeta, RULE_ERROR, RULE_TIMEOUT,
+    EngineConfig, Generation, LoadError, Overrides, RuleCounters, RuleMeta, RULE_ERROR,
+    RULE_TIMEOUT,
 };
 use crate::store::ReputationStore;
 
@@ -244,6 +245,9 @@ pub(super) struct Entry {
     pub(super) begin: Function,
     pub(super) checks: Table,
     pub(super) finish: Function,
+    /// The prelude's table of functions (`msg_methods`, `globals` for the annotations' test).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) prelude: Table,
 }
 
 pub(super) struct BuildEnv<'a> {
@@ -319,7 +323,19 @@ pub(super) fn build_state(
         }
     }
     ctx.loading_file.borrow_mut().clear();
-    let registered = ctx.registered.take();
+    let mut registered = ctx.registered.take();
+    if let Some(g) = generation {
+        // The configuration's changes, applied exactly as `build_generation` applied them: the
+        // rules switched off are not in the state, and the indices stay the generation's.
+        let mut metas: Vec<RuleMeta> = registered.iter().map(|(m, _)| m.clone()).collect();
+        let runs = g.overrides.apply(&mut metas);
+        registered = registered
+            .into_iter()
+            .zip(metas)
+            .zip(runs)
+            .filter_map(|(((_, f), m), run)| run.then_some((m, f)))
+            .collect();
+    }
     *ctx.rule_names.borrow_mut() = registered.iter().map(|(m, _)| m.name.clone()).collect();
     if let Some(g) = generation {
         let same = registered.len() == g.rules.len()
@@ -354,6 +370,7 @@ pub(super) fn build_state(
             begin,
             checks,
             finish,
+            prelude,
         },
     ))
 }
@@ -364,6 +381,7 @@ pub(super) fn build_generation(
     location: &RuleLocation,
     sources: source::Sources,
     config: &EngineConfig,
+    overrides: &Arc<Overrides>,
     store: &Arc<dyn ReputationStore>,
     namespace: u8,
 ) -> Result<Generation, LoadError> {
@@ -377,22 +395,37 @@ pub(super) fn build_generation(
         windows: &windows,
     };
     let (_lua, _ctx, registered, _) = build_state(&sources, None, &env)?;
-    let rules: Vec<RuleMeta> = registered.into_iter().map(|(m, _)| m).collect();
-    let mut symbols = HashMap::new();
-    for (ri, r) in rules.iter().enumerate() {
-        for (si, s) in r.symbols.iter().enumerate() {
+    let declared: Vec<RuleMeta> = registered.into_iter().map(|(m, _)| m).collect();
+    // Names are checked over every declaration, switched off or not.
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (ri, r) in declared.iter().enumerate() {
+        for s in &r.symbols {
             if s.name == RULE_ERROR || s.name == RULE_TIMEOUT {
                 return Err(LoadError::Declaration(format!(
                     "{}: {} is reserved for the engine",
                     r.file, s.name
                 )));
             }
-            if let Some((other, _)) = symbols.insert(s.name.clone(), (ri, si)) {
+            if let Some(other) = names.insert(&s.name, ri) {
                 return Err(LoadError::Declaration(format!(
                     "{}: symbol {} is already declared by rule {} in {}",
-                    r.file, s.name, rules[other].name, rules[other].file
+                    r.file, s.name, declared[other].name, declared[other].file
                 )));
             }
+        }
+    }
+    let mut rules = declared.clone();
+    let runs = overrides.apply(&mut rules);
+    let mut keep = runs.iter();
+    rules.retain(|_| keep.next().copied().unwrap_or(true));
+    let unknown = overrides.unknown(&declared);
+    if !unknown.is_empty() {
+        tracing::warn!(names = ?unknown, "[scores] or [rules] name symbols no rule declares");
+    }
+    let mut symbols = HashMap::new();
+    for (ri, r) in rules.iter().enumerate() {
+        for (si, s) in r.symbols.iter().enumerate() {
+            symbols.insert(s.name.clone(), (ri, si));
         }
     }
     let counters = rules.iter().map(|_| RuleCounters::default()).collect();
@@ -401,6 +434,8 @@ pub(super) fn build_generation(
         location: location.clone(),
         sources,
         rules,
+        declared,
+        overrides: Arc::clone(overrides),
         symbols,
         counters,
         build_time: start.elapsed(),

@@ -42,6 +42,8 @@ pub struct ScanSettings {
     pub engine: EngineConfig,
     /// The online classifier.
     pub classifier: ClassifierConfig,
+    /// The configuration's `[scores]` and `[rules]` changes to the rule set.
+    pub overrides: engine::Overrides,
 }
 
 /// Why scan settings cannot be used. Each message names the option.
@@ -242,9 +244,10 @@ impl Scanner {
             .iter()
             .position(|&w| w == 7 * 86_400)
             .unwrap_or(windows.len().saturating_sub(1));
-        let engine = Engine::new(
+        let engine = Engine::with_overrides(
             settings.engine.clone(),
             rules,
+            settings.overrides.clone(),
             Arc::clone(&store),
             settings.traffic.namespace,
         )?;
