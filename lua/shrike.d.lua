@@ -235,6 +235,11 @@ function Msg:classify() end
 function Msg:auth() end
 ---@return shrike.DnsblHit[]
 function Msg:dnsbl() end
+---The value of a declared `feature{}` over its window, from the state before this message.
+---@param name string
+---@return number|nil value nil when the feature has no key for this message
+---@return boolean saturated a distinct count reached its `max_distinct`
+function Msg:feature(name) end
 
 -- Declarations ----------------------------------------------------------------------------
 
@@ -257,6 +262,18 @@ function Msg:dnsbl() end
 ---Declares a rule.
 ---@param def shrike.Rule
 function rule(def) end
+
+---@class shrike.Feature
+---@field name string
+---@field key fun(msg: shrike.Msg): string|number|nil what the feature is counted per (nil: none)
+---@field value? fun(msg: shrike.Msg): any the value added (sum, ratio: a number or boolean; distinct: a string)
+---@field kind "count"|"sum"|"distinct"|"ratio"
+---@field window string "10m", "1h", "24h", "7d"…
+---@field max_distinct? integer distinct: values counted exactly, then saturated (default 1000)
+
+---Declares a windowed feature, read with `msg:feature(name)`.
+---@param def shrike.Feature
+function feature(def) end
 
 -- Helpers ---------------------------------------------------------------------------------
 

@@ -714,6 +714,16 @@ fn rules_list(config: &Config, args: &RuleArgs, json: bool) -> anyhow::Result<Ex
             }
             writeln!(out)?;
         }
+        for f in &generation.features {
+            writeln!(
+                out,
+                "feature {}: {} over {} ({})",
+                f.name,
+                format!("{:?}", f.kind).to_lowercase(),
+                f.window,
+                f.file
+            )?;
+        }
         let on = listed.iter().filter(|l| l.enabled).count();
         writeln!(
             out,

@@ -14,6 +14,7 @@
 mod annotations;
 mod api;
 mod declare;
+pub mod feature;
 mod ffi;
 pub mod fields;
 mod hits;
@@ -41,6 +42,7 @@ use crate::store::ReputationStore;
 // Engine-internal name: the rest of shrike imports it from `crate::verdict`.
 use crate::verdict::Action;
 
+pub use feature::{FeatureMeta, FeatureUpdates};
 pub use fields::FieldId;
 pub use overlay::{OverrideError, Overrides, RulesConfig};
 pub use runner::RuleRunner;
@@ -119,6 +121,8 @@ pub struct Generation {
     pub declared: Vec<RuleMeta>,
     /// The configuration's changes this generation was built with.
     pub overrides: Arc<Overrides>,
+    /// The windowed features the rule files declare (`feature{}`), in order.
+    pub features: Vec<FeatureMeta>,
     /// Symbol name → (rule index, symbol index).
     pub symbols: HashMap<String, (usize, usize)>,
     pub counters: Vec<RuleCounters>,
@@ -153,6 +157,8 @@ pub struct RuleOutcome {
     pub probability: Option<f64>,
     /// The features the classifier weighed, when a rule asked for it.
     pub features: Option<crate::classify::Features>,
+    /// What the message adds to the windowed features (applied after the verdict).
+    pub feature_updates: FeatureUpdates,
 }
 
 /// What `/health` and `/metrics` report about rule loading.

@@ -31,6 +31,8 @@ struct LoadedState {
     /// The rules' checks, in order (a sequence).
     checks: Table,
     finish: Function,
+    /// The prelude's `feature_compute(i, msg)`, for the features no rule read.
+    feature_compute: Function,
     /// Sampling seeds of test-mode rules (hash of the rule name).
     rule_seeds: Vec<u64>,
     /// The rule whose check `profile_rule` wrapped in this state.
@@ -132,6 +134,7 @@ impl RuleRunner {
                     begin: entry.begin,
                     checks: entry.checks,
                     finish: entry.finish,
+                    feature_compute: entry.feature_compute,
                     rule_seeds,
                     profiled: None,
                 });
@@ -204,6 +207,12 @@ impl RuleRunner {
         }
         *ctx.classified.borrow_mut() = None;
         ctx.observe.set(data.observe);
+        {
+            let mut f = ctx.features.borrow_mut();
+            let n = f.metas.len();
+            f.slots.clear();
+            f.slots.resize(n, super::feature::Slot::Pending);
+        }
         ctx.kinds_built.set(false);
         let guard = ctx.scan.enter(data);
         ctx.timed.set(self.scans.is_multiple_of(TIME_EVERY));
@@ -367,6 +376,38 @@ impl RuleRunner {
                     "(message)".into(),
                     format!("{skipped} rules skipped: message budget exhausted"),
                 ));
+            }
+            // The features no rule read: their functions run now, each under the rule budget,
+            // so that every message contributes to every feature.
+            let n_features = ctx.features.borrow().slots.len();
+            for i in 0..n_features {
+                let pending = matches!(
+                    ctx.features.borrow().slots.get(i),
+                    Some(super::feature::Slot::Pending)
+                );
+                if !pending {
+                    continue;
+                }
+                let (r, stop) = ctx
+                    .preempt
+                    .run(|| st.feature_compute.call::<()>((i + 1, &msg)));
+                if let Err(e) = r {
+                    let why = match stop {
+                        Some(_) => format!("CPU budget of {} ms exhausted", cfg.rule_cpu_ms),
+                        None => describe(&e),
+                    };
+                    if let Some(slot) = ctx.features.borrow_mut().slots.get_mut(i) {
+                        *slot = super::feature::Slot::Failed(why);
+                    }
+                }
+            }
+            if n_features > 0 {
+                out.feature_updates = super::feature::collect(
+                    ctx,
+                    self.engine.store(),
+                    data.observe,
+                    &mut out.errors,
+                );
             }
             st.finish.call::<()>(())?;
             Ok(())

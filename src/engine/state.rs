@@ -76,6 +76,8 @@ pub(super) struct Ctx {
     pub(super) applies: RefCell<Vec<bool>>,
     /// Registry reference of the string "weight", read from hit tables without allocating.
     pub(super) weight_key: Cell<std::ffi::c_int>,
+    /// The declared windowed features and their state in the current scan (`feature.rs`).
+    pub(super) features: RefCell<super::feature::Features>,
 }
 
 /// A hit `run_checks` read: (rule, symbol, weight, options).
@@ -120,6 +122,7 @@ impl Ctx {
             plain_hits: RefCell::new(Vec::new()),
             applies: RefCell::new(Vec::new()),
             weight_key: Cell::new(0),
+            features: RefCell::new(super::feature::Features::default()),
         }
     }
 
@@ -245,6 +248,8 @@ pub(super) struct Entry {
     pub(super) begin: Function,
     pub(super) checks: Table,
     pub(super) finish: Function,
+    /// Runs a feature's functions for a message (`feature.rs`).
+    pub(super) feature_compute: Function,
     /// The prelude's table of functions (`msg_methods`, `globals` for the annotations' test).
     #[cfg_attr(not(test), allow(dead_code))]
     pub(super) prelude: Table,
@@ -281,6 +286,7 @@ pub(super) fn build_state(
 
     let rust = lua.create_table().map_err(lua_err)?;
     super::api::install(&lua, &ctx, &rust, sources, env).map_err(lua_err)?;
+    super::feature::install(&lua, &ctx, &rust, env).map_err(lua_err)?;
     ffi::install_fields(&lua, &ctx, &rust).map_err(lua_err)?;
 
     let prelude: Table = lua
@@ -303,6 +309,7 @@ pub(super) fn build_state(
     let load_file: Function = prelude.get("load_file").map_err(lua_err)?;
     let begin: Function = prelude.get("begin").map_err(lua_err)?;
     let finish: Function = prelude.get("finish").map_err(lua_err)?;
+    let feature_compute: Function = prelude.get("feature_compute").map_err(lua_err)?;
 
     for file in &sources.rules {
         *ctx.loading_file.borrow_mut() = file.name.clone();
@@ -338,6 +345,12 @@ pub(super) fn build_state(
     }
     *ctx.rule_names.borrow_mut() = registered.iter().map(|(m, _)| m.name.clone()).collect();
     if let Some(g) = generation {
+        if ctx.features.borrow().metas != g.features {
+            return Err(LoadError::Declaration(
+                "feature declarations differ from the generation's (do rule files declare features conditionally?)"
+                    .into(),
+            ));
+        }
         let same = registered.len() == g.rules.len()
             && registered.iter().zip(&g.rules).all(|((m, _), r)| m == r);
         if !same {
@@ -370,6 +383,7 @@ pub(super) fn build_state(
             begin,
             checks,
             finish,
+            feature_compute,
             prelude,
         },
     ))
@@ -394,7 +408,8 @@ pub(super) fn build_generation(
         namespace,
         windows: &windows,
     };
-    let (_lua, _ctx, registered, _) = build_state(&sources, None, &env)?;
+    let (_lua, ctx, registered, _) = build_state(&sources, None, &env)?;
+    let features = std::mem::take(&mut ctx.features.borrow_mut().metas);
     let declared: Vec<RuleMeta> = registered.into_iter().map(|(m, _)| m).collect();
     // Names are checked over every declaration, switched off or not.
     let mut names: HashMap<&str, usize> = HashMap::new();
@@ -436,6 +451,7 @@ pub(super) fn build_generation(
         rules,
         declared,
         overrides: Arc::clone(overrides),
+        features,
         symbols,
         counters,
         build_time: start.elapsed(),

@@ -174,6 +174,8 @@ pub struct Updates {
     pub increments: Vec<Increment>,
     /// `(pair, unique)` keys of the paired shingles.
     pub pairs: Vec<(StoreKey, StoreKey)>,
+    /// The message's contributions to the rules' windowed features.
+    pub features: engine::FeatureUpdates,
 }
 
 /// Everything shared by the scan workers: configuration, rules, store.
@@ -341,6 +343,7 @@ impl Scanner {
             self.store
                 .increment_unique(pair, unique, self.traffic.unique_period_secs);
         }
+        updates.features.apply(&*self.store);
     }
 
     /// A user's complaint (`Counter::Complaint`) or rescue (`Counter::Rescue`) against every
@@ -501,6 +504,7 @@ impl ScanWorker {
         let data = sc.message_data(&analysis, &stats, envelope, observe, net);
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
         let features = outcome.features.take();
+        let feature_updates = std::mem::take(&mut outcome.feature_updates);
         // Descriptions come from the generation that judged the message, even if a reload
         // swapped in another one meanwhile.
         let verdict = match self.rules.generation() {
@@ -512,7 +516,8 @@ impl ScanWorker {
             lookup: looked_up - analyzed,
             rules: looked_up.elapsed(),
         };
-        let updates = self.updates(&analysis, &verdict);
+        let mut updates = self.updates(&analysis, &verdict);
+        updates.features = feature_updates;
         Scanned {
             analysis,
             verdict,
@@ -610,7 +615,11 @@ impl ScanWorker {
                 .collect(),
             None => Vec::new(),
         };
-        Updates { increments, pairs }
+        Updates {
+            increments,
+            pairs,
+            features: engine::FeatureUpdates::default(),
+        }
     }
 }
 
