@@ -582,7 +582,7 @@ fn rules_check(
             ExitCode::from(1)
         });
     };
-    let results = match ruletest::run_dir(&settings, &config.store, &location, &tests) {
+    let results = match ruletest::run_dir_traced(&settings, &config.store, &location, &tests) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("shrike: {e}");
@@ -606,6 +606,27 @@ fn rules_check(
         results.len() - failed,
         failed
     );
+    // Negative tests that could not fail: a warning, not a failure.
+    match shrike::scan::nearmiss::weak_negatives(&settings, &config.store, &location, &results) {
+        Ok(weak) => {
+            for w in &weak {
+                println!(
+                    "warn {}: its {} expect-not test(s) stop where plain mail stops in rule {} \
+                     ({}); add a near miss, a message with the trigger in a harmless form that \
+                     runs one of lines {}",
+                    w.symbol,
+                    w.negatives,
+                    w.rule,
+                    w.file,
+                    shrike::scan::nearmiss::ranges(&w.interesting)
+                );
+            }
+            if !weak.is_empty() {
+                println!("{} symbols without a near-miss negative test", weak.len());
+            }
+        }
+        Err(e) => eprintln!("shrike: cannot check the negative tests: {e}"),
+    }
     if results.is_empty() {
         eprintln!("shrike: no *.test files in {}", tests.display());
         return Ok(ExitCode::from(1));

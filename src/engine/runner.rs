@@ -3,6 +3,8 @@
 //! the rules' loop (`ffi/rules.rs`) leaves: hits in other forms than the plain ones, errors,
 //! timeouts.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -21,6 +23,9 @@ const FLUSH_EVERY: u32 = 256;
 /// Rules' times are read on one scan in this many (the first after each flush of the counters),
 /// and counted this many times: a clock read per rule cost ~2% of the rules' time.
 const TIME_EVERY: u32 = 8;
+
+/// Traced lines: (rule index, line, in the rule's `check` itself).
+type LineSet = BTreeSet<(usize, u32, bool)>;
 
 /// A built Lua state with a generation's rules registered.
 struct LoadedState {
@@ -59,6 +64,11 @@ pub struct RuleRunner {
     profiled: Option<usize>,
     counters: Vec<LocalCounters>,
     scans: u32,
+    /// Line coverage of the rules' own files (`trace_lines`): (rule index, line) pairs run
+    /// since the last `take_lines`. None: not tracing (no hook is set).
+    /// The flag: the line is in the rule's `check` function itself (called by the rules'
+    /// loop), not in a helper it calls.
+    lines: Option<Rc<RefCell<LineSet>>>,
 }
 
 impl RuleRunner {
@@ -70,6 +80,65 @@ impl RuleRunner {
             profiled: None,
             counters: Vec::new(),
             scans: 0,
+            lines: None,
+        }
+    }
+
+    /// Records, from the next scan on, which lines of its own file each rule runs (a line
+    /// hook: slow, for `shrike rules check` only; the rules' loop never checks for it).
+    pub fn trace_lines(&mut self) {
+        if self.lines.is_none() {
+            self.lines = Some(Rc::default());
+            if let Some(st) = &self.loaded {
+                self.install_line_hook(st);
+            }
+        }
+    }
+
+    /// The (rule name, line, in `check` itself) run since the last call (empty when not
+    /// tracing).
+    pub fn take_lines(&mut self) -> Vec<(String, u32, bool)> {
+        let (Some(lines), Some(st)) = (&self.lines, &self.loaded) else {
+            return Vec::new();
+        };
+        let taken = std::mem::take(&mut *lines.borrow_mut());
+        taken
+            .into_iter()
+            .filter_map(|(r, line, check)| {
+                Some((st.generation.rules.get(r)?.name.clone(), line, check))
+            })
+            .collect()
+    }
+
+    fn install_line_hook(&self, st: &LoadedState) {
+        let Some(lines) = &self.lines else { return };
+        let lines = Rc::clone(lines);
+        let ctx = Rc::clone(&st.ctx);
+        // A rule's lines are those of the chunk of the file that declared it.
+        let chunks: Vec<String> = st
+            .generation
+            .rules
+            .iter()
+            .map(|r| format!("@{}", r.file))
+            .collect();
+        let hooked = st
+            .lua
+            .set_hook(mlua::HookTriggers::EVERY_LINE, move |lua, debug| {
+                let rule = ctx.current_rule.get();
+                let line = debug.current_line().and_then(|l| u32::try_from(l).ok());
+                if let (Some(chunk), Some(line)) = (chunks.get(rule), line) {
+                    if debug.source().source.as_deref() == Some(chunk.as_str()) {
+                        // `check` is called from C (the rules' loop), a helper from Lua
+                        let in_check = lua
+                            .inspect_stack(1, |caller| caller.source().what == "C")
+                            .unwrap_or(false);
+                        lines.borrow_mut().insert((rule, line, in_check));
+                    }
+                }
+                Ok(mlua::VmState::Continue)
+            });
+        if let Err(e) = hooked {
+            tracing::warn!(error = %e, "cannot trace the rules' lines");
         }
     }
 
@@ -140,6 +209,9 @@ impl RuleRunner {
                 });
                 if let Some(rule) = self.profiled {
                     self.profile_rule(rule);
+                }
+                if let Some(st) = &self.loaded {
+                    self.install_line_hook(st);
                 }
             }
             Err(e) => {

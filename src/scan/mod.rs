@@ -7,6 +7,7 @@
 //! touches: wire formats, sockets, the configuration file (`crate::config` composes
 //! `ScanSettings`; this module does not know it).
 
+pub mod nearmiss;
 pub mod ruletest;
 
 use std::collections::BTreeMap;
