@@ -338,7 +338,7 @@ local SEPARATOR = { [45] = true, [46] = true, [32] = true, [40] = true } -- - . 
 local function tollfree(t)
   local pos = 1
   for _ = 1, 50 do
-    local s, e = TOLLFREE:find(t, pos)
+    local s = TOLLFREE:find(t, pos)
     if not s then return false end
     local i = s - 1
     while i >= 1 and SEPARATOR[byte(t, i)] do i = i - 1 end

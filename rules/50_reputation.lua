@@ -149,7 +149,7 @@ rule {
   description = "The sender, sending IP or a URL domain was mostly spam, or drew complaints, in the last 7 days",
   group = "reputation",
   check = function(msg)
-    local hits
+    local hits = nil
     if msg:from() then
       hits = check_reputation(msg, "from", hits, "REP_FROM_SPAM", "REP_FROM_COMPLAINTS")
     end
@@ -203,7 +203,7 @@ rule {
   description = "The sender wrote to 50 or more distinct recipients in 24 hours",
   group = "reputation",
   check = function(msg)
-    local n, spam, ham = msg:stat("unique_sender", "24h")
+    local n = msg:stat("unique_sender", "24h")
     if n < 50 then return end
     local fseen, fspam, fham = msg:stat("from", "24h")
     if known_good(fseen, fspam, fham) then return end

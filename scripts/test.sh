@@ -14,13 +14,15 @@ fi
 # rspamc for the HTTP protocol, spamc for the spamd protocol, ss and python3 for the MTA harness
 # (../shared/tools/mta), the libraries Exim and Sendmail link and m4 for Sendmail's config (both
 # are unpacked below: installing exim4-daemon-heavy or sendmail-bin would remove Postfix),
-# Node.js for Haraka, and chromium with chromedriver for the web UI's browser test (tests/ui.rs).
+# Node.js for Haraka, chromium with chromedriver for the web UI's browser test (tests/ui.rs), and
+# lua-check (luacheck) for the rules' lint (here, in `shrike rules check` and tests/lint.rs).
 mta_libs="libdb5.3 libgnutls-dane0 libgnutls30 libidn12 libidn2-0 libldap-2.5-0 libmariadb3 \
     libnsl2 libpam0g libpcre2-8-0 libperl5.36 libpq5 libsasl2-2 libspf2-2 libsqlite3-0 libcrypt1 \
     libssl3 libwrap0 liblockfile1 m4 util-linux"
 missing=""
 command -v npm >/dev/null || missing="nodejs npm"
-for pkg in postfix miltertest rspamd spamc iproute2 python3 chromium chromium-driver redis-server redis-tools $mta_libs; do
+for pkg in postfix miltertest rspamd spamc iproute2 python3 chromium chromium-driver lua-check \
+    redis-server redis-tools $mta_libs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
         || missing="$missing $pkg"
 done
@@ -69,6 +71,7 @@ for component in rustfmt clippy; do
     fi
 done
 
+luacheck --no-color rules lua
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked

@@ -6,6 +6,7 @@
 //! `server`, `proto::milter`); this module sits above them and composes them, and only
 //! `main.rs`, `server` and `replay` know it. Never touches: sockets, Lua.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,7 @@ use crate::auth::AuthConfig;
 use crate::classify::ClassifierConfig;
 use crate::dns::{DnsConfig, DnsConfigError};
 use crate::dnsbl::{DnsblConfigError, ZoneConfig};
-use crate::engine::EngineConfig;
+use crate::engine::{EngineConfig, OverrideError, Overrides, RulesConfig};
 use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::message::Limits;
 use crate::scan::{ScanSettings, TrafficConfig};
@@ -23,7 +24,7 @@ use crate::server::milter::MilterConfig;
 use crate::server::spamd::SpamdConfig;
 use crate::server::ServerConfig;
 use crate::store::{PersistConfig, StoreConfig, StoreConfigError};
-use crate::verdict::VerdictConfig;
+use crate::verdict::{ActionsConfig, VerdictConfig};
 
 /// The whole configuration. Every field has a default, so an empty file is valid.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -60,6 +61,15 @@ pub struct Config {
     pub dnsbl: Vec<ZoneConfig>,
     /// The decision history: every verdict and learn of the daemon, on disk.
     pub history: HistoryConfig,
+    /// Local score changes to the rule set: `SYMBOL = score`, 0 turns the symbol off.
+    pub scores: BTreeMap<String, f64>,
+    /// Rules or symbols turned off.
+    pub rules: RulesConfig,
+    /// Action thresholds in rspamd's form; each one given replaces `[verdict]`'s.
+    pub actions: ActionsConfig,
+    /// The file this configuration was read from (SIGHUP reads its `[scores]` again).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// Why a configuration could not be used.
@@ -89,6 +99,8 @@ pub enum ConfigError {
     Auth(crate::auth::AuthConfigError),
     #[error("invalid config: {0}")]
     History(HistoryConfigError),
+    #[error("invalid config: {0}")]
+    Overrides(OverrideError),
 }
 
 impl Config {
@@ -98,12 +110,20 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        let config: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        let mut config: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
             source,
         })?;
+        config.actions.apply(&mut config.verdict);
+        config.source = Some(path.to_path_buf());
         config.validate()?;
         Ok(config)
+    }
+
+    /// The `[scores]` and `[rules]` changes to the rule set.
+    pub fn overrides(&self) -> Result<Overrides, ConfigError> {
+        let origin = self.source.as_ref().map(|p| p.display().to_string());
+        Overrides::new(&self.scores, &self.rules, origin).map_err(ConfigError::Overrides)
     }
 
     /// What a scanner is configured by.
@@ -114,6 +134,8 @@ impl Config {
             traffic: self.scan.clone(),
             engine: self.engine.clone(),
             classifier: self.classifier.clone(),
+            // (`validate` refuses the overrides that cannot be built)
+            overrides: self.overrides().unwrap_or_default(),
         }
     }
 
@@ -127,6 +149,7 @@ impl Config {
         crate::dnsbl::resolve_all(&self.dnsbl).map_err(ConfigError::Dnsbl)?;
         self.auth.validate().map_err(ConfigError::Auth)?;
         self.history.validate().map_err(ConfigError::History)?;
+        self.overrides()?;
         Ok(())
     }
 }

@@ -125,7 +125,8 @@ enum ConfigCommand {
 
 #[derive(Subcommand)]
 enum RulesCommand {
-    /// Load a rule directory, validate its declarations and run its tests.
+    /// Load a rule directory over the shipped set, validate its declarations, lint it with
+    /// luacheck when installed and run its tests.
     Check {
         /// The rule directory.
         #[arg(value_name = "DIR")]
@@ -133,7 +134,43 @@ enum RulesCommand {
         /// Directory of `*.test` files (default: DIR/tests when it exists).
         #[arg(long, value_name = "DIR")]
         tests: Option<PathBuf>,
+        /// Check DIR alone, not laid over the shipped rules.
+        #[arg(long)]
+        no_default_rules: bool,
     },
+    /// Print the effective rule set: every symbol, its score, the file it comes from (shipped
+    /// or local) and what overrode it (a replaced file, `[scores]`, `[rules] disabled`).
+    List {
+        #[command(flatten)]
+        rules: RuleArgs,
+        /// One JSON object per symbol instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which rules to load: the shipped set with local directories over it.
+#[derive(clap::Args, Clone, Default)]
+struct RuleArgs {
+    /// Local rule directory laid over the shipped rules (a file of the same name replaces the
+    /// shipped one, others add to the set), after `[engine] rules_dirs`; repeatable.
+    #[arg(long, value_name = "DIR")]
+    rules: Vec<PathBuf>,
+    /// Leave out the shipped rules: only the --rules directories.
+    #[arg(long)]
+    no_default_rules: bool,
+}
+
+impl RuleArgs {
+    /// The location the configuration and these flags name.
+    fn location(&self, config: &Config) -> anyhow::Result<RuleLocation> {
+        let mut dirs = config.engine.rules_dirs.clone();
+        dirs.extend(self.rules.iter().cloned());
+        let shipped = config.engine.default_rules && !self.no_default_rules;
+        RuleLocation::layered(shipped, dirs).context(
+            "--no-default-rules (or [engine] default_rules = false) needs a rule directory",
+        )
+    }
 }
 
 #[derive(clap::Args)]
@@ -144,9 +181,8 @@ struct ServeArgs {
     /// Milter listener: ADDR:PORT, inet:ADDR:PORT, unix:PATH or off (default 127.0.0.1:11332).
     #[arg(long, value_name = "ADDR")]
     milter: Option<String>,
-    /// Rule directory, watched for changes (default: the rule set compiled into the binary).
-    #[arg(long, value_name = "DIR")]
-    rules: Option<PathBuf>,
+    #[command(flatten)]
+    rules: RuleArgs,
     /// State directory: WAL and snapshots (default ./shrike-data).
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
@@ -168,10 +204,13 @@ struct LearnArgs {
     /// daemon running on it must be stopped first, or used with --server.
     #[arg(long, value_name = "DIR", conflicts_with = "server")]
     data: Option<PathBuf>,
-    /// Rule directory (offline; default: the compiled-in set). Use the daemon's: the rules
-    /// decide what the classifier sees.
+    /// Rule directory over the shipped set (offline). Use the daemon's: the rules decide what
+    /// the classifier sees.
     #[arg(long, value_name = "DIR", conflicts_with = "server")]
-    rules: Option<PathBuf>,
+    rules: Vec<PathBuf>,
+    /// Leave out the shipped rules (offline): only the --rules directories.
+    #[arg(long, conflicts_with = "server")]
+    no_default_rules: bool,
     /// Learn through a running daemon's /learnspam and /learnham instead, e.g.
     /// http://127.0.0.1:11333.
     #[arg(long, value_name = "URL")]
@@ -195,9 +234,8 @@ struct ScanArgs {
     /// Envelope sender (MAIL FROM).
     #[arg(long = "from", value_name = "ADDR")]
     mail_from: Option<String>,
-    /// Rule directory (default: the rule set compiled into the binary).
-    #[arg(long, value_name = "DIR")]
-    rules: Option<PathBuf>,
+    #[command(flatten)]
+    rules: RuleArgs,
     /// Envelope recipient (RCPT TO); repeatable.
     #[arg(long = "rcpt", value_name = "ADDR")]
     rcpt_to: Vec<String>,
@@ -208,11 +246,11 @@ struct ScanArgs {
 
 #[derive(clap::Args)]
 struct ReplayArgs {
-    /// Rule directory (default: the rule set compiled into the binary).
-    #[arg(long, value_name = "DIR")]
-    rules: Option<PathBuf>,
-    /// A second rule directory (`embedded` for the compiled-in set): the same stream through
-    /// both, each with its own store; lists every message whose action differs.
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// A second rule directory (`embedded` for the compiled-in set), over the shipped set
+    /// unless --no-default-rules: the same stream through both, each with its own store; lists
+    /// every message whose action differs.
     #[arg(long, value_name = "DIR")]
     compare_rules: Option<PathBuf>,
     /// CSV of `file,label` rows (spam, ham, hard_ham); files relative to the CSV. Without it,
@@ -303,7 +341,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scan(args) => scan(&config, args),
         Command::Replay(args) => replay(&config, args),
         Command::Learn(args) => learn(config, args),
-        Command::Rules(RulesCommand::Check { dir, tests }) => rules_check(&config, dir, tests),
+        Command::Rules(RulesCommand::Check {
+            dir,
+            tests,
+            no_default_rules,
+        }) => rules_check(&config, dir, tests, no_default_rules),
+        Command::Rules(RulesCommand::List { rules, json }) => rules_list(&config, &rules, json),
         Command::History(args) => history(&config, args),
         Command::Store(cmd) => store_transfer(config, cmd),
         Command::Config(ConfigCommand::Defaults) => {
@@ -336,7 +379,7 @@ fn serve(mut config: Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(workers) = args.workers {
         config.server.workers = workers;
     }
-    let location = args.rules.map_or(RuleLocation::Embedded, RuleLocation::Dir);
+    let location = args.rules.location(&config)?;
     shrike::server::serve(config, location)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -349,7 +392,7 @@ fn scan(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
         rcpt_to: args.rcpt_to,
         ..Envelope::default()
     };
-    let location = args.rules.map_or(RuleLocation::Embedded, RuleLocation::Dir);
+    let location = args.rules.location(config)?;
     let scanner = Scanner::in_memory(&config.scan_settings(), &config.store, location)?;
     let mut worker = scanner.worker();
     // Offline unless `[dns] enabled = true`: then each message gets the network checks first.
@@ -406,7 +449,11 @@ fn learn(mut config: Config, args: LearnArgs) -> anyhow::Result<ExitCode> {
             password: args.password,
         },
         None => Target::Offline {
-            rules: args.rules.map_or(RuleLocation::Embedded, rule_location),
+            rules: RuleArgs {
+                rules: args.rules,
+                no_default_rules: args.no_default_rules,
+            }
+            .location(&config)?,
         },
     };
     let options = Options {
@@ -444,12 +491,18 @@ fn learn(mut config: Config, args: LearnArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn rule_location(dir: PathBuf) -> RuleLocation {
+/// `--compare-rules DIR`: `embedded` is the shipped set alone; a directory is laid over the
+/// shipped set like --rules.
+fn compare_location(
+    config: &Config,
+    dir: PathBuf,
+    no_default: bool,
+) -> anyhow::Result<RuleLocation> {
     if dir.as_os_str() == "embedded" && !dir.exists() {
-        RuleLocation::Embedded
-    } else {
-        RuleLocation::Dir(dir)
+        return Ok(RuleLocation::Embedded);
     }
+    let shipped = config.engine.default_rules && !no_default;
+    RuleLocation::layered(shipped, vec![dir]).context("no rule directory")
 }
 
 fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
@@ -483,17 +536,15 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         train: args.train,
     };
-    let rules_a = args
-        .rules
-        .clone()
-        .map_or(RuleLocation::Embedded, rule_location);
+    let rules_a = args.rules.location(config)?;
     if let Some(k) = args.cross_validate {
         return cross_validate(config, &args, rules_a, &corpus, usize::from(k));
     }
     let (a, b) = match args.compare_rules.clone() {
         None => (replay::run(config, rules_a, &corpus, &feedback)?, None),
         Some(dir) => {
-            let (a, b) = replay::run_pair(config, rules_a, rule_location(dir), &corpus, &feedback)?;
+            let rules_b = compare_location(config, dir, args.rules.no_default_rules)?;
+            let (a, b) = replay::run_pair(config, rules_a, rules_b, &corpus, &feedback)?;
             (a, Some(b))
         }
     };
@@ -524,8 +575,10 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 let name = |p: Option<&PathBuf>| {
                     p.map_or_else(|| "embedded".to_string(), |p| p.display().to_string())
                 };
-                let (name_a, name_b) =
-                    (name(args.rules.as_ref()), name(args.compare_rules.as_ref()));
+                let (name_a, name_b) = (
+                    name(args.rules.rules.last()),
+                    name(args.compare_rules.as_ref()),
+                );
                 comparison.write_text(&mut out, &name_a, &name_b)?;
             }
         }
@@ -568,8 +621,14 @@ fn cross_validate(
     Ok(ExitCode::SUCCESS)
 }
 
-fn rules_check(config: &Config, dir: PathBuf, tests: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let location = RuleLocation::Dir(dir.clone());
+fn rules_check(
+    config: &Config,
+    dir: PathBuf,
+    tests: Option<PathBuf>,
+    no_default_rules: bool,
+) -> anyhow::Result<ExitCode> {
+    let location =
+        RuleLocation::layered(!no_default_rules, vec![dir.clone()]).context("no rule directory")?;
     let settings = config.scan_settings();
     let scanner = match Scanner::in_memory(&settings, &config.store, location.clone()) {
         Ok(s) => s,
@@ -588,11 +647,16 @@ fn rules_check(config: &Config, dir: PathBuf, tests: Option<PathBuf>) -> anyhow:
         generation.sources.modules.len(),
         generation.sources.lists.by_name.len()
     );
+    let linted = luacheck(&dir);
     let tests = tests.or_else(|| Some(dir.join("tests")).filter(|t| t.is_dir()));
     let Some(tests) = tests else {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if linted {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
     };
-    let results = match ruletest::run_dir(&settings, &config.store, &location, &tests) {
+    let results = match ruletest::run_dir_traced(&settings, &config.store, &location, &tests) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("shrike: {e}");
@@ -616,15 +680,160 @@ fn rules_check(config: &Config, dir: PathBuf, tests: Option<PathBuf>) -> anyhow:
         results.len() - failed,
         failed
     );
+    // Negative tests that could not fail: a warning, not a failure.
+    match shrike::scan::nearmiss::weak_negatives(&settings, &config.store, &location, &results) {
+        Ok(weak) => {
+            for w in &weak {
+                println!(
+                    "warn {}: its {} expect-not test(s) stop where plain mail stops in rule {} \
+                     ({}); add a near miss, a message with the trigger in a harmless form that \
+                     runs one of lines {}",
+                    w.symbol,
+                    w.negatives,
+                    w.rule,
+                    w.file,
+                    shrike::scan::nearmiss::ranges(&w.interesting)
+                );
+            }
+            if !weak.is_empty() {
+                println!("{} symbols without a near-miss negative test", weak.len());
+            }
+        }
+        Err(e) => eprintln!("shrike: cannot check the negative tests: {e}"),
+    }
     if results.is_empty() {
         eprintln!("shrike: no *.test files in {}", tests.display());
         return Ok(ExitCode::from(1));
     }
-    Ok(if failed == 0 {
+    Ok(if failed == 0 && linted {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The globals shrike's sandbox adds to Lua 5.4 (.luacheckrc lists the same).
+const LUA_GLOBALS: &[&str] = &[
+    "rule",
+    "feature",
+    "re",
+    "log",
+    "list",
+    "ratelimit",
+    "char_counts",
+    "is_private_ip",
+];
+
+/// Lints the rule directory with luacheck when it is installed (Debian's `lua-check`): its
+/// warnings are printed and fail the check. Run in DIR, so a `.luacheckrc` there applies;
+/// shrike's globals and Lua 5.4 are given on the command line. True when clean or not run.
+fn luacheck(dir: &std::path::Path) -> bool {
+    let mut cmd = std::process::Command::new("luacheck");
+    cmd.current_dir(dir)
+        .args([
+            "--no-color",
+            "--codes",
+            "--std",
+            "lua54",
+            "--no-unused-args",
+        ])
+        .args([
+            "--no-max-line-length",
+            "--exclude-files",
+            "tests/**",
+            "--read-globals",
+        ])
+        .args(LUA_GLOBALS)
+        .arg("--")
+        .arg(".");
+    match cmd.output() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            println!("luacheck: not installed (Debian: lua-check); lint skipped");
+            true
+        }
+        Err(e) => {
+            eprintln!("shrike: cannot run luacheck: {e}");
+            false
+        }
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            if out.status.success() {
+                println!("luacheck: ok");
+                return true;
+            }
+            for line in text.lines().filter(|l| l.starts_with("    ")) {
+                println!("luacheck {}", line.trim());
+            }
+            if let Some(total) = text.lines().find(|l| l.starts_with("Total:")) {
+                println!("luacheck: {total}");
+            }
+            false
+        }
+    }
+}
+
+fn rules_list(config: &Config, args: &RuleArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let location = args.location(config)?;
+    let scanner = Scanner::in_memory(&config.scan_settings(), &config.store, location.clone())
+        .with_context(|| format!("loading {}", location.describe()))?;
+    let generation = scanner.engine().generation();
+    let listed = shrike::engine::overlay::list(&generation);
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if json {
+        for l in &listed {
+            serde_json::to_writer(&mut out, l).context("writing output")?;
+            out.write_all(b"\n").context("writing output")?;
+        }
+    } else {
+        let width = listed
+            .iter()
+            .map(|l| l.symbol.len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        writeln!(
+            out,
+            "{:width$}  {:>7}  {:<8}  SOURCE  (OVERRIDDEN BY)",
+            "SYMBOL", "SCORE", "STATE"
+        )?;
+        for l in &listed {
+            let state = if l.enabled { "on" } else { "off" };
+            write!(
+                out,
+                "{:width$}  {:>7}  {:<8}  {}",
+                l.symbol, l.score, state, l.source
+            )?;
+            if !l.overridden.is_empty() {
+                write!(out, "  ({})", l.overridden.join("; "))?;
+            }
+            writeln!(out)?;
+        }
+        for f in &generation.features {
+            writeln!(
+                out,
+                "feature {}: {} over {} ({})",
+                f.name,
+                format!("{:?}", f.kind).to_lowercase(),
+                f.window,
+                f.file
+            )?;
+        }
+        let on = listed.iter().filter(|l| l.enabled).count();
+        writeln!(
+            out,
+            "{} symbols ({} on, {} off) from {}",
+            listed.len(),
+            on,
+            listed.len() - on,
+            location.describe()
+        )?;
+    }
+    out.flush().context("writing output")?;
+    for name in generation.overrides.unknown(&generation.declared) {
+        eprintln!("shrike: warning: {name} is in [scores] or [rules] but no rule declares it");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn history(config: &Config, args: HistoryArgs) -> anyhow::Result<ExitCode> {

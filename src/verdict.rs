@@ -137,6 +137,44 @@ impl Default for VerdictConfig {
     }
 }
 
+/// `[actions]`: the action thresholds in rspamd's form (`actions { reject = 15; … }`); each one
+/// given replaces `[verdict]`'s, so a local file can move one threshold alone.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ActionsConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reject: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_reject: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewrite_subject: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub add_header: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub greylist: Option<f64>,
+}
+
+impl ActionsConfig {
+    /// `verdict` with the thresholds given here in place of its own.
+    pub fn apply(&self, verdict: &mut VerdictConfig) {
+        if let Some(t) = self.reject {
+            verdict.reject = t;
+        }
+        if let Some(t) = self.add_header {
+            verdict.add_header = t;
+        }
+        if let Some(t) = self.greylist {
+            verdict.greylist = t;
+        }
+        if self.soft_reject.is_some() {
+            verdict.soft_reject = self.soft_reject;
+        }
+        if self.rewrite_subject.is_some() {
+            verdict.rewrite_subject = self.rewrite_subject;
+        }
+    }
+}
+
 /// Why the `[verdict]` thresholds cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VerdictConfigError {

@@ -181,6 +181,7 @@ fn compare_rules_lists_what_changed() {
     }
     let fixture = fixture();
     let json = replay(&[
+        "--no-default-rules",
         "--rules",
         rules.to_str().unwrap(),
         "--compare-rules",
@@ -222,6 +223,9 @@ fn compare_rules_lists_what_changed() {
     );
     // The text form lists each difference with its symbols.
     let text = replay(&[
+        "--no-default-rules",
+        "--rules",
+        rules.to_str().unwrap(),
         "--compare-rules",
         rules_b.to_str().unwrap(),
         "--complain",

@@ -64,3 +64,49 @@ fn default_rules_pass_their_tests_and_every_symbol_is_tested_both_ways() {
         "symbols without a hitting and a non-hitting test: {untested:?}"
     );
 }
+
+/// The negative tests can fail: every symbol's `expect-not` tests include a near miss (a
+/// message that gets as far into the rule as its hits do), except for the few listed here,
+/// where none can be written simply (a rate limit over 200 messages a known-good sender
+/// reaches; rescues; an executable that is not one). A new symbol whose only negatives stop
+/// where plain mail stops fails this test: add a near miss (docs/rules.md, "Rule tests").
+#[test]
+fn default_rules_negative_tests_are_near_misses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let location = RuleLocation::Dir(root.join("rules"));
+    let config = Config::default();
+    let settings = config.scan_settings();
+    let results = ruletest::run_dir_traced(
+        &settings,
+        &config.store,
+        &location,
+        &root.join("tests/rules"),
+    )
+    .expect("rules load");
+    assert!(results.iter().all(|r| r.trace.is_some()));
+    let weak =
+        shrike::scan::nearmiss::weak_negatives(&settings, &config.store, &location, &results)
+            .expect("rules load");
+    let known = [
+        "ATTACH_EXECUTABLE",
+        "REP_BODY_RESCUED",
+        "REP_FROM_RESCUED",
+        "SENDER_RATELIMIT",
+    ];
+    let new: Vec<String> = weak
+        .iter()
+        .filter(|w| !known.contains(&w.symbol.as_str()))
+        .map(|w| {
+            format!(
+                "{} (rule {}, lines {})",
+                w.symbol,
+                w.rule,
+                shrike::scan::nearmiss::ranges(&w.interesting)
+            )
+        })
+        .collect();
+    assert!(
+        new.is_empty(),
+        "symbols whose expect-not tests are no near misses: {new:?}"
+    );
+}

@@ -6,7 +6,7 @@
 -- msg:text_normalized(), which are case-folded.
 
 local find, sub, gsub, lower, byte = string.find, string.sub, string.gsub, string.lower, string.byte
-local tonumber, ipairs, pairs = tonumber, ipairs, pairs
+local tonumber, pairs = tonumber, pairs
 
 local M = {}
 
@@ -77,8 +77,8 @@ end
 --- the number of ASCII letters. `caps_ratio("FREE money")` → 0.444, 9. Counts in Rust
 --- (`char_counts`), without building strings.
 function M.caps_ratio(s, max)
-  local upper, lower = char_counts(s, max)
-  local letters = upper + lower
+  local upper, lowers = char_counts(s, max)
+  local letters = upper + lowers
   if letters == 0 then return 0, 0 end
   return upper / letters, letters
 end

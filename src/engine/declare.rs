@@ -141,6 +141,7 @@ pub(super) fn declaration(
                     description: description.clone(),
                     group: group.clone(),
                     action,
+                    off: false,
                 }],
                 false,
             )
@@ -176,6 +177,7 @@ pub(super) fn declaration(
                     description: description.clone(),
                     group: group.clone(),
                     action,
+                    off: false,
                 });
             }
             if symbols.is_empty() {

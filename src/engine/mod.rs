@@ -10,12 +10,16 @@
 //! `RuleRunner` (`runner.rs`), whose Lua state is built once per generation (`state.rs`): a scan in flight
 //! finishes on the generation it started with.
 
+#[cfg(test)]
+mod annotations;
 mod api;
 mod declare;
+pub mod feature;
 mod ffi;
 pub mod fields;
 mod hits;
 pub mod lists;
+pub mod overlay;
 mod phrases;
 mod preempt;
 mod runner;
@@ -38,7 +42,9 @@ use crate::store::ReputationStore;
 // Engine-internal name: the rest of shrike imports it from `crate::verdict`.
 use crate::verdict::Action;
 
+pub use feature::{FeatureMeta, FeatureUpdates};
 pub use fields::FieldId;
+pub use overlay::{OverrideError, Overrides, RulesConfig};
 pub use runner::RuleRunner;
 pub use settings::{EngineConfig, EngineConfigError};
 pub use source::RuleLocation;
@@ -73,6 +79,9 @@ pub struct SymbolMeta {
     pub group: String,
     /// Action forced when the symbol hits.
     pub action: Option<Action>,
+    /// Turned off by the configuration (`[scores]` 0, `[rules] disabled`): its hits are dropped.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub off: bool,
 }
 
 /// A rule's declaration.
@@ -106,7 +115,14 @@ pub struct Generation {
     pub id: u64,
     pub location: RuleLocation,
     pub sources: source::Sources,
+    /// The rules that run, in order, with the configuration's score changes applied.
     pub rules: Vec<RuleMeta>,
+    /// Every rule the files declare, as declared (before `overrides`): `rules list`.
+    pub declared: Vec<RuleMeta>,
+    /// The configuration's changes this generation was built with.
+    pub overrides: Arc<Overrides>,
+    /// The windowed features the rule files declare (`feature{}`), in order.
+    pub features: Vec<FeatureMeta>,
     /// Symbol name → (rule index, symbol index).
     pub symbols: HashMap<String, (usize, usize)>,
     pub counters: Vec<RuleCounters>,
@@ -141,6 +157,8 @@ pub struct RuleOutcome {
     pub probability: Option<f64>,
     /// The features the classifier weighed, when a rule asked for it.
     pub features: Option<crate::classify::Features>,
+    /// What the message adds to the windowed features (applied after the verdict).
+    pub feature_updates: FeatureUpdates,
 }
 
 /// What `/health` and `/metrics` report about rule loading.
@@ -161,6 +179,8 @@ pub struct EngineHealth {
 pub struct Engine {
     config: EngineConfig,
     location: RuleLocation,
+    /// The configuration's score changes the next generation is built with.
+    overrides: Mutex<Arc<Overrides>>,
     store: Arc<dyn ReputationStore>,
     namespace: u8,
     windows: view::WindowNames,
@@ -192,12 +212,27 @@ impl Engine {
         store: Arc<dyn ReputationStore>,
         namespace: u8,
     ) -> Result<Arc<Engine>, LoadError> {
+        Engine::with_overrides(config, location, Overrides::default(), store, namespace)
+    }
+
+    /// As `new`, with the configuration's `[scores]` and `[rules]` changes.
+    pub fn with_overrides(
+        config: EngineConfig,
+        location: RuleLocation,
+        overrides: Overrides,
+        store: Arc<dyn ReputationStore>,
+        namespace: u8,
+    ) -> Result<Arc<Engine>, LoadError> {
         let windows = view::WindowNames::new(store.windows_secs());
         let sources = source::read(&location)?;
-        let first = state::build_generation(1, &location, sources, &config, &store, namespace)?;
+        let overrides = Arc::new(overrides);
+        let first = state::build_generation(
+            1, &location, sources, &config, &overrides, &store, namespace,
+        )?;
         Ok(Arc::new(Engine {
             config,
             location,
+            overrides: Mutex::new(overrides),
             store,
             namespace,
             windows,
@@ -234,6 +269,22 @@ impl Engine {
         self.swap_in(sources)
     }
 
+    /// As `reload`, with new score changes (the configuration read again). They are kept
+    /// only when the generation built with them swaps in.
+    pub fn reload_with(&self, overrides: Overrides) -> Result<u64, LoadError> {
+        let _one_at_a_time = self.reload_lock.lock();
+        let sources = self.read_sources()?;
+        let previous = std::mem::replace(&mut *self.overrides.lock(), Arc::new(overrides));
+        self.swap_in(sources)
+            .inspect_err(|_| *self.overrides.lock() = previous)
+    }
+
+    /// Records a reload that failed before the rules were read (the configuration could not
+    /// be read again): counted and kept for `health()` like a rule error.
+    pub fn reload_failed(&self, e: &LoadError) {
+        self.failed(e);
+    }
+
     /// What the directory watcher calls: reads the rule set and builds a new generation only
     /// when it differs from the serving one (`Ok(None)` otherwise). A file saved unchanged, a
     /// `touch`, an editor's swap file or a reload's own reads then cost one read of the files,
@@ -260,11 +311,13 @@ impl Engine {
 
     fn swap_in(&self, sources: source::Sources) -> Result<u64, LoadError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let overrides = Arc::clone(&self.overrides.lock());
         match state::build_generation(
             id,
             &self.location,
             sources,
             &self.config,
+            &overrides,
             &self.store,
             self.namespace,
         ) {

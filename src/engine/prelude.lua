@@ -307,7 +307,54 @@ function Msg:envelope()
   return t
 end
 
+-- Windowed features (engine/feature.rs): `feature { … }` registers a feature in Rust, which
+-- checks it and gives its index; its functions stay here. `msg:feature(name)` runs them once
+-- per scan (the first read), hands the key and value to Rust and reads the window there.
+local rust_feature, feature_state = rust.feature, rust.feature_state
+local feature_set, feature_read = rust.feature_set, rust.feature_read
+local FEATURES, FEATURE_INDEX = {}, {}
+SANDBOX.feature = function(def)
+  local err, i = rust_feature(def)
+  if err then raw_error(err, 2) end
+  FEATURES[i] = { key = def.key, value = def.value }
+  FEATURE_INDEX[def.name] = i
+end
+-- (a failure is handed to Rust, which reports it; the budget's stop is raised on, as `pcall`'s)
+local function feature_compute(i, msg)
+  local f = FEATURES[i]
+  local ok, k = pass(raw_pcall(f.key, msg))
+  if not ok then return feature_set(i, false, "key: " .. tostring(k)) end
+  local v
+  if k ~= nil and f.value then
+    ok, v = pass(raw_pcall(f.value, msg))
+    if not ok then return feature_set(i, false, "value: " .. tostring(v)) end
+  end
+  return feature_set(i, true, k, v)
+end
+function Msg:feature(name)
+  local i = FEATURE_INDEX[name]
+  if not i then raw_error("msg:feature: no feature " .. tostring(name) .. " is declared", 2) end
+  if feature_state(i) == 0 then feature_compute(i, self) end
+  return feature_read(i)
+end
+
 local M = {}
+M.feature_compute = feature_compute
+
+-- The names of `msg`'s methods and of the sandbox's globals, sorted (the editor annotations'
+-- drift test, lua/shrike.d.lua).
+local function sorted_names(t)
+  local names = {}
+  for k, v in pairs(t) do
+    if type(k) == "string" and string.sub(k, 1, 2) ~= "__" and v ~= nil then
+      names[#names + 1] = k
+    end
+  end
+  table.sort(names)
+  return names
+end
+function M.msg_methods() return sorted_names(Msg) end
+function M.globals() return sorted_names(SANDBOX) end
 
 -- Runs a rule file (or any chunk) in a fresh environment over the sandbox.
 function M.load_file(text, chunkname)

@@ -3,6 +3,8 @@
 //! the rules' loop (`ffi/rules.rs`) leaves: hits in other forms than the plain ones, errors,
 //! timeouts.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -22,6 +24,9 @@ const FLUSH_EVERY: u32 = 256;
 /// and counted this many times: a clock read per rule cost ~2% of the rules' time.
 const TIME_EVERY: u32 = 8;
 
+/// Traced lines: (rule index, line, in the rule's `check` itself).
+type LineSet = BTreeSet<(usize, u32, bool)>;
+
 /// A built Lua state with a generation's rules registered.
 struct LoadedState {
     generation: Arc<Generation>,
@@ -31,6 +36,8 @@ struct LoadedState {
     /// The rules' checks, in order (a sequence).
     checks: Table,
     finish: Function,
+    /// The prelude's `feature_compute(i, msg)`, for the features no rule read.
+    feature_compute: Function,
     /// Sampling seeds of test-mode rules (hash of the rule name).
     rule_seeds: Vec<u64>,
     /// The rule whose check `profile_rule` wrapped in this state.
@@ -57,6 +64,11 @@ pub struct RuleRunner {
     profiled: Option<usize>,
     counters: Vec<LocalCounters>,
     scans: u32,
+    /// Line coverage of the rules' own files (`trace_lines`): (rule index, line) pairs run
+    /// since the last `take_lines`. None: not tracing (no hook is set).
+    /// The flag: the line is in the rule's `check` function itself (called by the rules'
+    /// loop), not in a helper it calls.
+    lines: Option<Rc<RefCell<LineSet>>>,
 }
 
 impl RuleRunner {
@@ -68,6 +80,65 @@ impl RuleRunner {
             profiled: None,
             counters: Vec::new(),
             scans: 0,
+            lines: None,
+        }
+    }
+
+    /// Records, from the next scan on, which lines of its own file each rule runs (a line
+    /// hook: slow, for `shrike rules check` only; the rules' loop never checks for it).
+    pub fn trace_lines(&mut self) {
+        if self.lines.is_none() {
+            self.lines = Some(Rc::default());
+            if let Some(st) = &self.loaded {
+                self.install_line_hook(st);
+            }
+        }
+    }
+
+    /// The (rule name, line, in `check` itself) run since the last call (empty when not
+    /// tracing).
+    pub fn take_lines(&mut self) -> Vec<(String, u32, bool)> {
+        let (Some(lines), Some(st)) = (&self.lines, &self.loaded) else {
+            return Vec::new();
+        };
+        let taken = std::mem::take(&mut *lines.borrow_mut());
+        taken
+            .into_iter()
+            .filter_map(|(r, line, check)| {
+                Some((st.generation.rules.get(r)?.name.clone(), line, check))
+            })
+            .collect()
+    }
+
+    fn install_line_hook(&self, st: &LoadedState) {
+        let Some(lines) = &self.lines else { return };
+        let lines = Rc::clone(lines);
+        let ctx = Rc::clone(&st.ctx);
+        // A rule's lines are those of the chunk of the file that declared it.
+        let chunks: Vec<String> = st
+            .generation
+            .rules
+            .iter()
+            .map(|r| format!("@{}", r.file))
+            .collect();
+        let hooked = st
+            .lua
+            .set_hook(mlua::HookTriggers::EVERY_LINE, move |lua, debug| {
+                let rule = ctx.current_rule.get();
+                let line = debug.current_line().and_then(|l| u32::try_from(l).ok());
+                if let (Some(chunk), Some(line)) = (chunks.get(rule), line) {
+                    if debug.source().source.as_deref() == Some(chunk.as_str()) {
+                        // `check` is called from C (the rules' loop), a helper from Lua
+                        let in_check = lua
+                            .inspect_stack(1, |caller| caller.source().what == "C")
+                            .unwrap_or(false);
+                        lines.borrow_mut().insert((rule, line, in_check));
+                    }
+                }
+                Ok(mlua::VmState::Continue)
+            });
+        if let Err(e) = hooked {
+            tracing::warn!(error = %e, "cannot trace the rules' lines");
         }
     }
 
@@ -132,11 +203,15 @@ impl RuleRunner {
                     begin: entry.begin,
                     checks: entry.checks,
                     finish: entry.finish,
+                    feature_compute: entry.feature_compute,
                     rule_seeds,
                     profiled: None,
                 });
                 if let Some(rule) = self.profiled {
                     self.profile_rule(rule);
+                }
+                if let Some(st) = &self.loaded {
+                    self.install_line_hook(st);
                 }
             }
             Err(e) => {
@@ -204,6 +279,12 @@ impl RuleRunner {
         }
         *ctx.classified.borrow_mut() = None;
         ctx.observe.set(data.observe);
+        {
+            let mut f = ctx.features.borrow_mut();
+            let n = f.metas.len();
+            f.slots.clear();
+            f.slots.resize(n, super::feature::Slot::Pending);
+        }
         ctx.kinds_built.set(false);
         let guard = ctx.scan.enter(data);
         ctx.timed.set(self.scans.is_multiple_of(TIME_EVERY));
@@ -239,6 +320,9 @@ impl RuleRunner {
                             last = i;
                         }
                         let s = &meta.symbols[si];
+                        if s.off {
+                            continue;
+                        }
                         out.hits.push(Hit {
                             symbol: s.name.clone(),
                             score: s.score * w,
@@ -336,6 +420,9 @@ impl RuleRunner {
                         }
                         for (si, weight, options) in hits {
                             let s = &meta.symbols[si];
+                            if s.off {
+                                continue;
+                            }
                             if applied {
                                 ctx.applied.borrow_mut().push((i, si));
                             }
@@ -361,6 +448,38 @@ impl RuleRunner {
                     "(message)".into(),
                     format!("{skipped} rules skipped: message budget exhausted"),
                 ));
+            }
+            // The features no rule read: their functions run now, each under the rule budget,
+            // so that every message contributes to every feature.
+            let n_features = ctx.features.borrow().slots.len();
+            for i in 0..n_features {
+                let pending = matches!(
+                    ctx.features.borrow().slots.get(i),
+                    Some(super::feature::Slot::Pending)
+                );
+                if !pending {
+                    continue;
+                }
+                let (r, stop) = ctx
+                    .preempt
+                    .run(|| st.feature_compute.call::<()>((i + 1, &msg)));
+                if let Err(e) = r {
+                    let why = match stop {
+                        Some(_) => format!("CPU budget of {} ms exhausted", cfg.rule_cpu_ms),
+                        None => describe(&e),
+                    };
+                    if let Some(slot) = ctx.features.borrow_mut().slots.get_mut(i) {
+                        *slot = super::feature::Slot::Failed(why);
+                    }
+                }
+            }
+            if n_features > 0 {
+                out.feature_updates = super::feature::collect(
+                    ctx,
+                    self.engine.store(),
+                    data.observe,
+                    &mut out.errors,
+                );
             }
             st.finish.call::<()>(())?;
             Ok(())

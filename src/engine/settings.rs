@@ -1,6 +1,8 @@
 //! The engine's options: `[engine]` of the configuration (CPU budgets, memory, caches) and
 //! their checks.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 /// Limits and knobs of the Lua side.
@@ -21,6 +23,11 @@ pub struct EngineConfig {
     pub max_html_bytes: usize,
     /// Quiet period after a change in a watched rule directory before reloading, ms.
     pub reload_debounce_ms: u64,
+    /// Local rule directories laid over the shipped set, in order (later ones win); `--rules`
+    /// adds one after them.
+    pub rules_dirs: Vec<PathBuf>,
+    /// Whether the shipped rules are the first layer (`--no-default-rules` turns them off).
+    pub default_rules: bool,
 }
 
 impl Default for EngineConfig {
@@ -33,6 +40,8 @@ impl Default for EngineConfig {
             log_lines_per_sec: 20,
             max_html_bytes: 1024 * 1024,
             reload_debounce_ms: 200,
+            rules_dirs: Vec::new(),
+            default_rules: true,
         }
     }
 }

@@ -25,19 +25,39 @@ pub const MAX_LIST_BYTES: u64 = 256 * 1024 * 1024;
 pub enum RuleLocation {
     /// The default set compiled into the binary.
     Embedded,
-    /// A rule directory: `DIR/*.lua`, `DIR/lua/`, `DIR/lists/`.
+    /// A rule directory alone: `DIR/*.lua`, `DIR/lua/`, `DIR/lists/`.
     Dir(PathBuf),
+    /// Rule directories laid over each other in order, over the shipped set when `shipped`:
+    /// a file of a later layer replaces the file of the same name of an earlier one (the
+    /// shipped set is the first layer), any other file adds to the set (rspamd's `local.d`).
+    Layers { shipped: bool, dirs: Vec<PathBuf> },
 }
 
 impl RuleLocation {
+    /// The location of `dirs` laid over the shipped set (`shipped`) or over nothing, in its
+    /// simplest form: the shipped set alone is `Embedded`, one directory alone is `Dir`.
+    /// `None` when there is nothing to read (no shipped set and no directory).
+    pub fn layered(shipped: bool, dirs: Vec<PathBuf>) -> Option<RuleLocation> {
+        match (shipped, dirs.len()) {
+            (true, 0) => Some(RuleLocation::Embedded),
+            (false, 0) => None,
+            (false, 1) => dirs.into_iter().next().map(RuleLocation::Dir),
+            _ => Some(RuleLocation::Layers { shipped, dirs }),
+        }
+    }
+
+    /// Whether the shipped set is the first layer, and the directories over it.
+    pub fn layers(&self) -> (bool, &[PathBuf]) {
+        match self {
+            RuleLocation::Embedded => (true, &[]),
+            RuleLocation::Dir(d) => (false, std::slice::from_ref(d)),
+            RuleLocation::Layers { shipped, dirs } => (*shipped, dirs),
+        }
+    }
+
     /// Directories a watcher should follow.
     pub fn watch_paths(&self) -> Vec<PathBuf> {
-        match self {
-            RuleLocation::Embedded => Vec::new(),
-            RuleLocation::Dir(d) => {
-                vec![d.clone()]
-            }
-        }
+        self.layers().1.to_vec()
     }
 
     /// Display name.
@@ -45,6 +65,13 @@ impl RuleLocation {
         match self {
             RuleLocation::Embedded => "embedded default rules".into(),
             RuleLocation::Dir(d) => d.display().to_string(),
+            RuleLocation::Layers { shipped, dirs } => {
+                let mut parts: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                if *shipped {
+                    parts.insert(0, "embedded default rules".into());
+                }
+                parts.join(" + ")
+            }
         }
     }
 }
@@ -55,6 +82,21 @@ pub struct SourceFile {
     /// Name in messages and chunk names: `rules/10_headers.lua`, `lua/shrike/util.lua`.
     pub name: String,
     pub text: Arc<str>,
+    /// Compiled into the binary (the shipped set), not read from a directory.
+    pub shipped: bool,
+    /// The file of an earlier layer this one replaced (same file name).
+    pub replaces: Option<String>,
+}
+
+impl SourceFile {
+    fn new(name: String, text: Arc<str>, shipped: bool) -> SourceFile {
+        SourceFile {
+            name,
+            text,
+            shipped,
+            replaces: None,
+        }
+    }
 }
 
 /// Everything a generation is built from.
@@ -98,82 +140,100 @@ pub fn read(location: &RuleLocation) -> Result<Sources, LoadError> {
 }
 
 /// Reads every file; `list_hashes` gets each list file's name and XXH3-128 (lists are kept
-/// parsed, not as text).
+/// parsed, not as text). Layers are read in order; within the set, rule files load in the
+/// order of their file names, whichever layer they come from.
 fn read_files(
     location: &RuleLocation,
     list_hashes: &mut Vec<(String, u128)>,
 ) -> Result<Sources, LoadError> {
     let mut sources = Sources::default();
     embedded_modules(&EMBEDDED_LIB, &mut sources.modules);
-    match location {
-        RuleLocation::Embedded => {
-            let mut files: Vec<_> = EMBEDDED_RULES
-                .files()
-                .filter(|f| f.path().extension().is_some_and(|e| e == "lua"))
-                .collect();
-            files.sort_by_key(|f| f.path());
-            for f in files {
+    let (shipped, dirs) = location.layers();
+    // file name → the file; a later layer's file replaces an earlier one's
+    let mut rules: BTreeMap<String, SourceFile> = BTreeMap::new();
+    // list file name → (its path for the kind and stem, display name, text)
+    let mut lists: BTreeMap<String, (PathBuf, String, Arc<str>)> = BTreeMap::new();
+    fn put_rule(rules: &mut BTreeMap<String, SourceFile>, key: String, mut file: SourceFile) {
+        if let Some(old) = rules.remove(&key) {
+            file.replaces = Some(old.name);
+        }
+        rules.insert(key, file);
+    }
+    if shipped {
+        for f in EMBEDDED_RULES.files() {
+            if f.path().extension().is_none_or(|e| e != "lua") {
+                continue;
+            }
+            let text = f.contents_utf8().ok_or_else(|| LoadError::Read {
+                file: f.path().display().to_string(),
+                message: "not UTF-8".into(),
+            })?;
+            let key = f.path().display().to_string();
+            let name = format!("rules/{key}");
+            put_rule(&mut rules, key, SourceFile::new(name, text.into(), true));
+        }
+        if let Some(dir) = EMBEDDED_RULES.get_dir("lists") {
+            for f in dir.files() {
+                let name = f.path().display().to_string();
                 let text = f.contents_utf8().ok_or_else(|| LoadError::Read {
-                    file: f.path().display().to_string(),
+                    file: name.clone(),
                     message: "not UTF-8".into(),
                 })?;
-                sources.rules.push(SourceFile {
-                    name: format!("rules/{}", f.path().display()),
-                    text: text.into(),
-                });
-            }
-            if let Some(lists) = EMBEDDED_RULES.get_dir("lists") {
-                for f in lists.files() {
-                    let name = f.path().display().to_string();
-                    let text = f.contents_utf8().ok_or_else(|| LoadError::Read {
-                        file: name.clone(),
-                        message: "not UTF-8".into(),
-                    })?;
-                    add_list(&mut sources.lists, f.path(), &name, text, list_hashes)?;
-                }
-            }
-        }
-        RuleLocation::Dir(dir) => {
-            if !dir.is_dir() {
-                return Err(LoadError::Read {
-                    file: dir.display().to_string(),
-                    message: "not a directory".into(),
-                });
-            }
-            if let Some(lib) = library_dir(dir) {
-                dir_modules(&lib, &lib, &mut sources.modules, 0)?;
-            }
-            for path in sorted_files(dir)? {
-                if path.extension().is_some_and(|e| e == "lua") {
-                    let text = read_text(&path, MAX_SOURCE_BYTES)?;
-                    sources.rules.push(SourceFile {
-                        name: path.display().to_string(),
-                        text: text.into(),
-                    });
-                }
-            }
-            let lists = dir.join("lists");
-            if lists.is_dir() {
-                for path in sorted_files(&lists)? {
-                    let text = read_text(&path, MAX_LIST_BYTES)?;
-                    add_list(
-                        &mut sources.lists,
-                        &path,
-                        &path.display().to_string(),
-                        &text,
-                        list_hashes,
-                    )?;
-                }
+                let key = file_name(f.path());
+                lists.insert(key, (f.path().to_path_buf(), name, text.into()));
             }
         }
     }
-    if sources.rules.len() + sources.modules.len() + sources.lists.by_name.len() > MAX_FILES {
+    for dir in dirs {
+        if !dir.is_dir() {
+            return Err(LoadError::Read {
+                file: dir.display().to_string(),
+                message: "not a directory".into(),
+            });
+        }
+        if let Some(lib) = library_dir(dir) {
+            dir_modules(&lib, &lib, &mut sources.modules, 0)?;
+        }
+        for path in sorted_files(dir)? {
+            if path.extension().is_some_and(|e| e == "lua") {
+                let text = read_text(&path, MAX_SOURCE_BYTES)?;
+                let name = path.display().to_string();
+                put_rule(
+                    &mut rules,
+                    file_name(&path),
+                    SourceFile::new(name, text.into(), false),
+                );
+            }
+        }
+        let list_dir = dir.join("lists");
+        if list_dir.is_dir() {
+            for path in sorted_files(&list_dir)? {
+                let text = read_text(&path, MAX_LIST_BYTES)?;
+                let name = path.display().to_string();
+                lists.insert(file_name(&path), (path, name, text.into()));
+            }
+        }
+        if rules.len() + sources.modules.len() + lists.len() > MAX_FILES {
+            break;
+        }
+    }
+    sources.rules = rules.into_values().collect();
+    if sources.rules.len() + sources.modules.len() + lists.len() > MAX_FILES {
         return Err(LoadError::Read {
             file: location.describe(),
             message: format!("more than {MAX_FILES} files"),
         });
     }
+    for (path, name, text) in lists.values() {
+        add_list(&mut sources.lists, path, name, text, list_hashes)?;
+    }
     Ok(sources)
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn add_list(
@@ -213,10 +273,7 @@ fn embedded_modules(dir: &Dir<'_>, out: &mut BTreeMap<String, SourceFile>) {
             if let (Some(name), Some(text)) = (module_name(path), f.contents_utf8()) {
                 out.insert(
                     name,
-                    SourceFile {
-                        name: format!("lua/{}", path.display()),
-                        text: text.into(),
-                    },
+                    SourceFile::new(format!("lua/{}", path.display()), text.into(), true),
                 );
             }
         }
@@ -244,21 +301,25 @@ fn dir_modules(
             let rel = path.strip_prefix(root).unwrap_or(&path);
             if let Some(name) = module_name(rel) {
                 let text = read_text(&path, MAX_SOURCE_BYTES)?;
-                out.insert(
-                    name,
-                    SourceFile {
-                        name: path.display().to_string(),
-                        text: text.into(),
-                    },
-                );
+                let mut file = SourceFile::new(path.display().to_string(), text.into(), false);
+                file.replaces = out.get(&name).map(|old| old.name.clone());
+                out.insert(name, file);
             }
         }
     }
     Ok(())
 }
 
-/// `shrike/util.lua` → `shrike.util`.
+/// `shrike/util.lua` → `shrike.util`; None for an editor's annotation file (`*.d.lua`, such as
+/// `lua/shrike.d.lua`), which describes the API and is never loaded.
 fn module_name(rel: &Path) -> Option<String> {
+    if rel
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".d.lua"))
+    {
+        return None;
+    }
     let s = rel.with_extension("");
     let parts: Vec<&str> = s.iter().filter_map(|c| c.to_str()).collect();
     (!parts.is_empty()).then(|| parts.join("."))

@@ -19,7 +19,8 @@ use super::preempt::Preempt;
 use super::source::{self, RuleLocation, Sources};
 use super::view::{MessageData, WindowNames};
 use super::{
-    EngineConfig, Generation, LoadError, RuleCounters, RuleMeta, RULE_ERROR, RULE_TIMEOUT,
+    EngineConfig, Generation, LoadError, Overrides, RuleCounters, RuleMeta, RULE_ERROR,
+    RULE_TIMEOUT,
 };
 use crate::store::ReputationStore;
 
@@ -75,6 +76,8 @@ pub(super) struct Ctx {
     pub(super) applies: RefCell<Vec<bool>>,
     /// Registry reference of the string "weight", read from hit tables without allocating.
     pub(super) weight_key: Cell<std::ffi::c_int>,
+    /// The declared windowed features and their state in the current scan (`feature.rs`).
+    pub(super) features: RefCell<super::feature::Features>,
 }
 
 /// A hit `run_checks` read: (rule, symbol, weight, options).
@@ -119,6 +122,7 @@ impl Ctx {
             plain_hits: RefCell::new(Vec::new()),
             applies: RefCell::new(Vec::new()),
             weight_key: Cell::new(0),
+            features: RefCell::new(super::feature::Features::default()),
         }
     }
 
@@ -244,6 +248,11 @@ pub(super) struct Entry {
     pub(super) begin: Function,
     pub(super) checks: Table,
     pub(super) finish: Function,
+    /// Runs a feature's functions for a message (`feature.rs`).
+    pub(super) feature_compute: Function,
+    /// The prelude's table of functions (`msg_methods`, `globals` for the annotations' test).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) prelude: Table,
 }
 
 pub(super) struct BuildEnv<'a> {
@@ -277,6 +286,7 @@ pub(super) fn build_state(
 
     let rust = lua.create_table().map_err(lua_err)?;
     super::api::install(&lua, &ctx, &rust, sources, env).map_err(lua_err)?;
+    super::feature::install(&lua, &ctx, &rust, env).map_err(lua_err)?;
     ffi::install_fields(&lua, &ctx, &rust).map_err(lua_err)?;
 
     let prelude: Table = lua
@@ -299,6 +309,7 @@ pub(super) fn build_state(
     let load_file: Function = prelude.get("load_file").map_err(lua_err)?;
     let begin: Function = prelude.get("begin").map_err(lua_err)?;
     let finish: Function = prelude.get("finish").map_err(lua_err)?;
+    let feature_compute: Function = prelude.get("feature_compute").map_err(lua_err)?;
 
     for file in &sources.rules {
         *ctx.loading_file.borrow_mut() = file.name.clone();
@@ -319,9 +330,27 @@ pub(super) fn build_state(
         }
     }
     ctx.loading_file.borrow_mut().clear();
-    let registered = ctx.registered.take();
+    let mut registered = ctx.registered.take();
+    if let Some(g) = generation {
+        // The configuration's changes, applied exactly as `build_generation` applied them: the
+        // rules switched off are not in the state, and the indices stay the generation's.
+        let mut metas: Vec<RuleMeta> = registered.iter().map(|(m, _)| m.clone()).collect();
+        let runs = g.overrides.apply(&mut metas);
+        registered = registered
+            .into_iter()
+            .zip(metas)
+            .zip(runs)
+            .filter_map(|(((_, f), m), run)| run.then_some((m, f)))
+            .collect();
+    }
     *ctx.rule_names.borrow_mut() = registered.iter().map(|(m, _)| m.name.clone()).collect();
     if let Some(g) = generation {
+        if ctx.features.borrow().metas != g.features {
+            return Err(LoadError::Declaration(
+                "feature declarations differ from the generation's (do rule files declare features conditionally?)"
+                    .into(),
+            ));
+        }
         let same = registered.len() == g.rules.len()
             && registered.iter().zip(&g.rules).all(|((m, _), r)| m == r);
         if !same {
@@ -354,6 +383,8 @@ pub(super) fn build_state(
             begin,
             checks,
             finish,
+            feature_compute,
+            prelude,
         },
     ))
 }
@@ -364,6 +395,7 @@ pub(super) fn build_generation(
     location: &RuleLocation,
     sources: source::Sources,
     config: &EngineConfig,
+    overrides: &Arc<Overrides>,
     store: &Arc<dyn ReputationStore>,
     namespace: u8,
 ) -> Result<Generation, LoadError> {
@@ -376,23 +408,39 @@ pub(super) fn build_generation(
         namespace,
         windows: &windows,
     };
-    let (_lua, _ctx, registered, _) = build_state(&sources, None, &env)?;
-    let rules: Vec<RuleMeta> = registered.into_iter().map(|(m, _)| m).collect();
-    let mut symbols = HashMap::new();
-    for (ri, r) in rules.iter().enumerate() {
-        for (si, s) in r.symbols.iter().enumerate() {
+    let (_lua, ctx, registered, _) = build_state(&sources, None, &env)?;
+    let features = std::mem::take(&mut ctx.features.borrow_mut().metas);
+    let declared: Vec<RuleMeta> = registered.into_iter().map(|(m, _)| m).collect();
+    // Names are checked over every declaration, switched off or not.
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (ri, r) in declared.iter().enumerate() {
+        for s in &r.symbols {
             if s.name == RULE_ERROR || s.name == RULE_TIMEOUT {
                 return Err(LoadError::Declaration(format!(
                     "{}: {} is reserved for the engine",
                     r.file, s.name
                 )));
             }
-            if let Some((other, _)) = symbols.insert(s.name.clone(), (ri, si)) {
+            if let Some(other) = names.insert(&s.name, ri) {
                 return Err(LoadError::Declaration(format!(
                     "{}: symbol {} is already declared by rule {} in {}",
-                    r.file, s.name, rules[other].name, rules[other].file
+                    r.file, s.name, declared[other].name, declared[other].file
                 )));
             }
+        }
+    }
+    let mut rules = declared.clone();
+    let runs = overrides.apply(&mut rules);
+    let mut keep = runs.iter();
+    rules.retain(|_| keep.next().copied().unwrap_or(true));
+    let unknown = overrides.unknown(&declared);
+    if !unknown.is_empty() {
+        tracing::warn!(names = ?unknown, "[scores] or [rules] name symbols no rule declares");
+    }
+    let mut symbols = HashMap::new();
+    for (ri, r) in rules.iter().enumerate() {
+        for (si, s) in r.symbols.iter().enumerate() {
+            symbols.insert(s.name.clone(), (ri, si));
         }
     }
     let counters = rules.iter().map(|_| RuleCounters::default()).collect();
@@ -401,6 +449,9 @@ pub(super) fn build_generation(
         location: location.clone(),
         sources,
         rules,
+        declared,
+        overrides: Arc::clone(overrides),
+        features,
         symbols,
         counters,
         build_time: start.elapsed(),

@@ -7,6 +7,7 @@
 //! touches: wire formats, sockets, the configuration file (`crate::config` composes
 //! `ScanSettings`; this module does not know it).
 
+pub mod nearmiss;
 pub mod ruletest;
 
 use std::collections::BTreeMap;
@@ -42,6 +43,8 @@ pub struct ScanSettings {
     pub engine: EngineConfig,
     /// The online classifier.
     pub classifier: ClassifierConfig,
+    /// The configuration's `[scores]` and `[rules]` changes to the rule set.
+    pub overrides: engine::Overrides,
 }
 
 /// Why scan settings cannot be used. Each message names the option.
@@ -172,6 +175,8 @@ pub struct Updates {
     pub increments: Vec<Increment>,
     /// `(pair, unique)` keys of the paired shingles.
     pub pairs: Vec<(StoreKey, StoreKey)>,
+    /// The message's contributions to the rules' windowed features.
+    pub features: engine::FeatureUpdates,
 }
 
 /// The symbol (score 0) of a scan that went on without reputation: a shared store was down
@@ -246,9 +251,10 @@ impl Scanner {
             .iter()
             .position(|&w| w == 7 * 86_400)
             .unwrap_or(windows.len().saturating_sub(1));
-        let engine = Engine::new(
+        let engine = Engine::with_overrides(
             settings.engine.clone(),
             rules,
+            settings.overrides.clone(),
             Arc::clone(&store),
             settings.traffic.namespace,
         )?;
@@ -342,6 +348,7 @@ impl Scanner {
             self.store
                 .increment_unique(pair, unique, self.traffic.unique_period_secs);
         }
+        updates.features.apply(&*self.store);
     }
 
     /// A user's complaint (`Counter::Complaint`) or rescue (`Counter::Rescue`) against every
@@ -526,6 +533,7 @@ impl ScanWorker {
         let data = sc.message_data(&analysis, &stats, envelope, observe, net);
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
         let features = outcome.features.take();
+        let feature_updates = std::mem::take(&mut outcome.feature_updates);
         // Descriptions come from the generation that judged the message, even if a reload
         // swapped in another one meanwhile.
         let mut verdict = match self.rules.generation() {
@@ -551,7 +559,8 @@ impl ScanWorker {
             lookup: looked_up - analyzed,
             rules: looked_up.elapsed(),
         };
-        let updates = self.updates(&analysis, &verdict);
+        let mut updates = self.updates(&analysis, &verdict);
+        updates.features = feature_updates;
         Scanned {
             analysis,
             verdict,
@@ -671,7 +680,11 @@ impl ScanWorker {
                 .collect(),
             None => Vec::new(),
         };
-        Updates { increments, pairs }
+        Updates {
+            increments,
+            pairs,
+            features: engine::FeatureUpdates::default(),
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Rule tests (`*.test`, docs/rules.md): directives, a blank line, then a message. Each file
 //! runs against a fresh in-memory store, so files do not see each other's statistics.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -228,6 +229,22 @@ pub struct TestResult {
     pub file: PathBuf,
     /// Empty when the test passed.
     pub failures: Vec<String>,
+    /// What the test's final scan ran and hit (`run_dir_traced`).
+    pub trace: Option<Trace>,
+}
+
+/// What a test's final scan did: the lines of each rule's own file it ran, the symbols it hit,
+/// and what the test expected (`nearmiss` reads them).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    /// Rule name → lines of its file run.
+    pub lines: BTreeMap<String, BTreeSet<u32>>,
+    /// Rule name → those of its lines that are in its `check` function itself.
+    pub check_lines: BTreeMap<String, BTreeSet<u32>>,
+    /// Symbols hit, applied or shadow.
+    pub hit: BTreeSet<String>,
+    pub expect: Vec<String>,
+    pub expect_not: Vec<String>,
 }
 
 /// Runs every `*.test` in `dir` against the rules at `rules`, each with a fresh in-memory store
@@ -237,6 +254,26 @@ pub fn run_dir(
     store: &StoreConfig,
     rules: &RuleLocation,
     dir: &Path,
+) -> Result<Vec<TestResult>, RunError> {
+    run_dir_with(settings, store, rules, dir, false)
+}
+
+/// `run_dir`, with each test's `Trace` (a line hook on the final scans: slower).
+pub fn run_dir_traced(
+    settings: &ScanSettings,
+    store: &StoreConfig,
+    rules: &RuleLocation,
+    dir: &Path,
+) -> Result<Vec<TestResult>, RunError> {
+    run_dir_with(settings, store, rules, dir, true)
+}
+
+fn run_dir_with(
+    settings: &ScanSettings,
+    store: &StoreConfig,
+    rules: &RuleLocation,
+    dir: &Path,
+    trace: bool,
 ) -> Result<Vec<TestResult>, RunError> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|error| RunError::ReadDir {
@@ -249,14 +286,18 @@ pub fn run_dir(
     files.sort();
     let mut results = Vec::new();
     for file in files {
-        let failures = match std::fs::read(&file) {
+        let (failures, trace) = match std::fs::read(&file) {
             Ok(text) => match parse(&text) {
-                Ok(test) => run_one(settings, store, rules, &test)?,
-                Err(e) => vec![e.to_string()],
+                Ok(test) => run_test(settings, store, rules, &test, trace)?,
+                Err(e) => (vec![e.to_string()], None),
             },
-            Err(e) => vec![e.to_string()],
+            Err(e) => (vec![e.to_string()], None),
         };
-        results.push(TestResult { file, failures });
+        results.push(TestResult {
+            file,
+            failures,
+            trace,
+        });
     }
     Ok(results)
 }
@@ -269,8 +310,22 @@ pub fn run_one(
     rules: &RuleLocation,
     test: &RuleTest,
 ) -> Result<Vec<String>, InMemoryError> {
+    run_test(settings, store, rules, test, false).map(|(failures, _)| failures)
+}
+
+/// `run_one`, and with `trace` the final scan's `Trace`.
+fn run_test(
+    settings: &ScanSettings,
+    store: &StoreConfig,
+    rules: &RuleLocation,
+    test: &RuleTest,
+    trace: bool,
+) -> Result<(Vec<String>, Option<Trace>), InMemoryError> {
     let scanner = Scanner::in_memory(settings, store, rules.clone())?;
     let mut worker = scanner.worker();
+    if trace {
+        worker.rules().trace_lines();
+    }
     let input = prepare(&test.message, &settings.limits);
     for _ in 0..test.seen {
         let s = worker.scan_with(&input, &test.envelope, test.net.as_ref());
@@ -312,8 +367,25 @@ pub fn run_one(
             scanner.classifier().train(&features, class, None);
         }
     }
+    // (only the final scan's lines count)
+    worker.rules().take_lines();
     let s = worker.scan_with(&input, &test.envelope, test.net.as_ref());
     let v = &s.verdict;
+    let trace = trace.then(|| {
+        let mut t = Trace {
+            expect: test.expect.clone(),
+            expect_not: test.expect_not.clone(),
+            hit: v.symbols.keys().chain(v.shadow.keys()).cloned().collect(),
+            ..Trace::default()
+        };
+        for (rule, line, in_check) in worker.rules().take_lines() {
+            if in_check {
+                t.check_lines.entry(rule.clone()).or_default().insert(line);
+            }
+            t.lines.entry(rule).or_default().insert(line);
+        }
+        t
+    });
     let mut failures = Vec::new();
     let hit: Vec<String> = v.symbols.keys().cloned().collect();
     for sym in &test.expect {
@@ -348,7 +420,7 @@ pub fn run_one(
             }
         }
     }
-    Ok(failures)
+    Ok((failures, trace))
 }
 
 #[cfg(test)]

@@ -174,8 +174,25 @@ impl Daemon {
     /// Rebuilds the rules (SIGHUP, `POST /reload`); blocking. The engine logs the outcome once
     /// (the new generation, or the error while the previous rules keep serving); the scan
     /// workers switch to the new generation at their next scan without logging.
+    ///
+    /// With a configuration file, its `[scores]` and `[rules]` are read again first (the other
+    /// sections apply at the next start); a file that no longer parses fails the reload.
     pub fn reload(&self) -> Result<u64, LoadError> {
-        self.scanner.engine().reload()
+        let engine = self.scanner.engine();
+        let Some(path) = &self.config.source else {
+            return engine.reload();
+        };
+        match Config::from_file(path).and_then(|c| c.overrides()) {
+            Ok(overrides) => engine.reload_with(overrides),
+            Err(e) => {
+                let e = LoadError::Read {
+                    file: path.display().to_string(),
+                    message: e.to_string(),
+                };
+                engine.reload_failed(&e);
+                Err(e)
+            }
+        }
     }
 }
 

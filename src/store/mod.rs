@@ -284,6 +284,25 @@ pub trait ReputationStore: Send + Sync {
     fn status(&self) -> Option<BackendStatus> {
         None
     }
+
+    // Windowed features (the rules' `feature{}`). By default they live in the counters above:
+    // a feature key's `seen` column counts and its `spam` column sums, and a distinct value is
+    // a paired key counted once per window, so they are persisted, swept and expired like the
+    // counters and every backend has them. A backend may answer them natively instead.
+
+    /// Sums of feature keys over the store's windows (as `lookup_many`).
+    fn feature_read(&self, keys: &[StoreKey]) -> Vec<WindowCounts> {
+        self.lookup_many(keys)
+    }
+    /// One message's contributions to count, sum and ratio features.
+    fn feature_add(&self, adds: &[Increment]) {
+        self.record_many(adds)
+    }
+    /// A value of a distinct feature: counts `unique` once per `pair` per `window_secs`;
+    /// returns whether it grew.
+    fn feature_distinct(&self, pair: StoreKey, unique: StoreKey, window_secs: u64) -> bool {
+        self.increment_unique(pair, unique, window_secs)
+    }
 }
 
 /// A shared store could not answer (down, slow, or failing over).

@@ -37,6 +37,9 @@ pub struct Options {
     /// The HTTP listener's address without its port (default 127.0.0.1; 0.0.0.0 to be reached
     /// from a non-loopback address too).
     pub http_host: Option<String>,
+    /// Lay `rules` over the shipped set, as `serve --rules` does by default; when false, the
+    /// daemon runs `rules` alone (`--no-default-rules`), the rule set most tests want.
+    pub overlay: bool,
 }
 
 impl Daemon {
@@ -69,6 +72,9 @@ impl Daemon {
             .arg(&data);
         if let Some(rules) = &options.rules {
             cmd.arg("--rules").arg(rules);
+            if !options.overlay {
+                cmd.arg("--no-default-rules");
+            }
         }
         if let Some(w) = options.workers {
             cmd.arg("--workers").arg(w.to_string());
