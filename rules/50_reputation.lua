@@ -119,9 +119,9 @@ local function check_each(msg, kind, hits, spam_sym, complaint_sym)
     -- A URL domain's verdict ratio counts only with a user's complaint behind it: otherwise our
     -- own verdicts on the first copies of a newsletter (a shop, a list host) would brand the
     -- rest of them spam, feeding on themselves.
-    local spam, ham = w.spam, w.ham
-    if w.complaints == 0 or w.complaints <= w.rescues then spam, ham = 0, 0 end
-    local found = add_reputation(nil, w.seen, spam, ham, w.complaints, w.rescues,
+    local w_spam, w_ham = w.spam, w.ham
+    if w.complaints == 0 or w.complaints <= w.rescues then w_spam, w_ham = 0, 0 end
+    local found = add_reputation(nil, w.seen, w_spam, w_ham, w.complaints, w.rescues,
       spam_sym, complaint_sym)
     if found then
       local total = 0

@@ -1419,3 +1419,62 @@ rule { name = 'MIN_SEEN', score = 1, description = "min_seen", group = "t",
         "a.example.org seen three times, c.example.net never; bad min_seen raises"
     );
 }
+
+/// The classifier weighs the symbols of positive score only: a good sign (negative score) or a
+/// score-0 sign never becomes a feature, whether the features come from the classifying rule
+/// (the model ready) or are built for learning after the scan (the model not ready yet).
+#[test]
+fn classifier_features_leave_out_good_and_zero_signs() {
+    use shrike::classify::{Class, Features};
+    let (_dir, s) = rules(
+        "rule { name = 'POS_SIGN', score = 2, check = function() return true end }\n\
+         rule { name = 'NEG_SIGN', score = -2, check = function() return true end }\n\
+         rule { name = 'ZERO_SIGN', score = 0, check = function() return true end }\n\
+         rule { name = 'ASKS', score = 0, check = function(msg)\n\
+           local p = msg:classify(); return p ~= nil, tostring(p) end }\n",
+    );
+    let symbol = |name: &str| {
+        let mut x = Features::default();
+        x.add_symbol(name);
+        x.hashes()[0]
+    };
+    let check = |f: &Features, path: &str| {
+        assert!(
+            f.hashes().contains(&symbol("POS_SIGN")),
+            "{path}: POS_SIGN missing"
+        );
+        for name in ["NEG_SIGN", "ZERO_SIGN", "ASKS"] {
+            assert!(
+                !f.hashes().contains(&symbol(name)),
+                "{path}: {name} weighed"
+            );
+        }
+    };
+    let mut w = s.worker();
+    let input = prepare(MSG, s.limits());
+    let cold = w.scan(&input, &Envelope::default());
+    assert!(cold.features.is_none(), "the model has no opinion yet");
+    assert!(cold.verdict.symbols.contains_key("NEG_SIGN"));
+    let features = s.features(&cold).into_owned();
+    check(&features, "after the scan");
+    let other = prepare(
+        b"From: x@spam.example\r\nSubject: win\r\n\r\nwin money now\r\n",
+        s.limits(),
+    );
+    let spam = s
+        .features(&w.scan(&other, &Envelope::default()))
+        .into_owned();
+    for _ in 0..50 {
+        s.classifier().train(&features, Class::Ham, None);
+        s.classifier().train(&spam, Class::Spam, None);
+    }
+    let warm = w.scan(&input, &Envelope::default());
+    assert!(
+        warm.verdict.symbols.contains_key("ASKS"),
+        "the model is ready"
+    );
+    check(
+        warm.features.as_ref().expect("the rule asked"),
+        "from the rule",
+    );
+}

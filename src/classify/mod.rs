@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-pub use features::{extract, Features, FEATURE_VERSION};
+pub use features::{extract, learns_symbol, Features, FEATURE_VERSION};
 
 /// Classifier settings (`[classifier]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -135,9 +135,9 @@ impl Ctx {
             .unwrap_or_else(|| format!("(loading {})", self.loading_file.borrow()))
     }
 
-    /// `msg:classify()`: the classifier's probability over the message and the symbols hit
-    /// so far; nil during the cold start (then no features are extracted either: training
-    /// builds them itself when a scan has none).
+    /// `msg:classify()`: the classifier's probability over the message and the spam-sign
+    /// symbols hit so far (`learns_symbol`); nil during the cold start (then no features are
+    /// extracted either: training builds them itself when a scan has none).
     pub(super) fn classify(&self, data: &MessageData<'_>) -> mlua::Result<Value> {
         let Some(model) = data.classifier.filter(|m| m.ready()) else {
             return Ok(Value::Nil);
@@ -148,7 +148,9 @@ impl Ctx {
         let applied = self.applied.borrow();
         let names = applied
             .iter()
-            .map(|&(r, s)| gen.rules[r].symbols[s].name.as_str());
+            .map(|&(r, s)| &gen.rules[r].symbols[s])
+            .filter(|m| crate::classify::learns_symbol(m.score))
+            .map(|m| m.name.as_str());
         let features = data.classifier_features(names);
         let p = model.classify(&features);
         *self.classified.borrow_mut() = Some((p, features));

@@ -387,7 +387,8 @@ impl Scanner {
     }
 
     /// The classifier's features of a scanned message: those a rule weighed, or (when no rule
-    /// asked, or the model had no opinion yet) the message's features with all applied symbols.
+    /// asked, or the model had no opinion yet) the message's features with the applied symbols it
+    /// weighs (`learns_symbol`: the applied score's sign, the nominal one's when a rule asks).
     pub fn features<'s>(&self, scanned: &'s Scanned<'_>) -> std::borrow::Cow<'s, Features> {
         match &scanned.features {
             Some(f) => std::borrow::Cow::Borrowed(f),
@@ -395,7 +396,14 @@ impl Scanner {
                 let envelope = Envelope::default();
                 std::borrow::Cow::Owned(
                     self.message_data(&scanned.analysis, &scanned.stats, &envelope, true, None)
-                        .classifier_features(scanned.verdict.symbols.keys().map(String::as_str)),
+                        .classifier_features(
+                            scanned
+                                .verdict
+                                .symbols
+                                .iter()
+                                .filter(|(_, h)| crate::classify::learns_symbol(h.score))
+                                .map(|(name, _)| name.as_str()),
+                        ),
                 )
             }
         }
