@@ -9,25 +9,14 @@ mod daemon;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use daemon::{Daemon, Options};
+use daemon::{wait_until, Daemon, Options};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name)
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 fn rspamc(d: &Daemon, args: &[&str], fixture: &str) -> String {
@@ -109,7 +98,7 @@ fn rspamc_verdicts_and_learns_are_found_over_http_and_by_the_cli() {
         "daemon/ham.eml",
     );
     rspamc(&d, &["learn_ham"], "daemon/ham.eml");
-    wait_until("three records", || count(&d, "") == 3);
+    wait_until("three records", 30, || count(&d, "") == 3);
 
     let page = records(&d, "");
     let all = page["records"].as_array().unwrap();
@@ -280,7 +269,7 @@ fn flushed_records_survive_kill9() {
         assert_eq!(r.status, 200);
     }
     // Acknowledged: the writer counted them written (the default flush_ms is 1000).
-    wait_until("five records written", || {
+    wait_until("five records written", 30, || {
         d.get("/health").json()["history"]["written"] == 5
     });
     std::thread::sleep(Duration::from_millis(1100));
@@ -307,7 +296,7 @@ fn flushed_records_survive_kill9() {
         let ip = format!("192.0.2.{i}");
         assert_eq!(d.post("/checkv2", &[("IP", &ip)], &gtube).status, 200);
     }
-    wait_until("three records written", || {
+    wait_until("three records written", 30, || {
         d.get("/health").json()["history"]["written"] == 3
     });
     for i in 8..10 {
@@ -371,7 +360,7 @@ fn hashed_privacy_hides_addresses_and_still_finds_them() {
         &["-F", "Secret@Example.net", "-r", "boss@example.com"],
         "gtube.eml",
     );
-    wait_until("a record", || count(&d, "") == 1);
+    wait_until("a record", 30, || count(&d, "") == 1);
     d.stop();
     let (out, _) = cli(&d.data, &["--json", "--sender", "secret@example.net"]);
     let lines = json_lines(&out);
@@ -442,7 +431,7 @@ fn history_needs_loopback_or_the_password() {
         s.read_to_string(&mut out).unwrap();
         out.split(' ').nth(1).unwrap().parse().unwrap()
     };
-    wait_until("the daemon", || {
+    wait_until("the daemon", 30, || {
         daemon::http(port, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200)
     });
     assert_eq!(request(&[]), 403);
@@ -478,7 +467,7 @@ fn spamc_verdicts_are_recorded() {
         .output()
         .expect("spamc is installed (scripts/test.sh installs it)");
     assert!(!out.stdout.is_empty(), "spamc answered");
-    wait_until("a record", || count(&d, "") == 1);
+    wait_until("a record", 30, || count(&d, "") == 1);
     let r = &records(&d, "")["records"][0];
     assert_eq!(r["listener"], "spamd", "{r}");
     assert_eq!(r["action"], "reject", "{r}");
@@ -490,7 +479,7 @@ fn spamc_verdicts_are_recorded() {
         .output()
         .expect("spamc");
     assert!(!out.stdout.is_empty(), "spamc answered");
-    wait_until("the learn's record", || count(&d, "action=learn") == 1);
+    wait_until("the learn's record", 30, || count(&d, "action=learn") == 1);
     let r = &records(&d, "action=learn")["records"][0];
     assert_eq!(
         (&r["action"], &r["listener"]),
@@ -512,7 +501,7 @@ fn spamc_verdicts_are_recorded() {
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
     assert!(reply.starts_with("RSPAMD/1.3 0 EX_OK\r\n"), "{reply}");
-    wait_until("the legacy check's record", || {
+    wait_until("the legacy check's record", 30, || {
         count(&d, "queue_id=1wExim-000Q1d-7A") == 1
     });
     let r = &records(&d, "queue_id=1wExim-000Q1d-7A")["records"][0];

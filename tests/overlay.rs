@@ -11,9 +11,8 @@ mod daemon;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use daemon::{Daemon, Options};
+use daemon::{wait_until, Daemon, Options};
 use serde_json::Value;
 
 /// No Date, no Message-ID (MISSING_DATE, MISSING_MESSAGE_ID of the shipped HDR_MISSING),
@@ -236,17 +235,6 @@ fn scan_runs_the_local_rules_over_the_shipped_ones() {
     assert_eq!(names, ["GTUBE_LOCAL", "LOCAL_ADDED"]);
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[test]
 fn a_reload_takes_changed_scores_from_the_config_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -277,7 +265,7 @@ fn a_reload_takes_changed_scores_from_the_config_without_a_restart() {
     let cfg = dir.path().join("shrike.toml");
     std::fs::write(&cfg, config(2.75, "")).unwrap();
     d.signal("HUP");
-    wait_until("SIGHUP reload", || {
+    wait_until("SIGHUP reload", 30, || {
         d.get("/health").json()["generation"] == 2
     });
     let s = symbols(&d);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use daemon::{Daemon, Options};
+use daemon::{wait_until, Daemon, Options};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,17 +23,6 @@ fn read(name: &str) -> Vec<u8> {
 }
 
 const HAM: &str = "daemon/ham.eml";
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
-}
 
 fn subject_complaints(d: &Daemon, subject: &str) -> u64 {
     let q = format!("/reputation?type=subject&value={}", url_encode(subject));
@@ -307,7 +296,7 @@ fn a_connection_over_the_limit_gets_an_immediate_503_with_retry_after() {
 
     // Once a held connection closes, requests are served again.
     drop(held);
-    wait_until("a 200 after the held connections closed", || {
+    wait_until("a 200 after the held connections closed", 30, || {
         daemon::http(d.http, "POST", "/checkv2", &[], &read(HAM)).is_ok_and(|r| r.status == 200)
     });
 }
@@ -342,7 +331,7 @@ fn reload_by_sighup_and_post_keeps_old_rules_on_error() {
 
     std::fs::write(rules.join("b.lua"), rule("SECOND_RULE")).unwrap();
     d.signal("HUP");
-    wait_until("SIGHUP reload", || {
+    wait_until("SIGHUP reload", 30, || {
         d.get("/health").json()["generation"] == 2
     });
     assert_eq!(symbols(&d), ["FIRST_RULE", "SECOND_RULE"]);
@@ -406,7 +395,7 @@ fn workers_build_their_rule_states_before_serving_and_after_a_reload() {
         .contains("shrike_scans_total{action=\"no action\"} 0\n"));
     // Idle workers build the new generation's state without waiting for a message.
     assert_eq!(d.post("/reload", &[], b"").status, 200);
-    wait_until("states of generation 2", || built(&d) == 4);
+    wait_until("states of generation 2", 30, || built(&d) == 4);
     // A scan then needs no build.
     assert_eq!(d.post("/checkv2", &[], &read(HAM)).status, 200);
     assert_eq!(built(&d), 4);
@@ -662,7 +651,7 @@ fn classifier_learning_survives_kill9() {
     assert_eq!(classifier_learned(&d), (25, 25));
     assert_eq!(d.get("/stat").json()["classifier"]["ready"], true);
     let model = d.data.join("classifier.bin");
-    wait_until("a periodic classifier snapshot", || model.exists());
+    wait_until("a periodic classifier snapshot", 30, || model.exists());
     // Let a snapshot taken after the last learn land (one interval), then crash.
     std::thread::sleep(Duration::from_millis(2500));
     d.kill9();

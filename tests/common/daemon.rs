@@ -306,3 +306,15 @@ pub fn slow_setup(dir: &Path, extra: &str) -> Options {
         ..Options::default()
     }
 }
+
+/// Polls `f` every 50 ms until it holds; panics naming `what` after `secs` seconds.
+pub fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
