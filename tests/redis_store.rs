@@ -107,6 +107,19 @@ fn health_store(d: &Daemon) -> String {
         .to_string()
 }
 
+/// Five scans with the store out of reach: each says `STORE_UNAVAILABLE` and takes under 1 s.
+fn scans_go_on_without_the_store(d: &Daemon, from: &str, subject: &str) {
+    for i in 0..5 {
+        let id = format!("{}{i}", subject.replace(' ', "-"));
+        let (symbols, took) = scan(d, &message(from, subject, &id), &[]);
+        assert!(
+            symbols.contains(&"STORE_UNAVAILABLE".to_string()),
+            "{symbols:?}"
+        );
+        assert!(took < Duration::from_millis(1000), "scan took {took:?}");
+    }
+}
+
 #[test]
 fn single_node_counts_learns_degrades_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
@@ -144,18 +157,7 @@ fn single_node_counts_learns_degrades_and_recovers() {
 
     // Redis down: scans go on at once without reputation, say so, and learns are refused.
     node.kill9();
-    for i in 0..5 {
-        let (symbols, took) = scan(
-            &d,
-            &message("bob@two.example", "Down", &format!("d{i}")),
-            &[],
-        );
-        assert!(
-            symbols.contains(&"STORE_UNAVAILABLE".to_string()),
-            "{symbols:?}"
-        );
-        assert!(took < Duration::from_millis(1000), "scan took {took:?}");
-    }
+    scans_go_on_without_the_store(&d, "bob@two.example", "Down");
     // The complained-about message is no longer recognised: no reputation, no false verdict.
     let (symbols, _) = scan(&d, &m1, &[]);
     assert!(!symbols.contains(&"COMPLAINED".to_string()), "{symbols:?}");
@@ -450,18 +452,7 @@ fn two_daemons_share_a_cluster_through_failover_and_outage() {
     for n in &mut cluster.nodes {
         n.kill9();
     }
-    for i in 0..5 {
-        let (symbols, took) = scan(
-            &a,
-            &message("h@down.example", "All down", &format!("h{i}")),
-            &[],
-        );
-        assert!(
-            symbols.contains(&"STORE_UNAVAILABLE".to_string()),
-            "{symbols:?}"
-        );
-        assert!(took < Duration::from_millis(1000), "scan took {took:?}");
-    }
+    scans_go_on_without_the_store(&a, "h@down.example", "All down");
     wait_until("health degraded", 5, || health_store(&b) == "degraded");
     let fresh = message("f@down.example", "Learned while all down", "fresh2");
     assert_eq!(a.post("/learnspam", &[], &fresh).status, 503);
