@@ -137,8 +137,8 @@ pub async fn verify(
         (r, Some(o))
     };
     let helo_spf = async {
-        let result = match ip {
-            Some(ip) if !helo.is_empty() && helo.parse::<IpAddr>().is_err() => {
+        let result = match helo_checked(ip, helo) {
+            Some(ip) => {
                 let o = auth
                     .verify_spf(caches.with(SpfParameters::verify_ehlo(ip, helo, host)))
                     .await;
@@ -174,13 +174,7 @@ pub async fn verify(
     };
     // The DMARC record is fetched while the others run, so that DMARC, which needs their
     // outputs, finds it in the cache.
-    let prefetch = async {
-        if let Some(d) = &from_domain {
-            let _ = auth
-                .txt_lookup::<mail_auth::dmarc::Dmarc>(format!("_dmarc.{d}."), Some(&caches.txt))
-                .await;
-        }
-    };
+    let prefetch = fetch_dmarc_record(auth, caches, from_domain.as_deref());
     let ((spf_r, spf_out), helo_r, dkim_out, (), ()) =
         tokio::join!(spf, helo_spf, dkim, arc, prefetch);
     let finish = |dmarc: MethodResult| {
@@ -364,21 +358,12 @@ pub async fn prefetch(
         }
     };
     let helo_spf = async {
-        if let Some(ip) = smtp
-            .ip
-            .filter(|_| !helo.is_empty() && helo.parse::<IpAddr>().is_err())
-        {
+        if let Some(ip) = helo_checked(smtp.ip, helo) {
             auth.verify_spf(caches.with(SpfParameters::verify_ehlo(ip, helo, smtp.host)))
                 .await;
         }
     };
-    let dmarc = async {
-        if let Some(d) = &from_domain {
-            let _ = auth
-                .txt_lookup::<mail_auth::dmarc::Dmarc>(format!("_dmarc.{d}."), Some(&caches.txt))
-                .await;
-        }
-    };
+    let dmarc = fetch_dmarc_record(auth, caches, from_domain.as_deref());
     let mut names: Vec<String> = Vec::new();
     for name in msg
         .dkim_headers
@@ -399,6 +384,24 @@ pub async fn prefetch(
         }
     };
     tokio::join!(spf, helo_spf, dmarc, keys);
+}
+
+/// The client address when the HELO is a name SPF can check (not empty, not an address).
+fn helo_checked(ip: Option<IpAddr>, helo: &str) -> Option<IpAddr> {
+    ip.filter(|_| !helo.is_empty() && helo.parse::<IpAddr>().is_err())
+}
+
+/// Fetches the From domain's DMARC record into the cache.
+async fn fetch_dmarc_record(
+    auth: &MessageAuthenticator,
+    caches: &super::AuthCaches,
+    from_domain: Option<&str>,
+) {
+    if let Some(d) = from_domain {
+        let _ = auth
+            .txt_lookup::<mail_auth::dmarc::Dmarc>(format!("_dmarc.{d}."), Some(&caches.txt))
+            .await;
+    }
 }
 
 /// Signing keys fetched ahead at most (a message may carry any number of signatures).

@@ -204,19 +204,12 @@ impl Checker {
         let mut queries: Vec<String> = Vec::new();
         if !self.zones.is_empty() {
             let t = dnsbl::targets(head, envelope, false);
-            for zone in self.zones.iter() {
-                for &check in &zone.checks {
-                    for name in names(&t, check) {
-                        let Some(query) = list_query(zone, name) else {
-                            continue;
-                        };
-                        if queries.len() < MAX_LIST_QUERIES
-                            && !queries.contains(&query)
-                            && !self.resolver.has_cached_a(&query)
-                        {
-                            queries.push(query);
-                        }
-                    }
+            for (_, _, _, query) in list_queries(&self.zones, &t) {
+                if queries.len() < MAX_LIST_QUERIES
+                    && !queries.contains(&query)
+                    && !self.resolver.has_cached_a(&query)
+                {
+                    queries.push(query);
                 }
             }
         }
@@ -307,43 +300,35 @@ impl Checker {
                 .any(|z| z.checks.contains(&Check::UrlDomains));
             let t = dnsbl::targets(raw, envelope, urls);
             let mut asked: Vec<String> = Vec::new();
-            for (zi, zone) in self.zones.iter().enumerate() {
-                for &check in &zone.checks {
-                    for name in names(&t, check) {
-                        let Some(query) = list_query(zone, name) else {
-                            continue;
-                        };
-                        if asked.contains(&query) || asked.len() >= MAX_LIST_QUERIES {
-                            continue;
-                        }
-                        asked.push(query.clone());
-                        if let Some(answer) = self.resolver.cached_a(&query) {
-                            if let Answer::Found(a) = answer {
-                                hits.extend(
-                                    dnsbl::interpret(zone, &name.to_string(), check, &a)
-                                        .into_iter()
-                                        .map(|h| (zi, h)),
-                                );
-                            }
-                            continue;
-                        }
-                        pending_lists += 1;
-                        let name = name.to_string();
-                        let (resolver, zones, ltx) =
-                            (self.resolver.clone(), self.zones.clone(), ltx.clone());
-                        tokio::spawn(async move {
-                            let zone = &zones[zi];
-                            let (hits, failed) = match resolver.a(&query).await {
-                                Answer::Found(a) => {
-                                    (dnsbl::interpret(zone, &name, check, &a), false)
-                                }
-                                Answer::None => (Vec::new(), false),
-                                Answer::Failed(_) => (Vec::new(), true),
-                            };
-                            let _ = ltx.send((zi, hits, failed));
-                        });
-                    }
+            for (zi, check, name, query) in list_queries(&self.zones, &t) {
+                if asked.contains(&query) || asked.len() >= MAX_LIST_QUERIES {
+                    continue;
                 }
+                asked.push(query.clone());
+                let zone = &self.zones[zi];
+                if let Some(answer) = self.resolver.cached_a(&query) {
+                    if let Answer::Found(a) = answer {
+                        hits.extend(
+                            dnsbl::interpret(zone, &name.to_string(), check, &a)
+                                .into_iter()
+                                .map(|h| (zi, h)),
+                        );
+                    }
+                    continue;
+                }
+                pending_lists += 1;
+                let name = name.to_string();
+                let (resolver, zones, ltx) =
+                    (self.resolver.clone(), self.zones.clone(), ltx.clone());
+                tokio::spawn(async move {
+                    let zone = &zones[zi];
+                    let (hits, failed) = match resolver.a(&query).await {
+                        Answer::Found(a) => (dnsbl::interpret(zone, &name, check, &a), false),
+                        Answer::None => (Vec::new(), false),
+                        Answer::Failed(_) => (Vec::new(), true),
+                    };
+                    let _ = ltx.send((zi, hits, failed));
+                });
             }
             self.counters
                 .list_queries
@@ -431,6 +416,21 @@ impl std::fmt::Display for Name<'_> {
             Name::Domain(d) => f.write_str(d),
         }
     }
+}
+
+/// Every list query of a message's targets, zone by zone in order: (zone index, check, name,
+/// query), repeats included (the callers bound and deduplicate).
+fn list_queries<'t>(
+    zones: &'t [Zone],
+    t: &'t dnsbl::Targets,
+) -> impl Iterator<Item = (usize, Check, Name<'t>, String)> + 't {
+    zones.iter().enumerate().flat_map(move |(zi, zone)| {
+        zone.checks.iter().flat_map(move |&check| {
+            names(t, check)
+                .into_iter()
+                .filter_map(move |name| Some((zi, check, name, list_query(zone, name)?)))
+        })
+    })
 }
 
 /// What `zone` is asked about `name` (None: an IP list is not asked about domains).
