@@ -131,6 +131,20 @@ impl<'a> Strings<'a> {
     }
 }
 
+/// A record's optional strings, in the order a batch stores them.
+fn optional_strings(r: &Record) -> [&Option<String>; 8] {
+    [
+        &r.queue_id,
+        &r.message_id,
+        &r.helo,
+        &r.rdns,
+        &r.user,
+        &r.sender,
+        &r.from,
+        &r.subject,
+    ]
+}
+
 /// A batch ready to append: header and payload.
 pub fn encode_batch(records: &[Record]) -> Vec<u8> {
     encode_batch_at(records, level_for(records.len()))
@@ -147,17 +161,7 @@ pub fn encode_batch_at(records: &[Record], level: i32) -> Vec<u8> {
     }
     for field in 0..8 {
         for r in records {
-            let s = [
-                &r.queue_id,
-                &r.message_id,
-                &r.helo,
-                &r.rdns,
-                &r.user,
-                &r.sender,
-                &r.from,
-                &r.subject,
-            ][field];
-            strings.opt(s);
+            strings.opt(optional_strings(r)[field]);
         }
     }
     for r in records {
@@ -205,16 +209,7 @@ pub fn encode_batch_at(records: &[Record], level: i32) -> Vec<u8> {
         }
         let listener = strings.add(&r.listener);
         put_varint(&mut body, listener);
-        for s in [
-            &r.queue_id,
-            &r.message_id,
-            &r.helo,
-            &r.rdns,
-            &r.user,
-            &r.sender,
-            &r.from,
-            &r.subject,
-        ] {
+        for s in optional_strings(r) {
             let i = strings.opt(s);
             put_varint(&mut body, i);
         }
