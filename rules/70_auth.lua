@@ -12,6 +12,22 @@ local function opts(weight, ...)
   return t
 end
 
+-- Result to symbol, built once per state (not per message).
+local SPF_SYMBOLS = {
+  pass = "R_SPF_ALLOW", fail = "R_SPF_FAIL", softfail = "R_SPF_SOFTFAIL",
+  neutral = "R_SPF_NEUTRAL", temperror = "R_SPF_DNSFAIL", permerror = "R_SPF_PERMFAIL",
+  none = "R_SPF_NA",
+}
+local DKIM_SYMBOLS = {
+  pass = "R_DKIM_ALLOW", fail = "R_DKIM_REJECT", neutral = "R_DKIM_REJECT",
+  temperror = "R_DKIM_TEMPFAIL", permerror = "R_DKIM_PERMFAIL",
+}
+local DMARC_POLICY_SYMBOLS = { reject = "DMARC_POLICY_REJECT", quarantine = "DMARC_POLICY_QUARANTINE" }
+local ARC_SYMBOLS = {
+  pass = "ARC_ALLOW", fail = "ARC_REJECT", permerror = "ARC_INVALID", neutral = "ARC_INVALID",
+  temperror = "ARC_DNSFAIL",
+}
+
 rule {
   name = "AUTH_SPF",
   description = "SPF result of the envelope sender (RFC 7208)",
@@ -24,11 +40,7 @@ rule {
     local a = msg:auth()
     if not a.ran then return end
     local s = a.spf
-    local sym = ({
-      pass = "R_SPF_ALLOW", fail = "R_SPF_FAIL", softfail = "R_SPF_SOFTFAIL",
-      neutral = "R_SPF_NEUTRAL", temperror = "R_SPF_DNSFAIL", permerror = "R_SPF_PERMFAIL",
-      none = "R_SPF_NA",
-    })[s.result]
+    local sym = SPF_SYMBOLS[s.result]
     return { [sym] = opts(1, s.domain, s.reason) }
   end,
 }
@@ -47,10 +59,7 @@ rule {
     if #a.dkim == 0 then return "R_DKIM_NA" end
     local hits = {}
     for _, d in ipairs(a.dkim) do
-      local sym = ({
-        pass = "R_DKIM_ALLOW", fail = "R_DKIM_REJECT", neutral = "R_DKIM_REJECT",
-        temperror = "R_DKIM_TEMPFAIL", permerror = "R_DKIM_PERMFAIL",
-      })[d.result]
+      local sym = DKIM_SYMBOLS[d.result]
       if sym then
         local h = hits[sym] or opts(1)
         if d.domain then h[#h + 1] = d.domain end
@@ -78,8 +87,7 @@ rule {
     if d.result == "pass" then
       sym = "DMARC_POLICY_ALLOW"
     elseif d.result == "fail" then
-      sym = ({ reject = "DMARC_POLICY_REJECT", quarantine = "DMARC_POLICY_QUARANTINE" })[d.policy]
-        or "DMARC_POLICY_SOFTFAIL"
+      sym = DMARC_POLICY_SYMBOLS[d.policy] or "DMARC_POLICY_SOFTFAIL"
     elseif d.result == "temperror" then
       sym = "DMARC_DNSFAIL"
     else
@@ -98,10 +106,7 @@ rule {
     local a = msg:auth()
     if not a.ran then return end
     local r = a.arc.result
-    local sym = ({
-      pass = "ARC_ALLOW", fail = "ARC_REJECT", permerror = "ARC_INVALID", neutral = "ARC_INVALID",
-      temperror = "ARC_DNSFAIL",
-    })[r] or "ARC_NA"
+    local sym = ARC_SYMBOLS[r] or "ARC_NA"
     return { [sym] = opts(1, a.arc.domain) }
   end,
 }

@@ -50,6 +50,11 @@ impl Memo {
         }
     }
 
+    /// Whether nothing is ever kept (`auth_memo_secs = 0`).
+    pub fn disabled(&self) -> bool {
+        self.ttl.is_zero()
+    }
+
     pub fn get(&self, key: &MemoKey) -> Option<Memoized> {
         if self.ttl.is_zero() {
             return None;

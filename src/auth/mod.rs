@@ -14,7 +14,7 @@ mod verify;
 
 pub use cache::AuthCaches;
 pub use header::{authentication_results, claims_authserv_id};
-pub use verify::{prefetch, verify, Piece, Smtp};
+pub use verify::{memoized, prefetch, verify, Piece, Smtp};
 
 use serde::{Deserialize, Serialize};
 

@@ -81,6 +81,31 @@ fn identify<'a>(msg: &AuthenticatedMessage<'_>, smtp: Smtp<'a>) -> Who<'a> {
     }
 }
 
+/// Every result of an unsigned message from the memo (no signature: DKIM none, ARC none).
+fn memo_pieces(from_domain: Option<String>, m: Memoized) -> [Piece; 6] {
+    [
+        Piece::From(from_domain),
+        Piece::Spf(m.spf),
+        Piece::Helo(m.helo),
+        Piece::Dkim(Vec::new()),
+        Piece::Arc(MethodResult::of(Status::None)),
+        Piece::Dmarc(m.dmarc),
+    ]
+}
+
+/// The results of `raw` when it is unsigned and its sender's are in the memo, found without
+/// a task, a channel or a copy of the message (a repeated sender's message is answered here
+/// in full; None: `verify` must run).
+pub fn memoized(caches: &super::AuthCaches, raw: &[u8], smtp: Smtp<'_>) -> Option<[Piece; 6]> {
+    if caches.memo.disabled() {
+        return None;
+    }
+    let msg = AuthenticatedMessage::parse(raw)?;
+    let who = identify(&msg, smtp);
+    let m = caches.memo.get(who.memo_key.as_ref()?)?;
+    Some(memo_pieces(who.from_domain, m))
+}
+
 /// Verifies `raw` as sent by `smtp`. Sends every `Piece` once on `tx`.
 pub async fn verify(
     auth: &MessageAuthenticator,
@@ -114,15 +139,13 @@ pub async fn verify(
         sender,
         memo_key,
     } = identify(&msg, smtp);
-    send(Piece::From(from_domain.clone()));
     if let Some(m) = memo_key.as_ref().and_then(|k| caches.memo.get(k)) {
-        send(Piece::Spf(m.spf));
-        send(Piece::Helo(m.helo));
-        send(Piece::Dkim(Vec::new()));
-        send(Piece::Arc(MethodResult::of(Status::None)));
-        send(Piece::Dmarc(m.dmarc));
+        for p in memo_pieces(from_domain, m) {
+            send(p);
+        }
         return;
     }
+    send(Piece::From(from_domain.clone()));
     let spf = async {
         let Some(ip) = ip else {
             let r = MethodResult::of(Status::None);

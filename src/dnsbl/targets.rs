@@ -5,6 +5,7 @@
 //! text of the message (plain, quoted-printable and base64-encoded text parts). Each is
 //! bounded.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use crate::entities::{is_private, received, registrable_domain};
@@ -35,15 +36,19 @@ pub fn targets(raw: &[u8], envelope: &Envelope, urls: bool) -> Targets {
         client_ip: envelope.client_ip.filter(|ip| !is_private(*ip)),
         ..Default::default()
     };
-    for (name, value) in headers(head) {
-        if name.eq_ignore_ascii_case("received") && t.received_ips.len() < MAX_RECEIVED {
-            if let Some((ip, _)) = received::sender(&value) {
-                if !is_private(ip) && !t.received_ips.contains(&ip) && Some(ip) != t.client_ip {
-                    t.received_ips.push(ip);
+    let mut received = 0;
+    for (field, value) in headers(head) {
+        match field {
+            Field::Received if received < MAX_RECEIVED => {
+                received += 1;
+                if let Some(ip) = received::sender_ip(&value) {
+                    if !is_private(ip) && !t.received_ips.contains(&ip) && Some(ip) != t.client_ip {
+                        t.received_ips.push(ip);
+                    }
                 }
             }
-        } else if name.eq_ignore_ascii_case("from") && t.from_domain.is_none() {
-            t.from_domain = address_domain(&value);
+            Field::From if t.from_domain.is_none() => t.from_domain = address_domain(&value),
+            _ => {}
         }
     }
     t.mail_from_domain = envelope.mail_from.as_deref().and_then(address_domain);
@@ -167,18 +172,26 @@ fn split(raw: &[u8]) -> (&[u8], &[u8]) {
     (raw, &[])
 }
 
-/// Unfolded (name, value) pairs of the header section's Received and From headers (the only
-/// ones asked about; the others are skipped without copying).
-fn headers(head: &[u8]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
+/// The header fields `targets` reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Received,
+    From,
+}
+
+/// Unfolded values of the header section's Received and From fields, in order (the others are
+/// skipped without copying; a one-line value is borrowed).
+fn headers(head: &[u8]) -> Vec<(Field, Cow<'_, str>)> {
+    let mut out: Vec<(Field, Cow<'_, str>)> = Vec::new();
     let mut keep = false;
     for line in crate::netcheck::lines(head) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.first().is_some_and(|b| *b == b' ' || *b == b'\t') {
             if keep {
                 if let Some((_, v)) = out.last_mut() {
+                    let v = v.to_mut();
                     v.push(' ');
-                    v.push_str(String::from_utf8_lossy(line).trim());
+                    v.push_str(&String::from_utf8_lossy(line.trim_ascii()));
                 }
             }
             continue;
@@ -188,13 +201,19 @@ fn headers(head: &[u8]) -> Vec<(String, String)> {
             continue;
         };
         let name = line[..colon].trim_ascii();
-        keep = name.eq_ignore_ascii_case(b"received") || name.eq_ignore_ascii_case(b"from");
-        if keep {
-            out.push((
-                String::from_utf8_lossy(name).into_owned(),
-                String::from_utf8_lossy(line[colon + 1..].trim_ascii()).into_owned(),
-            ));
-        }
+        let field = if name.eq_ignore_ascii_case(b"received") {
+            Field::Received
+        } else if name.eq_ignore_ascii_case(b"from") {
+            Field::From
+        } else {
+            keep = false;
+            continue;
+        };
+        keep = true;
+        out.push((
+            field,
+            String::from_utf8_lossy(line[colon + 1..].trim_ascii()),
+        ));
     }
     out
 }
@@ -229,18 +248,17 @@ fn url_domains(body: &[u8]) -> Vec<String> {
         if host.len() < 3 || seen_hosts.contains(&host) || seen_hosts.len() >= 4 * MAX_URL_DOMAINS {
             return;
         }
-        seen_hosts.push(host.clone());
-        let Ok(h) = std::str::from_utf8(&host) else {
-            return;
-        };
-        let h = h.trim_matches(['.', '-']);
-        if !h.contains('.')
-            || h.parse::<IpAddr>().is_ok()
-            || h.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        {
-            return;
-        }
-        if let Some(d) = registrable_domain(h) {
+        let domain = std::str::from_utf8(&host)
+            .ok()
+            .map(|h| h.trim_matches(['.', '-']))
+            .filter(|h| {
+                h.contains('.')
+                    && h.parse::<IpAddr>().is_err()
+                    && !h.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            })
+            .and_then(registrable_domain);
+        seen_hosts.push(host);
+        if let Some(d) = domain {
             if out.len() < MAX_URL_DOMAINS && !out.contains(&d) {
                 out.push(d);
             }

@@ -707,19 +707,27 @@ impl MessageData<'_> {
     /// `aligned`. Without checks (`ran` false) every method is `{ result = "none" }`.
     fn auth_table(&self, lua: &Lua) -> Result<Value> {
         use crate::auth::MethodResult;
+        // Absent values are left unset rather than set to nil (the same to a reader, and a
+        // message's table is mostly absent values: each set is a call into Lua).
         let method = |m: Option<&MethodResult>| -> Result<Table> {
-            let t = lua.create_table()?;
+            let t = lua.create_table_with_capacity(0, 6)?;
             let none = MethodResult::default();
             let m = m.unwrap_or(&none);
             t.raw_set("result", m.result.as_str())?;
-            t.raw_set("domain", m.domain.as_deref())?;
-            t.raw_set("selector", m.selector.as_deref())?;
-            t.raw_set("policy", m.policy.as_deref())?;
-            t.raw_set("reason", m.reason.as_deref())?;
+            for (k, v) in [
+                ("domain", &m.domain),
+                ("selector", &m.selector),
+                ("policy", &m.policy),
+                ("reason", &m.reason),
+            ] {
+                if let Some(v) = v {
+                    t.raw_set(k, v.as_str())?;
+                }
+            }
             t.raw_set("aligned", m.aligned)?;
             Ok(t)
         };
-        let t = lua.create_table()?;
+        let t = lua.create_table_with_capacity(0, 10)?;
         let net = self.net;
         let a = net.map(|n| &n.auth);
         t.raw_set("ran", net.is_some_and(|n| n.ran))?;
@@ -732,11 +740,12 @@ impl MessageData<'_> {
             dkim.raw_set(i + 1, method(Some(d))?)?;
         }
         t.raw_set("dkim", dkim)?;
-        t.raw_set("from_domain", a.and_then(|a| a.from_domain.as_deref()))?;
-        t.raw_set(
-            "aligned_dkim_domain",
-            a.and_then(|a| a.aligned_dkim_domain()),
-        )?;
+        if let Some(d) = a.and_then(|a| a.from_domain.as_deref()) {
+            t.raw_set("from_domain", d)?;
+        }
+        if let Some(d) = a.and_then(|a| a.aligned_dkim_domain()) {
+            t.raw_set("aligned_dkim_domain", d)?;
+        }
         let failures = lua.create_sequence_from(
             net.map_or(&[][..], |n| &n.list_failures[..])
                 .iter()

@@ -38,22 +38,38 @@ use std::net::IpAddr;
 
 /// The sending IP and host name of a Received header's text (without the field name).
 pub fn sender(text: &str) -> Option<(IpAddr, Option<String>)> {
+    let hop = from_hop(text)?;
+    let ip = hop_ip(&hop)?;
+    let host = (hop.first)
+        .or_else(|| hop.helo.and_then(name))
+        .or_else(|| hop.connection.and_then(|(_, rdns)| rdns.and_then(name)))
+        .map(str::to_ascii_lowercase);
+    Some((ip, host))
+}
+
+/// The sending IP alone (`sender` without the host name).
+pub fn sender_ip(text: &str) -> Option<IpAddr> {
+    hop_ip(&from_hop(text)?)
+}
+
+/// The `from` clause of a Received header's text, parsed.
+fn from_hop(text: &str) -> Option<Hop<'_>> {
     let text = text.trim_start();
     let b = text.as_bytes();
     if b.len() < 5 || !b[..4].eq_ignore_ascii_case(b"from") || !b[4].is_ascii_whitespace() {
         return None;
     }
     let clause = &text[5..];
-    let clause = &clause[..by_clause(clause).unwrap_or(clause.len())];
-    let hop = Hop::parse(clause);
+    Some(Hop::parse(
+        &clause[..by_clause(clause).unwrap_or(clause.len())],
+    ))
+}
+
+fn hop_ip(hop: &Hop<'_>) -> Option<IpAddr> {
     let ip = (hop.connection.map(|(ip, _)| ip))
         .or(hop.outside_bracketed)
         .or(hop.outside_bare)?;
-    let host = (hop.first)
-        .or_else(|| hop.helo.and_then(name))
-        .or_else(|| hop.connection.and_then(|(_, rdns)| rdns.and_then(name)))
-        .map(str::to_ascii_lowercase);
-    Some((crate::entities::canonical_ip(ip), host))
+    Some(crate::entities::canonical_ip(ip))
 }
 
 /// A Received header (its value) whose client greeted with its bare address:

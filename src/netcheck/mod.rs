@@ -251,10 +251,35 @@ impl Checker {
         let deadline = tokio::time::Instant::now() + self.budget;
         self.counters.messages.fetch_add(1, Relaxed);
 
+        let mut out = NetChecks {
+            ran: true,
+            ..Default::default()
+        };
+        let mut got = Got::default();
+        let mail_from = bare_address(envelope.mail_from.as_deref());
+        let memoized = crate::auth::memoized(
+            &self.caches,
+            raw,
+            crate::auth::Smtp {
+                ip: envelope.client_ip,
+                helo: envelope.helo.as_deref().unwrap_or_default(),
+                mail_from: &mail_from,
+                host: &self.host,
+            },
+        );
+        let mut auth_open = memoized.is_none();
+        for p in memoized.into_iter().flatten() {
+            got.take(p, &mut out.auth);
+        }
+
         // Authentication: one task, which sends each result as it is known.
         let (atx, mut arx) = mpsc::unbounded_channel::<Piece>();
-        let permit = self.in_flight.clone().try_acquire_owned().ok();
-        let shed = permit.is_none();
+        let permit = if auth_open {
+            self.in_flight.clone().try_acquire_owned().ok()
+        } else {
+            None
+        };
+        let shed = auth_open && permit.is_none();
         if let Some(permit) = permit {
             let auth = self.auth.clone();
             let caches = self.caches.clone();
@@ -263,7 +288,6 @@ impl Checker {
             let raw: Arc<[u8]> = Arc::from(raw);
             let ip = envelope.client_ip;
             let helo = envelope.helo.clone().unwrap_or_default();
-            let mail_from = bare_address(envelope.mail_from.as_deref());
             let limit = self.task_limit;
             let mut task = Box::pin(async move {
                 let smtp = crate::auth::Smtp {
@@ -285,7 +309,9 @@ impl Checker {
                 tokio::spawn(task);
             }
         } else {
-            self.counters.shed.fetch_add(1, Relaxed);
+            if shed {
+                self.counters.shed.fetch_add(1, Relaxed);
+            }
             drop(atx);
         }
 
@@ -300,13 +326,19 @@ impl Checker {
                 .any(|z| z.checks.contains(&Check::UrlDomains));
             let t = dnsbl::targets(raw, envelope, urls);
             let mut asked: Vec<String> = Vec::new();
+            let mut queries = Vec::new();
             for (zi, check, name, query) in list_queries(&self.zones, &t) {
                 if asked.contains(&query) || asked.len() >= MAX_LIST_QUERIES {
                     continue;
                 }
-                asked.push(query.clone());
+                asked.push(query);
+                queries.push((zi, check, name));
+            }
+            let cached = self.resolver.cached_a_all(&asked);
+            for (((zi, check, name), query), cached) in queries.into_iter().zip(&asked).zip(cached)
+            {
                 let zone = &self.zones[zi];
-                if let Some(answer) = self.resolver.cached_a(&query) {
+                if let Some(answer) = cached {
                     if let Answer::Found(a) = answer {
                         hits.extend(
                             dnsbl::interpret(zone, &name.to_string(), check, &a)
@@ -316,6 +348,7 @@ impl Checker {
                     }
                     continue;
                 }
+                let query = query.clone();
                 pending_lists += 1;
                 let name = name.to_string();
                 let (resolver, zones, ltx) =
@@ -336,15 +369,14 @@ impl Checker {
         }
         drop(ltx);
 
-        let mut out = NetChecks {
-            ran: true,
-            ..Default::default()
-        };
-        let mut got = Got::default();
         let mut failed_zones: Vec<usize> = Vec::new();
-        let mut auth_open = true;
+        // Created once and polled last (`biased`): with everything answered from the caches the
+        // loop ends without it ever being polled, so no timer is registered for the message.
+        let timer = tokio::time::sleep_until(deadline);
+        tokio::pin!(timer);
         while auth_open || pending_lists > 0 {
             tokio::select! {
+                biased;
                 p = arx.recv(), if auth_open => match p {
                     Some(p) => got.take(p, &mut out.auth),
                     None => auth_open = false,
@@ -359,7 +391,7 @@ impl Checker {
                     }
                     None => pending_lists = 0,
                 },
-                _ = tokio::time::sleep_until(deadline) => break,
+                _ = &mut timer => break,
             }
         }
         out.complete = !auth_open && pending_lists == 0;
