@@ -93,15 +93,18 @@ fn memo_pieces(from_domain: Option<String>, m: Memoized) -> [Piece; 6] {
     ]
 }
 
-/// The results of `raw` when it is unsigned and its sender's are in the memo, found without
+/// The results of `msg` when it is unsigned and its sender's are in the memo, found without
 /// a task, a channel or a copy of the message (a repeated sender's message is answered here
 /// in full; None: `verify` must run).
-pub fn memoized(caches: &super::AuthCaches, raw: &[u8], smtp: Smtp<'_>) -> Option<[Piece; 6]> {
+pub fn memoized(
+    caches: &super::AuthCaches,
+    msg: &AuthenticatedMessage<'_>,
+    smtp: Smtp<'_>,
+) -> Option<[Piece; 6]> {
     if caches.memo.disabled() {
         return None;
     }
-    let msg = AuthenticatedMessage::parse(raw)?;
-    let who = identify(&msg, smtp);
+    let who = identify(msg, smtp);
     let m = caches.memo.get(who.memo_key.as_ref()?)?;
     Some(memo_pieces(who.from_domain, m))
 }

@@ -9,7 +9,7 @@
 
 mod targets;
 
-pub use targets::{targets, Targets};
+pub use targets::{body_of, targets, targets_of, Targets};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};

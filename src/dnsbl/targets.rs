@@ -5,7 +5,6 @@
 //! text of the message (plain, quoted-printable and base64-encoded text parts). Each is
 //! bounded.
 
-use std::borrow::Cow;
 use std::net::IpAddr;
 
 use crate::entities::{is_private, received, registrable_domain};
@@ -31,24 +30,45 @@ pub struct Targets {
 
 /// The targets of `raw`; URLs are searched only when `urls` (some zone asks for them).
 pub fn targets(raw: &[u8], envelope: &Envelope, urls: bool) -> Targets {
-    let (head, body) = split(raw);
+    match mail_auth::AuthenticatedMessage::parse(raw) {
+        Some(m) => targets_of(&m.headers, body_of(&m), envelope, urls),
+        // No header section: all of it is text.
+        None => targets_of(&[], raw, envelope, urls),
+    }
+}
+
+/// The body of a message parsed by mail-auth.
+pub fn body_of<'x>(m: &mail_auth::AuthenticatedMessage<'x>) -> &'x [u8] {
+    m.raw_message
+        .get(m.body_offset as usize..)
+        .unwrap_or_default()
+}
+
+/// The targets of a message whose header fields (name, raw value) are already split, as
+/// mail-auth's parse leaves them (authentication parses every message anyway), and its body.
+pub fn targets_of(
+    headers: &[(&[u8], &[u8])],
+    body: &[u8],
+    envelope: &Envelope,
+    urls: bool,
+) -> Targets {
     let mut t = Targets {
         client_ip: envelope.client_ip.filter(|ip| !is_private(*ip)),
         ..Default::default()
     };
     let mut received = 0;
-    for (field, value) in headers(head) {
-        match field {
-            Field::Received if received < MAX_RECEIVED => {
-                received += 1;
-                if let Some(ip) = received::sender_ip(&value) {
-                    if !is_private(ip) && !t.received_ips.contains(&ip) && Some(ip) != t.client_ip {
-                        t.received_ips.push(ip);
-                    }
+    for (name, value) in headers {
+        let name = name.trim_ascii();
+        if name.eq_ignore_ascii_case(b"received") && received < MAX_RECEIVED {
+            received += 1;
+            // Folded values are fine as they are: the parser treats line breaks as spaces.
+            if let Some(ip) = received::sender_ip(&String::from_utf8_lossy(value)) {
+                if !is_private(ip) && !t.received_ips.contains(&ip) && Some(ip) != t.client_ip {
+                    t.received_ips.push(ip);
                 }
             }
-            Field::From if t.from_domain.is_none() => t.from_domain = address_domain(&value),
-            _ => {}
+        } else if name.eq_ignore_ascii_case(b"from") && t.from_domain.is_none() {
+            t.from_domain = address_domain(String::from_utf8_lossy(value).trim());
         }
     }
     t.mail_from_domain = envelope.mail_from.as_deref().and_then(address_domain);
@@ -60,7 +80,7 @@ pub fn targets(raw: &[u8], envelope: &Envelope, urls: bool) -> Targets {
         .and_then(|h| registrable_domain(&h));
     if urls {
         t.url_domains = url_domains(&body[..body.len().min(MAX_BODY_SCAN)]);
-        for text in base64_texts(head, body) {
+        for text in base64_texts(headers, body) {
             for d in url_domains(&text) {
                 if t.url_domains.len() < MAX_URL_DOMAINS && !t.url_domains.contains(&d) {
                     t.url_domains.push(d);
@@ -83,17 +103,18 @@ enum Walk {
 /// a MIME parser: a part's header block follows a line starting with `--` (its boundary) and
 /// ends at a blank line; its data runs to the next `--` line. Parts that are not text (no
 /// Content-Type is text, RFC 2045 5.2) are skipped, and data that does not decode is dropped.
-fn base64_texts(head: &[u8], body: &[u8]) -> Vec<Vec<u8>> {
+fn base64_texts(headers: &[(&[u8], &[u8])], body: &[u8]) -> Vec<Vec<u8>> {
     let mentions = |b: &[u8]| {
         memchr::memmem::find(b, b"ase64").is_some() || memchr::memmem::find(b, b"ASE64").is_some()
     };
-    if !mentions(body) && !mentions(head) {
+    if !mentions(body) && !headers.iter().any(|(_, v)| mentions(v)) {
         return Vec::new();
     }
     let (mut base64, mut text) = (false, true);
-    for line in crate::netcheck::lines(head) {
-        part_header(
-            line.strip_suffix(b"\r").unwrap_or(line),
+    for (name, value) in headers {
+        part_field(
+            name.trim_ascii(),
+            value.trim_ascii(),
             &mut base64,
             &mut text,
         );
@@ -151,71 +172,23 @@ fn base64_texts(head: &[u8], body: &[u8]) -> Vec<Vec<u8>> {
 
 /// Notes what one header line says of its part's encoding and type.
 fn part_header(line: &[u8], base64: &mut bool, text: &mut bool) {
-    let Some(colon) = memchr::memchr(b':', line) else {
-        return;
-    };
-    let (name, value) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
+    if let Some(colon) = memchr::memchr(b':', line) {
+        part_field(
+            line[..colon].trim_ascii(),
+            line[colon + 1..].trim_ascii(),
+            base64,
+            text,
+        );
+    }
+}
+
+/// Notes what one header field says of its part's encoding and type.
+fn part_field(name: &[u8], value: &[u8], base64: &mut bool, text: &mut bool) {
     if name.eq_ignore_ascii_case(b"content-transfer-encoding") {
         *base64 = value.eq_ignore_ascii_case(b"base64");
     } else if name.eq_ignore_ascii_case(b"content-type") {
         *text = value.len() >= 5 && value[..5].eq_ignore_ascii_case(b"text/");
     }
-}
-
-fn split(raw: &[u8]) -> (&[u8], &[u8]) {
-    if let Some(i) = memchr::memmem::find(raw, b"\r\n\r\n") {
-        return (&raw[..i + 2], &raw[i + 4..]);
-    }
-    if let Some(i) = memchr::memmem::find(raw, b"\n\n") {
-        return (&raw[..i + 1], &raw[i + 2..]);
-    }
-    (raw, &[])
-}
-
-/// The header fields `targets` reads.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Field {
-    Received,
-    From,
-}
-
-/// Unfolded values of the header section's Received and From fields, in order (the others are
-/// skipped without copying; a one-line value is borrowed).
-fn headers(head: &[u8]) -> Vec<(Field, Cow<'_, str>)> {
-    let mut out: Vec<(Field, Cow<'_, str>)> = Vec::new();
-    let mut keep = false;
-    for line in crate::netcheck::lines(head) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.first().is_some_and(|b| *b == b' ' || *b == b'\t') {
-            if keep {
-                if let Some((_, v)) = out.last_mut() {
-                    let v = v.to_mut();
-                    v.push(' ');
-                    v.push_str(&String::from_utf8_lossy(line.trim_ascii()));
-                }
-            }
-            continue;
-        }
-        let Some(colon) = memchr::memchr(b':', line) else {
-            keep = false;
-            continue;
-        };
-        let name = line[..colon].trim_ascii();
-        let field = if name.eq_ignore_ascii_case(b"received") {
-            Field::Received
-        } else if name.eq_ignore_ascii_case(b"from") {
-            Field::From
-        } else {
-            keep = false;
-            continue;
-        };
-        keep = true;
-        out.push((
-            field,
-            String::from_utf8_lossy(line[colon + 1..].trim_ascii()),
-        ));
-    }
-    out
 }
 
 /// The domain of the (first) address of a header value or envelope sender, lower-cased.

@@ -257,16 +257,20 @@ impl Checker {
         };
         let mut got = Got::default();
         let mail_from = bare_address(envelope.mail_from.as_deref());
-        let memoized = crate::auth::memoized(
-            &self.caches,
-            raw,
-            crate::auth::Smtp {
-                ip: envelope.client_ip,
-                helo: envelope.helo.as_deref().unwrap_or_default(),
-                mail_from: &mail_from,
-                host: &self.host,
-            },
-        );
+        // One parse of the header section serves the memo and the lists' targets.
+        let parsed = mail_auth::AuthenticatedMessage::parse(raw);
+        let memoized = parsed.as_ref().and_then(|m| {
+            crate::auth::memoized(
+                &self.caches,
+                m,
+                crate::auth::Smtp {
+                    ip: envelope.client_ip,
+                    helo: envelope.helo.as_deref().unwrap_or_default(),
+                    mail_from: &mail_from,
+                    host: &self.host,
+                },
+            )
+        });
         let mut auth_open = memoized.is_none();
         for p in memoized.into_iter().flatten() {
             got.take(p, &mut out.auth);
@@ -324,7 +328,10 @@ impl Checker {
                 .zones
                 .iter()
                 .any(|z| z.checks.contains(&Check::UrlDomains));
-            let t = dnsbl::targets(raw, envelope, urls);
+            let t = match &parsed {
+                Some(m) => dnsbl::targets_of(&m.headers, dnsbl::body_of(m), envelope, urls),
+                None => dnsbl::targets(raw, envelope, urls),
+            };
             let mut asked: Vec<String> = Vec::new();
             let mut queries = Vec::new();
             for (zi, check, name, query) in list_queries(&self.zones, &t) {
@@ -368,6 +375,7 @@ impl Checker {
                 .fetch_add(asked.len() as u64, Relaxed);
         }
         drop(ltx);
+        drop(parsed);
 
         let mut failed_zones: Vec<usize> = Vec::new();
         // Created once and polled last (`biased`): with everything answered from the caches the
