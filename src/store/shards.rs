@@ -233,7 +233,14 @@ impl Store {
     }
 
     /// Hands each shard's pending log records to `f`, emptying the shard buffers.
+    ///
+    /// A drained shard gets the previous shard's buffer back, emptied with its capacity kept:
+    /// buffers circulate instead of being freed here and allocated again by the scan thread
+    /// (a free on another thread than the allocation's, and fresh pages for the next record).
     pub(crate) fn drain_logs(&self, mut f: impl FnMut(&[u8])) {
+        /// Larger buffers (after a burst) are freed rather than handed back.
+        const MAX_SPARE: usize = 16 * 1024;
+        let mut spare: Vec<u8> = Vec::new();
         for (word_index, word) in self.dirty.iter().enumerate() {
             // A shard whose bit is cleared here and that logs again before it is locked below
             // has its new records taken too; one that logs after the take sets its bit again.
@@ -241,14 +248,20 @@ impl Store {
             while bits != 0 {
                 let index = word_index * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let pending = {
+                let mut pending = {
                     let mut shard = self.shards[index].lock();
                     match shard.log.as_mut() {
-                        Some(log) if !log.buf.is_empty() => std::mem::take(&mut log.buf),
+                        Some(log) if !log.buf.is_empty() => {
+                            std::mem::replace(&mut log.buf, std::mem::take(&mut spare))
+                        }
                         _ => continue,
                     }
                 };
                 f(&pending);
+                if pending.capacity() <= MAX_SPARE {
+                    pending.clear();
+                    spare = pending;
+                }
             }
         }
     }
