@@ -31,8 +31,12 @@ mkdir -p "$work"
 [ -d "$work/corpus/spamassassin-dev" ] || { mkdir -p "$work/corpus"; tar xzf "$corpus" -C "$work/corpus"; }
 find "$work/corpus/spamassassin-dev" -type f -path '*/*ham/*' -o -type f -path '*/spam/*' | sort \
     | awk 'NR % 6 == 1' > "$work/list"
-cargo build --release --quiet --bin shrike
-bin="$target/release/shrike"
+if [ -n "${SHRIKE_BIN:-}" ]; then
+    bin=$SHRIKE_BIN  # a build to compare (e.g. a copy of an earlier commit's)
+else
+    cargo build --release --quiet --bin shrike
+    bin="$target/release/shrike"
+fi
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -89,13 +93,15 @@ redis_toml "$work/r1"
 start "$work/r1/shrike.toml" 21352 "$work/r1/data"
 r1_pid=$last_pid
 redis_pids=("${pids[@]:0:3}")
-cpu() {  # cpu PID... -> CPU seconds used so far, summed
+cpu() {  # cpu PID... -> CPU time used so far, summed, in clock ticks
     local t=0
     for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
-    echo $((t / $(getconf CLK_TCK)))
+    echo "$t"
 }
+tck=$(getconf CLK_TCK)
 run_wrk 21351 5 "$conns" >/dev/null
 run_wrk 21352 5 "$conns" >/dev/null
+for p in "${ports[@]}"; do redis-cli -p "$p" config resetstat >/dev/null; done
 rt0=$(metric 21352 shrike_redis_round_trips_total); cmd0=$(metric 21352 shrike_redis_commands_total)
 pl0=$(metric 21352 shrike_redis_pipelines_total)
 n0=$(checks 21352)
@@ -121,7 +127,14 @@ pl1=$(metric 21352 shrike_redis_pipelines_total)
 n1=$(checks 21352)
 awk -v rt=$((rt1 - rt0)) -v pl=$((pl1 - pl0)) -v c=$((cmd1 - cmd0)) -v n=$((n1 - n0)) 'BEGIN {
     printf "redis daemon: %d messages; a message: %.3f round trips (batches), %.2f node pipelines, %.1f commands\n", n, rt / n, pl / n, c / n }'
-echo "CPU during the redis rounds: shrike $shrike_cpu s, the redis-servers $redis_cpu s (of $((rounds * secs * 2)) core-seconds)"
+awk -v s="$shrike_cpu" -v r="$redis_cpu" -v t="$tck" -v n=$((n1 - n0)) -v all=$((rounds * secs * 2)) 'BEGIN {
+    printf "CPU during the redis rounds: shrike %.1f s, the redis-servers %.1f s (of %d core-seconds): a message %.3f ms of shrike, %.3f ms of Redis\n",
+        s / t, r / t, all, s / t / n * 1000, r / t / n * 1000 }'
+# What the servers executed (commands inside scripts counted too), from the warm-up's end on.
+for p in "${ports[@]}"; do redis-cli -p "$p" info commandstats; done | tr -d '\r' \
+    | awk -F'[:,=]' -v n=$((n1 - n0)) '/^cmdstat_/ { c[$1] += $3; u[$1] += $5 }
+        END { for (k in c) { t += c[k]; printf "  %s: %.2f a message, %.2f us each\n", substr(k, 9), c[k] / n, u[k] / c[k] }
+              printf "Redis executed %.1f commands a message (scripts'"'"' own calls included)\n", t / n }' | sort -t: -k2 -rn
 echo "unavailable scans: $(metric 21352 shrike_redis_unavailable_scans_total), timeouts: $(metric 21352 shrike_redis_timeouts_total), dropped: $(metric 21352 shrike_redis_dropped_increments_total)"
 
 echo "## 2. Redis memory per key"

@@ -183,12 +183,15 @@ impl Writer {
             match (r, &batch.origins[i]) {
                 (Err(_), _) => failed.push(i),
                 (Ok(replies), Origin::Inc(key, _, counts)) => {
-                    let deltas = counts.iter().filter(|&&d| d > 0);
+                    // The replies come per written counter, each at every resolution
+                    // (`keys::increment_fields`): a day field equal to its delta was new.
+                    let stored = keys::stored_deltas(counts);
+                    let deltas = stored.iter().filter(|&&d| d != 0);
                     let firsts = replies
                         .chunks(coarsest + 1)
                         .zip(deltas)
                         .any(|(per_res, &d)| {
-                            matches!(per_res.get(coarsest), Some(redis::Value::Int(v)) if *v as u64 == d)
+                            matches!(per_res.get(coarsest), Some(redis::Value::Int(v)) if *v == d)
                         });
                     if firsts {
                         expire.push(*key);
@@ -286,10 +289,15 @@ mod tests {
             // Five increments within one 10-minute bucket: one set of writes of +5.
             w.add(&[Increment::one(key(1), Counter::Seen)], now + i, &stats);
         }
-        w.add(&[Increment::one(key(2), Counter::Spam)], now, &stats);
+        // A scan judged spam: seen and spam, written as the spam field alone.
+        let spam = Increment {
+            key: key(2),
+            counts: [1, 1, 0, 0, 0],
+        };
+        w.add(&[spam], now, &stats);
         // Full: a third key is dropped and counted, more of a held key still adds up.
         w.add(&[Increment::one(key(3), Counter::Seen)], now, &stats);
-        w.add(&[Increment::one(key(2), Counter::Spam)], now, &stats);
+        w.add(&[spam], now, &stats);
         assert_eq!(stats.dropped.load(Relaxed), 1);
         let batch = w.take(&layout, "in", 100);
         assert!(w.is_empty());
