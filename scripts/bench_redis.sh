@@ -16,12 +16,13 @@
 # Client, daemons and Redis share the machine (2 cores): the redis figures include Redis's own
 # CPU, and section 3 shows the cost of more processes, not the gain of more machines.
 #
-#   [ROUNDS=3] scripts/bench_redis.sh [SECONDS] [CONNECTIONS]
+#   [ROUNDS=3] [SECTIONS=123] [SHRIKE_BIN=PATH] scripts/bench_redis.sh [SECONDS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 conns=${2:-16}
 rounds=${ROUNDS:-3}
+sections=${SECTIONS:-123}
 work=${BENCH_DIR:-/tmp/shrike-bench-redis}
 corpus="${SHRIKE_CORPUS:-../shared/corpus/spamassassin-dev.tar.gz}"
 target=${CARGO_TARGET_DIR:-target}
@@ -137,6 +138,7 @@ for p in "${ports[@]}"; do redis-cli -p "$p" info commandstats; done | tr -d '\r
               printf "Redis executed %.1f commands a message (scripts'"'"' own calls included)\n", t / n }' | sort -t: -k2 -rn
 echo "unavailable scans: $(metric 21352 shrike_redis_unavailable_scans_total), timeouts: $(metric 21352 shrike_redis_timeouts_total), dropped: $(metric 21352 shrike_redis_dropped_increments_total)"
 
+[[ $sections == *2* ]] && {
 echo "## 2. Redis memory per key"
 keys_total=0
 for p in "${ports[@]}"; do keys_total=$((keys_total + $(redis-cli -p "$p" dbsize))); done
@@ -178,7 +180,9 @@ for p in ports:
         total += int(cli(p, "MEMORY", "USAGE", key, "SAMPLES", "0")); n += 1
 print(f"keys left by section 1: mean {total / max(n, 1):.0f} bytes over {n} keys")
 PY
+}
 
+[[ $sections == *3* ]] || exit 0
 echo "## 3. 1, 2 and 3 daemons on the cluster ($conns connections in all)"
 redis_toml "$work/r2"; start "$work/r2/shrike.toml" 21353 "$work/r2/data"
 redis_toml "$work/r3"; start "$work/r3/shrike.toml" 21354 "$work/r3/data"

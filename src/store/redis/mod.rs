@@ -7,11 +7,13 @@
 //! - `config.rs`: `[store] backend` and `[store.redis]`;
 //! - `keys.rs`: key layout, field encoding, window sums of a decoded hash, the Lua scripts;
 //! - `conn.rs`: connections, the cluster slot map, one pipeline per node, reconnect/backoff;
+//! - `coalesce.rs`: the scan workers' reads sent together while a batch is out;
 //! - `writer.rs`: increments aggregated per key and flushed as pipelines off the reply path;
 //! - `learns.rs`: the classifier's shared learn stream;
 //! - `transfer.rs`: `shrike store export/import`;
 //! - `health.rs`: counters for `/metrics`.
 
+mod coalesce;
 mod config;
 mod conn;
 mod health;
@@ -64,6 +66,8 @@ impl<T> Default for Reply<T> {
 
 struct Inner {
     link: Arc<Link>,
+    /// The scan path's reads (lookups, rate scripts), coalesced.
+    reads: Arc<coalesce::Coalescer>,
     layout: Layout,
     windows_secs: Vec<u64>,
     clock: Arc<dyn Clock>,
@@ -98,8 +102,10 @@ impl RedisStore {
         let stats = Arc::new(Stats::default());
         let link = Link::new(cfg.clone(), stats.clone(), runtime.handle().clone());
         let bucket_secs = layout.resolutions()[0].bucket_secs;
+        let reads = coalesce::Coalescer::new(link.clone(), Duration::from_millis(cfg.timeout_ms));
         let inner = Arc::new(Inner {
             link,
+            reads,
             ttl: keys::ttl_secs(&layout),
             layout,
             windows_secs: config.windows_secs.clone(),
@@ -233,8 +239,8 @@ impl RedisStore {
                 Item::new(&name, vec![cmd])
             })
             .collect();
-        let link = self.inner.link.clone();
-        let replies = self.block(self.inner.timeout, async move { link.run(items).await });
+        let reads = self.inner.reads.clone();
+        let replies = self.block(self.inner.timeout, async move { reads.run(items).await });
         let Some(replies) = replies else {
             return Err(Unavailable("timed out".into()));
         };
@@ -257,10 +263,10 @@ impl RedisStore {
             .arg(self.now())
             .arg(window_secs.max(1))
             .arg(if hit { "1" } else { "0" });
-        let link = self.inner.link.clone();
+        let reads = self.inner.reads.clone();
         match self.block(
             self.inner.timeout,
-            async move { link.one(&name, cmd).await },
+            async move { reads.one(&name, cmd).await },
         ) {
             Some(Ok(Value::Int(count))) => {
                 let count = u64::try_from(count).unwrap_or(0);
@@ -379,6 +385,10 @@ impl ReputationStore for RedisStore {
                 Err(e)
             }
         }
+    }
+
+    fn reads_by_kind(&self) -> bool {
+        true
     }
 
     fn record_many(&self, increments: &[Increment]) {
