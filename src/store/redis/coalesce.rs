@@ -63,16 +63,6 @@ impl Coalescer {
         })
     }
 
-    /// `run` for one command; its reply.
-    pub async fn one(self: &Arc<Self>, key: &str, cmd: redis::Cmd) -> Result<Value, LinkError> {
-        let mut r = self.run(vec![Item::new(key, vec![cmd])]).await;
-        match r.pop() {
-            Some(Ok(mut v)) => v.pop().ok_or(LinkError::Redis("no reply".into())),
-            Some(Err(e)) => Err(e),
-            None => Err(LinkError::Redis("no reply".into())),
-        }
-    }
-
     async fn drain(self: Arc<Self>) {
         loop {
             let batch = std::mem::take(&mut *self.queue.lock());

@@ -14,7 +14,7 @@
 //!   (the hash tag) put it in the unique key's slot, so `UNIQUE` checks and counts both in one
 //!   atomic script on one node.
 //! - A rate counter is a small hash `<prefix>:r:{<id>}` of sub-bucket → hits with a TTL of its
-//!   window (Figma's layout).
+//!   window (Figma's layout), hit in one `MULTI`/`EXEC` transaction (`RateWindow`).
 
 use std::fmt::Write as _;
 
@@ -315,30 +315,76 @@ return 0
 ";
 
 /// A sliding-window rate counter (the memory store's `rate.rs`: window/60 sub-buckets plus
-/// one). KEYS: the counter's hash. ARGV: now, window, hit (1) or peek (0). Returns the count
-/// with this hit.
-pub const RATE_SCRIPT: &str = r"
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local sub = math.max(math.floor(window / 60), 1)
-local n = math.floor(window / sub) + 1
-local cur = math.floor(now / sub)
-local vals = redis.call('HGETALL', KEYS[1])
-local count = 0
-for i = 1, #vals, 2 do
-  local idx = tonumber(vals[i])
-  if idx > cur - n then
-    count = count + tonumber(vals[i + 1])
-  else
-    redis.call('HDEL', KEYS[1], vals[i])
-  end
-end
-if ARGV[3] == '1' then
-  redis.call('HINCRBY', KEYS[1], tostring(cur), 1)
-  redis.call('EXPIRE', KEYS[1], window + sub)
-end
-return count + 1
-";
+/// one), a small hash of sub-bucket → hits. A hit is one transaction of plain commands
+/// (`MULTI`, `HINCRBY` of the current sub-bucket, the TTL renewed, `HGETALL`, `EXEC`): atomic
+/// on its node as a script would be (two daemons racing get distinct counts), at a fraction of
+/// a script's cost to Redis. The count is summed here; sub-buckets past the window are deleted
+/// by the next flush (`Writer::delete`).
+pub struct RateWindow {
+    /// Sub-buckets counted.
+    n: u64,
+    /// The current sub-bucket.
+    cur: u64,
+    ttl: u64,
+}
+
+impl RateWindow {
+    pub fn new(window_secs: u64, now: u64) -> RateWindow {
+        let window = window_secs.max(1);
+        let sub = (window / 60).max(1);
+        RateWindow {
+            n: window / sub + 1,
+            cur: now / sub,
+            ttl: window + sub,
+        }
+    }
+
+    /// The commands of a hit, or of a peek (`hit` false: the hash read, nothing counted).
+    pub fn commands(&self, name: &str, hit: bool) -> Vec<redis::Cmd> {
+        let mut read = redis::cmd("HGETALL");
+        read.arg(name);
+        if !hit {
+            return vec![read];
+        }
+        let mut incr = redis::cmd("HINCRBY");
+        incr.arg(name).arg(self.cur).arg(1);
+        let mut expire = redis::cmd("EXPIRE");
+        expire.arg(name).arg(self.ttl);
+        vec![redis::cmd("MULTI"), incr, expire, read, redis::cmd("EXEC")]
+    }
+
+    /// From the replies of `commands`: the count with this hit (for a peek, what a hit would
+    /// count) and the sub-buckets past the window; `None` for a reply of another shape.
+    pub fn reply(&self, replies: &[Value], hit: bool) -> Option<(u64, Vec<Vec<u8>>)> {
+        let hash = if hit {
+            match replies.last()? {
+                Value::Array(results) => results.get(2)?,
+                _ => return None,
+            }
+        } else {
+            replies.first()?
+        };
+        if !matches!(hash, Value::Array(_) | Value::Map(_)) {
+            return None;
+        }
+        let mut count = 0u64;
+        let mut stale = Vec::new();
+        for (f, hits) in hash_pairs(hash) {
+            let Some(idx) = std::str::from_utf8(f)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if idx + self.n > self.cur {
+                count = count.saturating_add(u64::try_from(hits).unwrap_or(0));
+            } else {
+                stale.push(f.to_vec());
+            }
+        }
+        Some((if hit { count } else { count + 1 }, stale))
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -425,5 +471,45 @@ mod tests {
         assert_eq!(d.buckets[0], vec![(now / 600, [4, 4, 1, 2, 1])]);
         assert_eq!(d.buckets[1], vec![(now / 86_400, [4, 4, 1, 2, 1])]);
         assert_eq!(counts_of_stored(&[-5, 1, 1, 0, 0]), [0, 1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn a_rate_hit_is_one_transaction_and_counts_its_window() {
+        // A 60 s window: 1 s sub-buckets, 61 of them counted.
+        let w = RateWindow::new(60, 1_000);
+        let names: Vec<String> = w
+            .commands("in:r:{x}", true)
+            .iter()
+            .map(|c| match c.args_iter().next() {
+                Some(redis::Arg::Simple(b)) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(names, ["MULTI", "HINCRBY", "EXPIRE", "HGETALL", "EXEC"]);
+        assert_eq!(w.commands("in:r:{x}", false).len(), 1);
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        // This hit's sub-bucket (1000) holds 3 with it, 940 is the oldest counted, 939 is out.
+        let hash = Value::Array(vec![
+            bulk("1000"),
+            bulk("3"),
+            bulk("940"),
+            bulk("2"),
+            bulk("939"),
+            bulk("7"),
+        ]);
+        let queued = Value::SimpleString("QUEUED".into());
+        let replies = vec![
+            Value::Okay,
+            queued.clone(),
+            queued.clone(),
+            queued,
+            Value::Array(vec![Value::Int(3), Value::Int(1), hash.clone()]),
+        ];
+        assert_eq!(w.reply(&replies, true), Some((5, vec![b"939".to_vec()])));
+        // A peek answers what a hit would count.
+        assert_eq!(w.reply(&[hash], false), Some((6, vec![b"939".to_vec()])));
+        // An aborted transaction or an error is no count.
+        assert_eq!(w.reply(&[Value::Nil], true), None);
+        assert_eq!(w.reply(&[Value::Int(1)], false), None);
     }
 }

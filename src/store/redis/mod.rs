@@ -256,30 +256,33 @@ impl RedisStore {
 
     fn rate(&self, key: StoreKey, limit: u64, window_secs: u64, hit: bool) -> RateResult {
         let name = keys::rate_key(&self.inner.prefix, &key);
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(keys::RATE_SCRIPT)
-            .arg(1)
-            .arg(&name)
-            .arg(self.now())
-            .arg(window_secs.max(1))
-            .arg(if hit { "1" } else { "0" });
+        let window = keys::RateWindow::new(window_secs, self.now());
+        let cmds = window.commands(&name, hit);
         let reads = self.inner.reads.clone();
-        match self.block(
-            self.inner.timeout,
-            async move { reads.one(&name, cmd).await },
-        ) {
-            Some(Ok(Value::Int(count))) => {
-                let count = u64::try_from(count).unwrap_or(0);
+        let item = conn::Item::new(&name, cmds);
+        let reply = self.block(self.inner.timeout, async move {
+            reads.run(vec![item]).await.pop()
+        });
+        let counted = match reply {
+            Some(Some(Ok(replies))) => window.reply(&replies, hit),
+            Some(Some(Err(e))) => {
+                tracing::debug!(error = %e, "redis rate counter unavailable");
+                None
+            }
+            _ => None,
+        };
+        match counted {
+            Some((count, stale)) => {
+                if !stale.is_empty() {
+                    self.inner.writer.delete(name, stale);
+                }
                 RateResult {
                     count,
                     over: count > limit,
                 }
             }
-            other => {
+            None => {
                 // Fail open: a limit that cannot be read does not block mail.
-                if let Some(Err(e)) = other {
-                    tracing::debug!(error = %e, "redis rate counter unavailable");
-                }
                 self.inner.degraded.store(true, Relaxed);
                 RateResult {
                     count: 1,
@@ -368,7 +371,9 @@ impl ReputationStore for RedisStore {
                 for (key, v) in keys.iter().zip(&values) {
                     let d = keys::decode(&self.inner.layout, v, now);
                     if !d.stale.is_empty() {
-                        self.inner.writer.delete(*key, d.stale.clone());
+                        self.inner
+                            .writer
+                            .delete(keys::timeline_key(&self.inner.prefix, key), d.stale.clone());
                     }
                     out.push(keys::window_sums(
                         &self.inner.layout,

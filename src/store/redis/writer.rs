@@ -21,8 +21,8 @@ struct Pending {
     incs: HashMap<(StoreKey, u64), Counts>,
     /// (pair, unique) → (period, time).
     pairs: HashMap<(StoreKey, StoreKey), (u64, u64)>,
-    /// Fields past their keep, found by readers.
-    dels: HashMap<StoreKey, Vec<Vec<u8>>>,
+    /// Fields past their keep found by readers (of timelines and rate counters), by key name.
+    dels: HashMap<String, Vec<Vec<u8>>>,
     /// Keys whose TTL to renew: their first write of a coarsest bucket (a day).
     expires: std::collections::HashSet<StoreKey>,
 }
@@ -113,10 +113,11 @@ impl Writer {
         p.pairs.insert((pair, unique), (period, now));
     }
 
-    pub fn delete(&self, key: StoreKey, fields: Vec<Vec<u8>>) {
+    /// Deletes `fields` of the hash `name` with the next flush.
+    pub fn delete(&self, name: String, fields: Vec<Vec<u8>>) {
         let mut p = self.pending.lock();
         if p.dels.len() < self.max {
-            p.dels.insert(key, fields);
+            p.dels.insert(name, fields);
         }
     }
 
@@ -157,11 +158,10 @@ impl Writer {
             items.push(Item::new(&tk, vec![cmd]));
             origins.push(Origin::Pair(pair, unique, period, at));
         }
-        for (key, fields) in taken.dels {
-            let tk = keys::timeline_key(prefix, &key);
+        for (name, fields) in taken.dels {
             let mut cmd = redis::cmd("HDEL");
-            cmd.arg(&tk).arg(fields);
-            items.push(Item::new(&tk, vec![cmd]));
+            cmd.arg(&name).arg(fields);
+            items.push(Item::new(&name, vec![cmd]));
             origins.push(Origin::Del);
         }
         Batch { items, origins }
