@@ -114,9 +114,16 @@ redis_round() {
     d=$(run_wrk 21352 "$secs" "$conns")
     shrike_cpu=$((shrike_cpu + $(cpu "$r1_pid") - a)); redis_cpu=$((redis_cpu + $(cpu "${redis_pids[@]}") - b))
 }
+mem_cpu=0; mem_n=0
+mem_round() {
+    local a n
+    a=$(cpu "$mem_pid"); n=$(checks 21351)
+    m=$(run_wrk 21351 "$secs" "$conns")
+    mem_cpu=$((mem_cpu + $(cpu "$mem_pid") - a)); mem_n=$((mem_n + $(checks 21351) - n))
+}
 for r in $(seq "$rounds"); do
-    if [ $((r % 2)) = 1 ]; then m=$(run_wrk 21351 "$secs" "$conns"); redis_round;
-    else redis_round; m=$(run_wrk 21351 "$secs" "$conns"); fi
+    if [ $((r % 2)) = 1 ]; then mem_round; redis_round;
+    else redis_round; mem_round; fi
     ratio=$(awk -v a="${d% *}" -v b="${m% *}" 'BEGIN {printf "%.1f", a / b * 100}')
     ratios+=("$ratio")
     echo "round $r: memory ${m% *} msg/s (p99 ${m#* } ms), redis ${d% *} msg/s (p99 ${d#* } ms): redis = $ratio% of memory"
@@ -131,6 +138,8 @@ awk -v rt=$((rt1 - rt0)) -v pl=$((pl1 - pl0)) -v c=$((cmd1 - cmd0)) -v n=$((n1 -
 awk -v s="$shrike_cpu" -v r="$redis_cpu" -v t="$tck" -v n=$((n1 - n0)) -v all=$((rounds * secs * 2)) 'BEGIN {
     printf "CPU during the redis rounds: shrike %.1f s, the redis-servers %.1f s (of %d core-seconds): a message %.3f ms of shrike, %.3f ms of Redis\n",
         s / t, r / t, all, s / t / n * 1000, r / t / n * 1000 }'
+awk -v s="$mem_cpu" -v t="$tck" -v n="$mem_n" 'BEGIN {
+    printf "CPU during the memory rounds: the memory daemon %.1f s: a message %.3f ms\n", s / t, s / t / n * 1000 }'
 # What the servers executed (commands inside scripts counted too), from the warm-up's end on.
 for p in "${ports[@]}"; do redis-cli -p "$p" info commandstats; done | tr -d '\r' \
     | awk -F'[:,=]' -v n=$((n1 - n0)) '/^cmdstat_/ { c[$1] += $3; u[$1] += $5 }

@@ -10,23 +10,54 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use redis::Value;
-use tokio::sync::oneshot;
 
 use super::conn::{Item, Link, LinkError};
 
-type Replies = Vec<Result<Vec<Value>, LinkError>>;
+pub type Replies = Vec<Result<Vec<Value>, LinkError>>;
+
+/// Where a read's replies arrive; the scan worker that submitted it sleeps on it.
+#[derive(Default)]
+pub struct Slot {
+    replies: Mutex<Option<Replies>>,
+    done: Condvar,
+    /// The reader stopped waiting: a batch not yet sent leaves this read out.
+    abandoned: AtomicBool,
+}
+
+impl Slot {
+    /// The replies, or `None` past `deadline` (the read is then abandoned).
+    pub fn wait(&self, deadline: Instant) -> Option<Replies> {
+        let mut replies = self.replies.lock();
+        while replies.is_none() {
+            if self.done.wait_until(&mut replies, deadline).timed_out() {
+                break;
+            }
+        }
+        let out = replies.take();
+        if out.is_none() {
+            self.abandoned.store(true, Ordering::Relaxed);
+        }
+        out
+    }
+
+    fn fill(&self, replies: Replies) {
+        *self.replies.lock() = Some(replies);
+        self.done.notify_one();
+    }
+}
 
 struct Waiting {
     items: Vec<Item>,
-    reply: oneshot::Sender<Replies>,
+    slot: Arc<Slot>,
 }
 
 pub struct Coalescer {
     link: Arc<Link>,
+    runtime: tokio::runtime::Handle,
     queue: Mutex<Vec<Waiting>>,
     /// A task is sending the queue's batches.
     sending: AtomicBool,
@@ -35,37 +66,45 @@ pub struct Coalescer {
 }
 
 impl Coalescer {
-    pub fn new(link: Arc<Link>, deadline: Duration) -> Arc<Coalescer> {
+    pub fn new(
+        link: Arc<Link>,
+        runtime: tokio::runtime::Handle,
+        deadline: Duration,
+    ) -> Arc<Coalescer> {
         Arc::new(Coalescer {
             link,
+            runtime,
             queue: Mutex::new(Vec::new()),
             sending: AtomicBool::new(false),
             deadline,
         })
     }
 
-    /// `Link::run` for a read: sent with the other reads waiting now. Must run on the store's
-    /// runtime.
-    pub async fn run(self: &Arc<Self>, items: Vec<Item>) -> Replies {
-        let n = items.len();
-        let (tx, rx) = oneshot::channel();
-        self.queue.lock().push(Waiting { items, reply: tx });
+    /// Queues a read (`Link::run`'s items) to leave with the other reads waiting now; wait on
+    /// the slot for its replies. From any thread: the worker hands the read over without
+    /// waking the runtime when a batch is already out (the sending task takes it next).
+    pub fn submit(self: &Arc<Self>, items: Vec<Item>) -> Arc<Slot> {
+        let slot = Arc::new(Slot::default());
+        self.queue.lock().push(Waiting {
+            items,
+            slot: slot.clone(),
+        });
         if !self.sending.swap(true, Ordering::AcqRel) {
-            // A task of its own sends, so that a caller giving up (its timeout drops this
-            // future) never strands the reads queued behind it.
             let me = self.clone();
-            tokio::spawn(async move { me.drain().await });
+            self.runtime.spawn(async move { me.drain().await });
         }
-        rx.await.unwrap_or_else(|_| {
-            (0..n)
-                .map(|_| Err(LinkError::Redis("no reply".into())))
-                .collect()
-        })
+        slot
+    }
+
+    /// `submit`, then its replies within `timeout` (`None`: timed out).
+    pub fn run(self: &Arc<Self>, items: Vec<Item>, timeout: Duration) -> Option<Replies> {
+        self.submit(items).wait(Instant::now() + timeout)
     }
 
     async fn drain(self: Arc<Self>) {
         loop {
-            let batch = std::mem::take(&mut *self.queue.lock());
+            let mut batch = std::mem::take(&mut *self.queue.lock());
+            batch.retain(|w| !w.slot.abandoned.load(Ordering::Relaxed));
             if batch.is_empty() {
                 self.sending.store(false, Ordering::Release);
                 // A read queued between the take and the store found `sending` still set:
@@ -78,11 +117,11 @@ impl Coalescer {
             self.link.stats.coalesced(batch.len());
             let mut lens = Vec::with_capacity(batch.len());
             let mut items = Vec::new();
-            let mut replies = Vec::with_capacity(batch.len());
+            let mut slots = Vec::with_capacity(batch.len());
             for w in batch {
                 lens.push(w.items.len());
                 items.extend(w.items);
-                replies.push(w.reply);
+                slots.push(w.slot);
             }
             let total = items.len();
             let results = match tokio::time::timeout(self.deadline, self.link.run(items)).await {
@@ -96,9 +135,8 @@ impl Coalescer {
                 }
             };
             let mut results = results.into_iter();
-            for (len, reply) in lens.into_iter().zip(replies) {
-                // A reader that gave up has dropped its receiver: nothing to do.
-                let _ = reply.send(results.by_ref().take(len).collect());
+            for (len, slot) in lens.into_iter().zip(slots) {
+                slot.fill(results.by_ref().take(len).collect());
             }
         }
     }

@@ -102,7 +102,11 @@ impl RedisStore {
         let stats = Arc::new(Stats::default());
         let link = Link::new(cfg.clone(), stats.clone(), runtime.handle().clone());
         let bucket_secs = layout.resolutions()[0].bucket_secs;
-        let reads = coalesce::Coalescer::new(link.clone(), Duration::from_millis(cfg.timeout_ms));
+        let reads = coalesce::Coalescer::new(
+            link.clone(),
+            runtime.handle().clone(),
+            Duration::from_millis(cfg.timeout_ms),
+        );
         let inner = Arc::new(Inner {
             link,
             reads,
@@ -229,6 +233,16 @@ impl RedisStore {
         self.runtime.as_ref().map(|r| r.handle().clone())
     }
 
+    /// A read on the scan path (coalesced with the other workers'), waited for at most
+    /// `timeout_ms`.
+    fn read(&self, items: Vec<Item>) -> Option<coalesce::Replies> {
+        let replies = self.inner.reads.run(items, self.inner.timeout);
+        if replies.is_none() {
+            self.inner.link.timed_out();
+        }
+        replies
+    }
+
     fn hgetall(&self, keys: &[StoreKey]) -> Result<Vec<Value>, Unavailable> {
         let items: Vec<Item> = keys
             .iter()
@@ -239,9 +253,7 @@ impl RedisStore {
                 Item::new(&name, vec![cmd])
             })
             .collect();
-        let reads = self.inner.reads.clone();
-        let replies = self.block(self.inner.timeout, async move { reads.run(items).await });
-        let Some(replies) = replies else {
+        let Some(replies) = self.read(items) else {
             return Err(Unavailable("timed out".into()));
         };
         let mut out = Vec::with_capacity(keys.len());
@@ -258,14 +270,12 @@ impl RedisStore {
         let name = keys::rate_key(&self.inner.prefix, &key);
         let window = keys::RateWindow::new(window_secs, self.now());
         let cmds = window.commands(&name, hit);
-        let reads = self.inner.reads.clone();
-        let item = conn::Item::new(&name, cmds);
-        let reply = self.block(self.inner.timeout, async move {
-            reads.run(vec![item]).await.pop()
-        });
+        let reply = self
+            .read(vec![conn::Item::new(&name, cmds)])
+            .and_then(|mut r| r.pop());
         let counted = match reply {
-            Some(Some(Ok(replies))) => window.reply(&replies, hit),
-            Some(Some(Err(e))) => {
+            Some(Ok(replies)) => window.reply(&replies, hit),
+            Some(Err(e)) => {
                 tracing::debug!(error = %e, "redis rate counter unavailable");
                 None
             }
