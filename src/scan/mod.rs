@@ -570,7 +570,6 @@ impl ScanWorker {
             net,
         );
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
-        drop(data);
         let stats = match late {
             Some(late) => {
                 store_unavailable = late.unavailable();
