@@ -434,6 +434,18 @@ fn two_daemons_share_a_cluster_through_failover_and_outage() {
         window(&b, "unique_sender", "bulk@sender.example", "seen"),
         1000
     );
+    // Under that concurrency the workers' reads left in shared batches: fewer batches than
+    // reads, every read in one.
+    for d in [&a, &b] {
+        let (reads, batches) = (
+            d.metric("shrike_redis_reads_total"),
+            d.metric("shrike_redis_read_batches_total"),
+        );
+        assert!(
+            batches > 0 && reads > batches,
+            "reads {reads}, batches {batches}"
+        );
+    }
 
     // A limit of 10 a minute holds across both daemons: the 11th message on is over.
     let over: Vec<bool> = (0..20)
