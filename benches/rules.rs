@@ -75,6 +75,7 @@ fn rules(c: &mut Criterion) {
                     entities: &a.entities,
                     shingles: &a.shingles,
                     stats: st,
+                    late: None,
                     anomalies: &a.anomalies,
                     envelope: &envelope,
                     now: 1_800_000_000,

@@ -75,6 +75,7 @@ fn main() {
         entities: &entities[i],
         shingles: &shingles[i],
         stats: &stats[i],
+        late: None,
         anomalies: &parsed[i].anomalies,
         envelope: &env,
         now: store.now(),

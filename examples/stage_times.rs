@@ -90,6 +90,7 @@ fn main() {
                 entities: &entities,
                 shingles: &shingles,
                 stats: &stats,
+                late: None,
                 anomalies: &parsed.anomalies,
                 envelope: &env,
                 now: store.now(),

@@ -16,12 +16,13 @@
 # Client, daemons and Redis share the machine (2 cores): the redis figures include Redis's own
 # CPU, and section 3 shows the cost of more processes, not the gain of more machines.
 #
-#   [ROUNDS=3] scripts/bench_redis.sh [SECONDS] [CONNECTIONS]
+#   [ROUNDS=3] [SECTIONS=123] [SHRIKE_BIN=PATH] scripts/bench_redis.sh [SECONDS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 conns=${2:-16}
 rounds=${ROUNDS:-3}
+sections=${SECTIONS:-123}
 work=${BENCH_DIR:-/tmp/shrike-bench-redis}
 corpus="${SHRIKE_CORPUS:-../shared/corpus/spamassassin-dev.tar.gz}"
 target=${CARGO_TARGET_DIR:-target}
@@ -31,8 +32,12 @@ mkdir -p "$work"
 [ -d "$work/corpus/spamassassin-dev" ] || { mkdir -p "$work/corpus"; tar xzf "$corpus" -C "$work/corpus"; }
 find "$work/corpus/spamassassin-dev" -type f -path '*/*ham/*' -o -type f -path '*/spam/*' | sort \
     | awk 'NR % 6 == 1' > "$work/list"
-cargo build --release --quiet --bin shrike
-bin="$target/release/shrike"
+if [ -n "${SHRIKE_BIN:-}" ]; then
+    bin=$SHRIKE_BIN  # a build to compare (e.g. a copy of an earlier commit's)
+else
+    cargo build --release --quiet --bin shrike
+    bin="$target/release/shrike"
+fi
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -89,13 +94,15 @@ redis_toml "$work/r1"
 start "$work/r1/shrike.toml" 21352 "$work/r1/data"
 r1_pid=$last_pid
 redis_pids=("${pids[@]:0:3}")
-cpu() {  # cpu PID... -> CPU seconds used so far, summed
+cpu() {  # cpu PID... -> CPU time used so far, summed, in clock ticks
     local t=0
     for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
-    echo $((t / $(getconf CLK_TCK)))
+    echo "$t"
 }
+tck=$(getconf CLK_TCK)
 run_wrk 21351 5 "$conns" >/dev/null
 run_wrk 21352 5 "$conns" >/dev/null
+for p in "${ports[@]}"; do redis-cli -p "$p" config resetstat >/dev/null; done
 rt0=$(metric 21352 shrike_redis_round_trips_total); cmd0=$(metric 21352 shrike_redis_commands_total)
 pl0=$(metric 21352 shrike_redis_pipelines_total)
 n0=$(checks 21352)
@@ -107,9 +114,16 @@ redis_round() {
     d=$(run_wrk 21352 "$secs" "$conns")
     shrike_cpu=$((shrike_cpu + $(cpu "$r1_pid") - a)); redis_cpu=$((redis_cpu + $(cpu "${redis_pids[@]}") - b))
 }
+mem_cpu=0; mem_n=0
+mem_round() {
+    local a n
+    a=$(cpu "$mem_pid"); n=$(checks 21351)
+    m=$(run_wrk 21351 "$secs" "$conns")
+    mem_cpu=$((mem_cpu + $(cpu "$mem_pid") - a)); mem_n=$((mem_n + $(checks 21351) - n))
+}
 for r in $(seq "$rounds"); do
-    if [ $((r % 2)) = 1 ]; then m=$(run_wrk 21351 "$secs" "$conns"); redis_round;
-    else redis_round; m=$(run_wrk 21351 "$secs" "$conns"); fi
+    if [ $((r % 2)) = 1 ]; then mem_round; redis_round;
+    else redis_round; mem_round; fi
     ratio=$(awk -v a="${d% *}" -v b="${m% *}" 'BEGIN {printf "%.1f", a / b * 100}')
     ratios+=("$ratio")
     echo "round $r: memory ${m% *} msg/s (p99 ${m#* } ms), redis ${d% *} msg/s (p99 ${d#* } ms): redis = $ratio% of memory"
@@ -121,9 +135,19 @@ pl1=$(metric 21352 shrike_redis_pipelines_total)
 n1=$(checks 21352)
 awk -v rt=$((rt1 - rt0)) -v pl=$((pl1 - pl0)) -v c=$((cmd1 - cmd0)) -v n=$((n1 - n0)) 'BEGIN {
     printf "redis daemon: %d messages; a message: %.3f round trips (batches), %.2f node pipelines, %.1f commands\n", n, rt / n, pl / n, c / n }'
-echo "CPU during the redis rounds: shrike $shrike_cpu s, the redis-servers $redis_cpu s (of $((rounds * secs * 2)) core-seconds)"
+awk -v s="$shrike_cpu" -v r="$redis_cpu" -v t="$tck" -v n=$((n1 - n0)) -v all=$((rounds * secs * 2)) 'BEGIN {
+    printf "CPU during the redis rounds: shrike %.1f s, the redis-servers %.1f s (of %d core-seconds): a message %.3f ms of shrike, %.3f ms of Redis\n",
+        s / t, r / t, all, s / t / n * 1000, r / t / n * 1000 }'
+awk -v s="$mem_cpu" -v t="$tck" -v n="$mem_n" 'BEGIN {
+    printf "CPU during the memory rounds: the memory daemon %.1f s: a message %.3f ms\n", s / t, s / t / n * 1000 }'
+# What the servers executed (commands inside scripts counted too), from the warm-up's end on.
+for p in "${ports[@]}"; do redis-cli -p "$p" info commandstats; done | tr -d '\r' \
+    | awk -F'[:,=]' -v n=$((n1 - n0)) '/^cmdstat_/ { c[$1] += $3; u[$1] += $5 }
+        END { for (k in c) { t += c[k]; printf "  %s: %.2f a message, %.2f us each\n", substr(k, 9), c[k] / n, u[k] / c[k] }
+              printf "Redis executed %.1f commands a message (scripts'"'"' own calls included)\n", t / n }' | sort -t: -k2 -rn
 echo "unavailable scans: $(metric 21352 shrike_redis_unavailable_scans_total), timeouts: $(metric 21352 shrike_redis_timeouts_total), dropped: $(metric 21352 shrike_redis_dropped_increments_total)"
 
+[[ $sections == *2* ]] && {
 echo "## 2. Redis memory per key"
 keys_total=0
 for p in "${ports[@]}"; do keys_total=$((keys_total + $(redis-cli -p "$p" dbsize))); done
@@ -165,7 +189,9 @@ for p in ports:
         total += int(cli(p, "MEMORY", "USAGE", key, "SAMPLES", "0")); n += 1
 print(f"keys left by section 1: mean {total / max(n, 1):.0f} bytes over {n} keys")
 PY
+}
 
+[[ $sections == *3* ]] || exit 0
 echo "## 3. 1, 2 and 3 daemons on the cluster ($conns connections in all)"
 redis_toml "$work/r2"; start "$work/r2/shrike.toml" 21353 "$work/r2/data"
 redis_toml "$work/r3"; start "$work/r3/shrike.toml" 21354 "$work/r3/data"

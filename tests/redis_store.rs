@@ -31,6 +31,13 @@ rule { name = "RATE10", score = 0.5, description = "its sender went over 10 a mi
     local _, over = ratelimit("rl", from, 10, 60)
     return over
   end }
+rule { name = "MAILER_SEEN", score = 0.1, description = "asked only of subjects with 'ask'",
+  check = function(msg)
+    local subject = msg:subject() or ""
+    if not subject:find("ask", 1, true) then return end
+    local seen = msg:stat("mailer", "24h")
+    return seen >= 2
+  end }
 "#;
 
 fn rules(dir: &Path) -> std::path::PathBuf {
@@ -147,6 +154,34 @@ fn single_node_counts_learns_degrades_and_recovers() {
             ttl > 14 * 86_400 && ttl <= 15 * 86_400
         })
     });
+
+    // A kind no rule asked for yet is not read before the rules; the first rule that asks
+    // reads it then (one more read for that scan) and sees the same counts, and later scans
+    // read it before their rules.
+    let mailer = |subject: &str, id: &str| {
+        let m = String::from_utf8(message("m@mailer.example", subject, id)).unwrap();
+        m.replacen("\r\n\r\n", "\r\nX-Mailer: Bulkmail 9\r\n\r\n", 1)
+            .into_bytes()
+    };
+    for i in 0..2 {
+        let (symbols, _) = scan(&d, &mailer("quiet", &format!("q{i}")), &[]);
+        assert!(!symbols.contains(&"MAILER_SEEN".to_string()));
+    }
+    wait_until("the mailer counted twice", 5, || {
+        window(&d, "mailer", "Bulkmail 9", "seen") == 2
+    });
+    let reads = || d.metric("shrike_redis_prefetches_total");
+    let before = reads();
+    let (symbols, _) = scan(&d, &mailer("ask one", "a1"), &[]);
+    assert!(symbols.contains(&"MAILER_SEEN".to_string()), "{symbols:?}");
+    assert_eq!(
+        reads(),
+        before + 2,
+        "the read before the rules, then the mailer's"
+    );
+    let (symbols, _) = scan(&d, &mailer("ask two", "a2"), &[]);
+    assert!(symbols.contains(&"MAILER_SEEN".to_string()), "{symbols:?}");
+    assert_eq!(reads(), before + 3, "the mailer read before the rules");
 
     // A learn is written before its 200, and the next scan sees it.
     let r = d.post("/learnspam", &[], &m1);
@@ -399,6 +434,18 @@ fn two_daemons_share_a_cluster_through_failover_and_outage() {
         window(&b, "unique_sender", "bulk@sender.example", "seen"),
         1000
     );
+    // Under that concurrency the workers' reads left in shared batches: fewer batches than
+    // reads, every read in one.
+    for d in [&a, &b] {
+        let (reads, batches) = (
+            d.metric("shrike_redis_reads_total"),
+            d.metric("shrike_redis_read_batches_total"),
+        );
+        assert!(
+            batches > 0 && reads > batches,
+            "reads {reads}, batches {batches}"
+        );
+    }
 
     // A limit of 10 a minute holds across both daemons: the 11th message on is over.
     let over: Vec<bool> = (0..20)

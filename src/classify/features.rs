@@ -57,6 +57,16 @@ pub struct Features {
     buf: Vec<u8>,
 }
 
+/// The piece types whose reputation `Features::add_reputation` reads.
+pub const REPUTATION_KINDS: [Kind; 6] = [
+    Kind::From,
+    Kind::FromDomain,
+    Kind::SenderIp,
+    Kind::UrlDomain,
+    Kind::Subject,
+    Kind::BodyExact,
+];
+
 impl Features {
     /// Adds one feature; returns its hash.
     pub fn add(&mut self, family: Family, value: &[u8]) -> u64 {
@@ -76,15 +86,7 @@ impl Features {
     /// Adds bucketed reputation of the message's pieces in the store window `window`: per
     /// piece type, the highest spam ratio and complaint and rescue counts of its keys.
     pub fn add_reputation(&mut self, shingles: &[Shingle], stats: &[WindowCounts], window: usize) {
-        const KINDS: [Kind; 6] = [
-            Kind::From,
-            Kind::FromDomain,
-            Kind::SenderIp,
-            Kind::UrlDomain,
-            Kind::Subject,
-            Kind::BodyExact,
-        ];
-        for kind in KINDS {
+        for kind in REPUTATION_KINDS {
             let mut ratio: Option<u64> = None;
             let (mut complaints, mut rescues, mut seen) = (0u64, 0u64, 0u64);
             for (s, c) in shingles.iter().zip(stats) {

@@ -22,6 +22,9 @@ pub struct MessageData<'a> {
     pub shingles: &'a [Shingle],
     /// Window sums for each shingle, aligned with `shingles` (empty when no store is used).
     pub stats: &'a [WindowCounts],
+    /// With a store that reads some kinds only when asked (`LateStats`): the stats, read as
+    /// rules ask for them (`stats` is then not used).
+    pub late: Option<&'a dyn LateStats>,
     pub anomalies: &'a Anomalies,
     pub envelope: &'a Envelope,
     /// The scan's clock, Unix seconds.
@@ -40,7 +43,40 @@ pub struct MessageData<'a> {
     pub net: Option<&'a crate::netcheck::NetChecks>,
 }
 
+/// Window sums of a message's shingles read on first use: a backend where each key read is a
+/// request (Redis) reads before the rules only the kinds rules have asked for, and a kind
+/// asked for the first time here, all its keys at once.
+pub trait LateStats {
+    /// The stats of every shingle (aligned with `shingles`), those of `kinds` read.
+    fn read(&self, kinds: &[Kind]) -> std::cell::Ref<'_, [WindowCounts]>;
+}
+
+/// Stats as `MessageData::stats_of` lends them.
+enum StatsRef<'b> {
+    Plain(&'b [WindowCounts]),
+    Late(std::cell::Ref<'b, [WindowCounts]>),
+}
+
+impl std::ops::Deref for StatsRef<'_> {
+    type Target = [WindowCounts];
+
+    fn deref(&self) -> &[WindowCounts] {
+        match self {
+            StatsRef::Plain(s) => s,
+            StatsRef::Late(s) => s,
+        }
+    }
+}
+
 impl MessageData<'_> {
+    /// The shingles' stats with those of `kinds` read.
+    fn stats_of(&self, kinds: &[Kind]) -> StatsRef<'_> {
+        match self.late {
+            Some(late) => StatsRef::Late(late.read(kinds)),
+            None => StatsRef::Plain(self.stats),
+        }
+    }
+
     /// The classifier's features of this message with the symbols hit so far.
     pub fn classifier_features<'s>(
         &self,
@@ -50,7 +86,8 @@ impl MessageData<'_> {
         for s in symbols {
             f.add_symbol(s);
         }
-        f.add_reputation(self.shingles, self.stats, self.reputation_window);
+        let stats = self.stats_of(&crate::classify::features::REPUTATION_KINDS);
+        f.add_reputation(self.shingles, &stats, self.reputation_window);
         f.finish();
         f
     }
@@ -834,8 +871,9 @@ impl MessageData<'_> {
     ) -> [u64; 7] {
         let mut all = 0u64;
         let mut taken = 0u64;
+        let stats = self.stats_of(&[kind]);
         let rows = candidates
-            .filter_map(|i| Some((self.shingles.get(i)?, self.stats.get(i)?)))
+            .filter_map(|i| Some((self.shingles.get(i)?, stats.get(i)?)))
             .filter(|(s, _)| s.kind == kind)
             .map(|(_, c)| c.windows.get(w).copied().unwrap_or_default())
             .filter(|r| {
@@ -862,7 +900,8 @@ impl MessageData<'_> {
             Value::Nil => None,
             w => Some(window_arg(windows, w)?),
         };
-        let keys: Vec<_> = (self.shingles.iter().zip(self.stats))
+        let stats = self.stats_of(&[kind]);
+        let keys: Vec<_> = (self.shingles.iter().zip(stats.iter()))
             .filter(|(s, _)| s.kind == kind)
             .map(|(s, c)| (format!("{:016x}", s.hash), c))
             .collect();

@@ -7,6 +7,7 @@
 //! touches: wire formats, sockets, the configuration file (`crate::config` composes
 //! `ScanSettings`; this module does not know it).
 
+mod late;
 pub mod nearmiss;
 pub mod ruletest;
 
@@ -193,6 +194,9 @@ pub struct Scanner {
     classifier: Arc<Classifier>,
     /// The store window the classifier's reputation features read (7 days, or the longest).
     reputation_window: usize,
+    /// With a store that reads by kind (`ReputationStore::reads_by_kind`): the kinds read
+    /// before the rules (`late.rs`).
+    asked_kinds: late::AskedKinds,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -266,6 +270,7 @@ impl Scanner {
             store,
             classifier,
             reputation_window,
+            asked_kinds: late::AskedKinds::new(&crate::classify::features::REPUTATION_KINDS),
         }))
     }
 
@@ -301,6 +306,7 @@ impl Scanner {
         &'a self,
         analysis: &'a Analysis<'_>,
         stats: &'a [WindowCounts],
+        late: Option<&'a dyn crate::engine::view::LateStats>,
         envelope: &'a Envelope,
         observe: bool,
         net: Option<&'a crate::netcheck::NetChecks>,
@@ -310,6 +316,7 @@ impl Scanner {
             entities: &analysis.entities,
             shingles: &analysis.shingles,
             stats,
+            late,
             anomalies: &analysis.anomalies,
             envelope,
             now: self.store.now(),
@@ -395,15 +402,22 @@ impl Scanner {
             None => {
                 let envelope = Envelope::default();
                 std::borrow::Cow::Owned(
-                    self.message_data(&scanned.analysis, &scanned.stats, &envelope, true, None)
-                        .classifier_features(
-                            scanned
-                                .verdict
-                                .symbols
-                                .iter()
-                                .filter(|(_, h)| crate::classify::learns_symbol(h.score))
-                                .map(|(name, _)| name.as_str()),
-                        ),
+                    self.message_data(
+                        &scanned.analysis,
+                        &scanned.stats,
+                        None,
+                        &envelope,
+                        true,
+                        None,
+                    )
+                    .classifier_features(
+                        scanned
+                            .verdict
+                            .symbols
+                            .iter()
+                            .filter(|(_, h)| crate::classify::learns_symbol(h.score))
+                            .map(|(name, _)| name.as_str()),
+                    ),
                 )
             }
         }
@@ -525,21 +539,44 @@ impl ScanWorker {
         self.keys
             .extend(analysis.shingles.iter().map(|s| sc.key(s)));
         // A shared store that cannot answer in time: the scan goes on without reputation.
-        let (stats, store_unavailable) = match sc.store.lookup_checked(&self.keys) {
-            Ok(stats) => (stats, false),
-            Err(_) => (
-                self.keys
-                    .iter()
-                    .map(|_| WindowCounts {
-                        windows: crate::store::WindowSums::zeros(sc.store.windows_secs().len()),
-                    })
-                    .collect(),
-                true,
-            ),
+        let by_kind = sc.store.reads_by_kind();
+        let (stats, mut store_unavailable) = if by_kind {
+            (Vec::new(), false)
+        } else {
+            match sc.store.lookup_checked(&self.keys) {
+                Ok(stats) => (stats, false),
+                Err(_) => (
+                    self.keys
+                        .iter()
+                        .map(|_| WindowCounts {
+                            windows: crate::store::WindowSums::zeros(sc.store.windows_secs().len()),
+                        })
+                        .collect(),
+                    true,
+                ),
+            }
         };
+        let late = by_kind.then(|| {
+            late::Late::prefetch(&*sc.store, &analysis.shingles, &self.keys, &sc.asked_kinds)
+        });
         let looked_up = std::time::Instant::now();
-        let data = sc.message_data(&analysis, &stats, envelope, observe, net);
+        let data = sc.message_data(
+            &analysis,
+            &stats,
+            late.as_ref()
+                .map(|l| l as &dyn crate::engine::view::LateStats),
+            envelope,
+            observe,
+            net,
+        );
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
+        let stats = match late {
+            Some(late) => {
+                store_unavailable = late.unavailable();
+                late.into_stats()
+            }
+            None => stats,
+        };
         let features = outcome.features.take();
         let feature_updates = std::mem::take(&mut outcome.feature_updates);
         // Descriptions come from the generation that judged the message, even if a reload

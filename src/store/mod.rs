@@ -274,6 +274,11 @@ pub trait ReputationStore: Send + Sync {
     fn lookup_checked(&self, keys: &[StoreKey]) -> Result<Vec<WindowCounts>, Unavailable> {
         Ok(self.lookup_many(keys))
     }
+    /// Whether each key read costs a request (a shared store): a scan then reads before its
+    /// rules only the kinds rules have asked for, and others when asked (`scan/late.rs`).
+    fn reads_by_kind(&self) -> bool {
+        false
+    }
     /// `record_many` confirmed by the store before it returns (a user's learn: never a false
     /// acknowledgement).
     fn record_confirmed(&self, increments: &[Increment]) -> Result<(), Unavailable> {

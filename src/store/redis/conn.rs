@@ -11,6 +11,7 @@
 //! Reconnection: a link that fails is dropped and rebuilt in the background with backoff
 //! (100 ms doubling to 2 s); meanwhile operations fail at once instead of waiting.
 
+use std::future::Future as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -231,7 +232,9 @@ impl Link {
             }
         }
         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-        let mut tasks = tokio::task::JoinSet::new();
+        // The node pipelines go out together and are awaited here, in this task: no task per
+        // node to spawn and wake.
+        let mut sends = Vec::with_capacity(groups.len());
         for (g, (_, members)) in groups.iter().enumerate() {
             let mut pipe = redis::pipe();
             let mut count = 0;
@@ -244,7 +247,7 @@ impl Link {
             let first_slot = slots_of[members[0]];
             let mut conn = conn.clone();
             self.stats.pipeline(count);
-            tasks.spawn(async move {
+            sends.push(Some(Box::pin(async move {
                 let r = match &mut conn {
                     Conn::Single(c) => c.req_packed_commands(&pipe, 0, count).await,
                     Conn::Cluster(c) => {
@@ -261,16 +264,32 @@ impl Link {
                     }
                 };
                 (g, r)
-            });
+            })));
         }
+        let mut done = Vec::with_capacity(sends.len());
+        std::future::poll_fn(|cx| {
+            for slot in sends.iter_mut() {
+                if let Some(f) = slot {
+                    if let std::task::Poll::Ready(r) = f.as_mut().poll(cx) {
+                        done.push(r);
+                        *slot = None;
+                    }
+                }
+            }
+            if sends.iter().all(Option::is_none) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
         let mut out: Vec<Result<Vec<Value>, LinkError>> = lens
             .iter()
             .map(|_| Err(LinkError::Redis("no reply".into())))
             .collect();
         let mut error: Option<(String, bool)> = None;
         let mut moved = false;
-        while let Some(joined) = tasks.join_next().await {
-            let Ok((g, result)) = joined else { continue };
+        for (g, result) in done {
             let members = &groups[g].1;
             match result {
                 Ok(values) => {
@@ -321,16 +340,6 @@ impl Link {
             None => self.outcome(None, false),
         }
         out
-    }
-
-    /// One command on the node of `key`'s slot (a script), with its own reply.
-    pub async fn one(self: &Arc<Self>, key: &str, cmd: Cmd) -> Result<Value, LinkError> {
-        let mut r = self.run(vec![Item::new(key, vec![cmd])]).await;
-        match r.pop() {
-            Some(Ok(mut v)) => v.pop().ok_or(LinkError::Redis("no reply".into())),
-            Some(Err(e)) => Err(e),
-            None => Err(LinkError::Redis("no reply".into())),
-        }
     }
 
     /// Marks a timed-out batch as a failure (the timeout dropped its future).

@@ -28,9 +28,17 @@ pub struct Stats {
     pub learns_applied: AtomicU64,
     /// Prefetches (one per scan).
     pub prefetches: AtomicU64,
+    /// Batches of coalesced reads (`coalesce.rs`) and the reads they carried.
+    pub read_batches: AtomicU64,
+    pub reads: AtomicU64,
 }
 
 impl Stats {
+    pub fn coalesced(&self, reads: usize) {
+        self.read_batches.fetch_add(1, Relaxed);
+        self.reads.fetch_add(reads as u64, Relaxed);
+    }
+
     pub fn pipeline(&self, commands: usize) {
         self.pipelines.fetch_add(1, Relaxed);
         self.commands.fetch_add(commands as u64, Relaxed);
@@ -61,6 +69,18 @@ impl Stats {
                 "shrike_redis_prefetches_total",
                 "Reads of a message's keys before its rules.",
                 self.prefetches.load(Relaxed),
+                false,
+            ),
+            (
+                "shrike_redis_read_batches_total",
+                "Batches of reads (lookups, rate scripts) sent together: the reads waiting while one batch is out leave as the next.",
+                self.read_batches.load(Relaxed),
+                false,
+            ),
+            (
+                "shrike_redis_reads_total",
+                "Reads carried by those batches.",
+                self.reads.load(Relaxed),
                 false,
             ),
             (

@@ -7,11 +7,13 @@
 //! - `config.rs`: `[store] backend` and `[store.redis]`;
 //! - `keys.rs`: key layout, field encoding, window sums of a decoded hash, the Lua scripts;
 //! - `conn.rs`: connections, the cluster slot map, one pipeline per node, reconnect/backoff;
+//! - `coalesce.rs`: the scan workers' reads sent together while a batch is out;
 //! - `writer.rs`: increments aggregated per key and flushed as pipelines off the reply path;
 //! - `learns.rs`: the classifier's shared learn stream;
 //! - `transfer.rs`: `shrike store export/import`;
 //! - `health.rs`: counters for `/metrics`.
 
+mod coalesce;
 mod config;
 mod conn;
 mod health;
@@ -64,6 +66,8 @@ impl<T> Default for Reply<T> {
 
 struct Inner {
     link: Arc<Link>,
+    /// The scan path's reads (lookups, rate scripts), coalesced.
+    reads: Arc<coalesce::Coalescer>,
     layout: Layout,
     windows_secs: Vec<u64>,
     clock: Arc<dyn Clock>,
@@ -98,8 +102,14 @@ impl RedisStore {
         let stats = Arc::new(Stats::default());
         let link = Link::new(cfg.clone(), stats.clone(), runtime.handle().clone());
         let bucket_secs = layout.resolutions()[0].bucket_secs;
+        let reads = coalesce::Coalescer::new(
+            link.clone(),
+            runtime.handle().clone(),
+            Duration::from_millis(cfg.timeout_ms),
+        );
         let inner = Arc::new(Inner {
             link,
+            reads,
             ttl: keys::ttl_secs(&layout),
             layout,
             windows_secs: config.windows_secs.clone(),
@@ -223,6 +233,16 @@ impl RedisStore {
         self.runtime.as_ref().map(|r| r.handle().clone())
     }
 
+    /// A read on the scan path (coalesced with the other workers'), waited for at most
+    /// `timeout_ms`.
+    fn read(&self, items: Vec<Item>) -> Option<coalesce::Replies> {
+        let replies = self.inner.reads.run(items, self.inner.timeout);
+        if replies.is_none() {
+            self.inner.link.timed_out();
+        }
+        replies
+    }
+
     fn hgetall(&self, keys: &[StoreKey]) -> Result<Vec<Value>, Unavailable> {
         let items: Vec<Item> = keys
             .iter()
@@ -233,9 +253,7 @@ impl RedisStore {
                 Item::new(&name, vec![cmd])
             })
             .collect();
-        let link = self.inner.link.clone();
-        let replies = self.block(self.inner.timeout, async move { link.run(items).await });
-        let Some(replies) = replies else {
+        let Some(replies) = self.read(items) else {
             return Err(Unavailable("timed out".into()));
         };
         let mut out = Vec::with_capacity(keys.len());
@@ -250,30 +268,31 @@ impl RedisStore {
 
     fn rate(&self, key: StoreKey, limit: u64, window_secs: u64, hit: bool) -> RateResult {
         let name = keys::rate_key(&self.inner.prefix, &key);
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(keys::RATE_SCRIPT)
-            .arg(1)
-            .arg(&name)
-            .arg(self.now())
-            .arg(window_secs.max(1))
-            .arg(if hit { "1" } else { "0" });
-        let link = self.inner.link.clone();
-        match self.block(
-            self.inner.timeout,
-            async move { link.one(&name, cmd).await },
-        ) {
-            Some(Ok(Value::Int(count))) => {
-                let count = u64::try_from(count).unwrap_or(0);
+        let window = keys::RateWindow::new(window_secs, self.now());
+        let cmds = window.commands(&name, hit);
+        let reply = self
+            .read(vec![conn::Item::new(&name, cmds)])
+            .and_then(|mut r| r.pop());
+        let counted = match reply {
+            Some(Ok(replies)) => window.reply(&replies, hit),
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "redis rate counter unavailable");
+                None
+            }
+            _ => None,
+        };
+        match counted {
+            Some((count, stale)) => {
+                if !stale.is_empty() {
+                    self.inner.writer.delete(name, stale);
+                }
                 RateResult {
                     count,
                     over: count > limit,
                 }
             }
-            other => {
+            None => {
                 // Fail open: a limit that cannot be read does not block mail.
-                if let Some(Err(e)) = other {
-                    tracing::debug!(error = %e, "redis rate counter unavailable");
-                }
                 self.inner.degraded.store(true, Relaxed);
                 RateResult {
                     count: 1,
@@ -362,7 +381,9 @@ impl ReputationStore for RedisStore {
                 for (key, v) in keys.iter().zip(&values) {
                     let d = keys::decode(&self.inner.layout, v, now);
                     if !d.stale.is_empty() {
-                        self.inner.writer.delete(*key, d.stale.clone());
+                        self.inner
+                            .writer
+                            .delete(keys::timeline_key(&self.inner.prefix, key), d.stale.clone());
                     }
                     out.push(keys::window_sums(
                         &self.inner.layout,
@@ -379,6 +400,10 @@ impl ReputationStore for RedisStore {
                 Err(e)
             }
         }
+    }
+
+    fn reads_by_kind(&self) -> bool {
+        true
     }
 
     fn record_many(&self, increments: &[Increment]) {

@@ -1,8 +1,9 @@
 //! `shrike store export` and `shrike store import`: counters moved between a memory data
 //! directory and Redis as JSON lines, one key a line:
 //! `{"ns":0,"kind":3,"hash":"00ab…","buckets":[[resolution,start,[seen,spam,ham,complaint,rescue]],…]}`.
-//! Import adds each bucket at its own resolution and every coarser one (the redis layout), so
-//! the window sums read the same on both sides. Paired-unique pair keys are not moved: in
+//! Import adds each bucket at its own resolution and every coarser one (the redis layout, its
+//! counter 0 stored less spam and ham: `keys::stored_deltas`), so the window sums read the same
+//! on both sides. Paired-unique pair keys are not moved: in
 //! Redis a pair is a marker next to its unique key, and a pair seen before the move may count
 //! once more in the first period after it.
 
@@ -88,7 +89,7 @@ pub fn import(store: &RedisStore, input: &mut dyn BufRead) -> Result<u64, Transf
                 let tk = keys::timeline_key(&prefix, &key);
                 let mut cmds = Vec::new();
                 for (r, start, counts) in &l.buckets {
-                    for (c, &delta) in counts.iter().enumerate() {
+                    for (c, &delta) in keys::stored_deltas(counts).iter().enumerate() {
                         if delta == 0 {
                             continue;
                         }

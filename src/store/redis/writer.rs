@@ -21,8 +21,8 @@ struct Pending {
     incs: HashMap<(StoreKey, u64), Counts>,
     /// (pair, unique) → (period, time).
     pairs: HashMap<(StoreKey, StoreKey), (u64, u64)>,
-    /// Fields past their keep, found by readers.
-    dels: HashMap<StoreKey, Vec<Vec<u8>>>,
+    /// Fields past their keep found by readers (of timelines and rate counters), by key name.
+    dels: HashMap<String, Vec<Vec<u8>>>,
     /// Keys whose TTL to renew: their first write of a coarsest bucket (a day).
     expires: std::collections::HashSet<StoreKey>,
 }
@@ -113,10 +113,11 @@ impl Writer {
         p.pairs.insert((pair, unique), (period, now));
     }
 
-    pub fn delete(&self, key: StoreKey, fields: Vec<Vec<u8>>) {
+    /// Deletes `fields` of the hash `name` with the next flush.
+    pub fn delete(&self, name: String, fields: Vec<Vec<u8>>) {
         let mut p = self.pending.lock();
         if p.dels.len() < self.max {
-            p.dels.insert(key, fields);
+            p.dels.insert(name, fields);
         }
     }
 
@@ -157,11 +158,10 @@ impl Writer {
             items.push(Item::new(&tk, vec![cmd]));
             origins.push(Origin::Pair(pair, unique, period, at));
         }
-        for (key, fields) in taken.dels {
-            let tk = keys::timeline_key(prefix, &key);
+        for (name, fields) in taken.dels {
             let mut cmd = redis::cmd("HDEL");
-            cmd.arg(&tk).arg(fields);
-            items.push(Item::new(&tk, vec![cmd]));
+            cmd.arg(&name).arg(fields);
+            items.push(Item::new(&name, vec![cmd]));
             origins.push(Origin::Del);
         }
         Batch { items, origins }
@@ -183,12 +183,15 @@ impl Writer {
             match (r, &batch.origins[i]) {
                 (Err(_), _) => failed.push(i),
                 (Ok(replies), Origin::Inc(key, _, counts)) => {
-                    let deltas = counts.iter().filter(|&&d| d > 0);
+                    // The replies come per written counter, each at every resolution
+                    // (`keys::increment_fields`): a day field equal to its delta was new.
+                    let stored = keys::stored_deltas(counts);
+                    let deltas = stored.iter().filter(|&&d| d != 0);
                     let firsts = replies
                         .chunks(coarsest + 1)
                         .zip(deltas)
                         .any(|(per_res, &d)| {
-                            matches!(per_res.get(coarsest), Some(redis::Value::Int(v)) if *v as u64 == d)
+                            matches!(per_res.get(coarsest), Some(redis::Value::Int(v)) if *v == d)
                         });
                     if firsts {
                         expire.push(*key);
@@ -286,10 +289,15 @@ mod tests {
             // Five increments within one 10-minute bucket: one set of writes of +5.
             w.add(&[Increment::one(key(1), Counter::Seen)], now + i, &stats);
         }
-        w.add(&[Increment::one(key(2), Counter::Spam)], now, &stats);
+        // A scan judged spam: seen and spam, written as the spam field alone.
+        let spam = Increment {
+            key: key(2),
+            counts: [1, 1, 0, 0, 0],
+        };
+        w.add(&[spam], now, &stats);
         // Full: a third key is dropped and counted, more of a held key still adds up.
         w.add(&[Increment::one(key(3), Counter::Seen)], now, &stats);
-        w.add(&[Increment::one(key(2), Counter::Spam)], now, &stats);
+        w.add(&[spam], now, &stats);
         assert_eq!(stats.dropped.load(Relaxed), 1);
         let batch = w.take(&layout, "in", 100);
         assert!(w.is_empty());
