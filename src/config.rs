@@ -243,7 +243,7 @@ mod tests {
             ("[history]\nflush_ms = 2000", "history.flush_ms must be 1..=1000, got 2000"),
             (
                 "[classifier]\nalpha = 0.0",
-                "classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)",
+                "classifier alpha, beta, l1, l2, l1_per_thousand must be finite, >= 0 (alpha > 0)",
             ),
         ] {
             let c: Config = toml::from_str(toml).unwrap();

@@ -13,7 +13,7 @@ pub mod journal;
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,7 @@ pub use features::{extract, learns_symbol, Features, FEATURE_VERSION};
 #[serde(default, deny_unknown_fields)]
 pub struct ClassifierConfig {
     pub enabled: bool,
-    /// log2 of the number of weights (16..=26); memory is 8 bytes per weight.
+    /// log2 of the number of weights (16..=26); memory is 9 bytes per weight.
     pub table_bits: u32,
     /// FTRL-Proximal learning-rate scale.
     pub alpha: f64,
@@ -35,6 +35,12 @@ pub struct ClassifierConfig {
     pub l1: f64,
     /// L2 regularization.
     pub l2: f64,
+    /// L1 added for every 1,000 messages learned (both classes together). A fixed L1 weakens
+    /// as the learned evidence grows; this keeps a well-taught model as sparse as a young one,
+    /// so features seen in a few spam cannot push other bulk mail over.
+    pub l1_per_thousand: f64,
+    /// Messages a feature must have been trained on before it carries any weight (0..=255).
+    pub min_feature_count: u8,
     /// Messages of each class the model must have learned before it gives an opinion.
     pub min_learned: u64,
     /// Learn spam from verdicts scoring at least this (autolearn); off when absent.
@@ -55,6 +61,8 @@ impl Default for ClassifierConfig {
             beta: 1.0,
             l1: 0.3,
             l2: 1.0,
+            l1_per_thousand: 0.0,
+            min_feature_count: 0,
             min_learned: 20,
             autolearn_spam_at: None,
             autolearn_ham_at: None,
@@ -68,7 +76,7 @@ impl Default for ClassifierConfig {
 pub enum ClassifierConfigError {
     #[error("classifier.table_bits must be 16..=26, got {0}")]
     TableBits(u32),
-    #[error("classifier alpha, beta, l1, l2 must be finite, >= 0 (alpha > 0)")]
+    #[error("classifier alpha, beta, l1, l2, l1_per_thousand must be finite, >= 0 (alpha > 0)")]
     Parameters,
 }
 
@@ -78,7 +86,13 @@ impl ClassifierConfig {
         if !(16..=26).contains(&self.table_bits) {
             return Err(ClassifierConfigError::TableBits(self.table_bits));
         }
-        let params = [self.alpha, self.beta, self.l1, self.l2];
+        let params = [
+            self.alpha,
+            self.beta,
+            self.l1,
+            self.l2,
+            self.l1_per_thousand,
+        ];
         if params.iter().any(|p| !p.is_finite() || *p < 0.0) || self.alpha == 0.0 {
             return Err(ClassifierConfigError::Parameters);
         }
@@ -115,8 +129,10 @@ pub enum SnapshotError {
 
 const MAGIC: &[u8; 8] = b"SHRKCLF\0";
 /// 2: the remembered training keys follow the weights, so a restart (or the offline
-/// `shrike learn` then the daemon) still refuses a message it has trained on. 1 is still read.
-const FORMAT_VERSION: u32 = 2;
+/// `shrike learn` then the daemon) still refuses a message it has trained on. 3: each
+/// coordinate's training count (one byte) follows the weights, before the keys, so
+/// `min_feature_count` holds across a restart. 1 and 2 are still read.
+const FORMAT_VERSION: u32 = 3;
 
 /// The model.
 pub struct Classifier {
@@ -124,6 +140,8 @@ pub struct Classifier {
     mask: u64,
     /// `z` and `n` of coordinate `i` at `2i` and `2i + 1`, as `f32` bits.
     table: Box<[AtomicU32]>,
+    /// Training steps each coordinate took part in, saturating at 255.
+    counts: Box<[AtomicU8]>,
     spam: AtomicU64,
     ham: AtomicU64,
     /// Serializes training steps (each reads then writes its coordinates).
@@ -165,6 +183,7 @@ impl Classifier {
             config: config.clone(),
             mask: size as u64 - 1,
             table: (0..size * 2).map(|_| AtomicU32::new(0)).collect(),
+            counts: (0..size).map(|_| AtomicU8::new(0)).collect(),
             spam: AtomicU64::new(0),
             ham: AtomicU64::new(0),
             train: Mutex::new(()),
@@ -191,14 +210,24 @@ impl Classifier {
         self.config.enabled && s >= self.config.min_learned && h >= self.config.min_learned
     }
 
-    fn weight(&self, slot: usize) -> f64 {
+    /// The L1 in force: the configured one plus its growth with the messages learned.
+    fn l1_now(&self) -> f64 {
+        let (s, h) = self.learned();
+        self.config.l1 + self.config.l1_per_thousand * (s + h) as f64 / 1000.0
+    }
+
+    fn weight(&self, slot: usize, l1: f64) -> f64 {
         let z = f64::from(f32::from_bits(self.table[2 * slot].load(Relaxed)));
         let n = f64::from(f32::from_bits(self.table[2 * slot + 1].load(Relaxed)));
         let c = &self.config;
-        if z.abs() <= c.l1 {
+        // The count is read only when a threshold is set: off, prediction touches no more
+        // memory than before.
+        if z.abs() <= l1
+            || (c.min_feature_count > 0 && self.counts[slot].load(Relaxed) < c.min_feature_count)
+        {
             0.0
         } else {
-            -(z - z.signum() * c.l1) / ((c.beta + n.sqrt()) / c.alpha + c.l2)
+            -(z - z.signum() * l1) / ((c.beta + n.sqrt()) / c.alpha + c.l2)
         }
     }
 
@@ -208,10 +237,11 @@ impl Classifier {
 
     /// The spam probability of a feature set (whether or not the model is ready).
     pub fn probability(&self, features: &Features) -> f64 {
+        let l1 = self.l1_now();
         let sum: f64 = features
             .hashes()
             .iter()
-            .map(|&f| self.weight(self.slot(f)))
+            .map(|&f| self.weight(self.slot(f), l1))
             .sum();
         sigmoid(sum)
     }
@@ -246,9 +276,12 @@ impl Classifier {
         let y = if class == Class::Spam { 1.0 } else { 0.0 };
         let g = self.probability(features) - y;
         let alpha = self.config.alpha;
+        let l1 = self.l1_now();
         for &f in features.hashes() {
             let slot = self.slot(f);
-            let w = self.weight(slot);
+            let w = self.weight(slot, l1);
+            let c = self.counts[slot].load(Relaxed);
+            self.counts[slot].store(c.saturating_add(1), Relaxed);
             let z = f64::from(f32::from_bits(self.table[2 * slot].load(Relaxed)));
             let n = f64::from(f32::from_bits(self.table[2 * slot + 1].load(Relaxed)));
             let sigma = ((n + g * g).sqrt() - n.sqrt()) / alpha;
@@ -342,6 +375,7 @@ impl Classifier {
         for v in self.table.iter() {
             buf.extend_from_slice(&v.load(Relaxed).to_le_bytes());
         }
+        buf.extend(self.counts.iter().map(|c| c.load(Relaxed)));
         {
             let seen = self.seen.lock();
             buf.extend_from_slice(&(seen.len() as u32).to_le_bytes());
@@ -392,7 +426,7 @@ impl Classifier {
             return Err(SnapshotError::Checksum(name));
         }
         let version = u32_at(8);
-        if version != FORMAT_VERSION && version != 1 {
+        if !(1..=FORMAT_VERSION).contains(&version) {
             return Err(SnapshotError::Version(name, version, FORMAT_VERSION));
         }
         if u32_at(12) != FEATURE_VERSION {
@@ -408,9 +442,17 @@ impl Classifier {
         }
         let model = Classifier::new(config);
         let table_end = 36 + model.table.len() * 4;
-        let (values, keys) = match body.get(36..table_end) {
+        let (values, rest) = match body.get(36..table_end) {
             Some(values) => (values, &body[table_end..]),
             None => return Err(SnapshotError::Checksum(name)),
+        };
+        let (counts, keys) = if version >= 3 {
+            match rest.split_at_checked(model.counts.len()) {
+                Some((counts, keys)) => (Some(counts), keys),
+                None => return Err(SnapshotError::Checksum(name)),
+            }
+        } else {
+            (None, rest)
         };
         let keys = match version {
             1 if keys.is_empty() => keys,
@@ -433,6 +475,22 @@ impl Classifier {
                 u32::from_le_bytes(chunk.try_into().expect("4 bytes")),
                 Relaxed,
             );
+        }
+        match counts {
+            Some(counts) => {
+                for (slot, &c) in model.counts.iter().zip(counts) {
+                    slot.store(c, Relaxed);
+                }
+            }
+            // A model saved before counts were kept: every coordinate it trained carries its
+            // weight as it did then (the count is unknown, not small).
+            None => {
+                for (i, slot) in model.counts.iter().enumerate() {
+                    if model.table[2 * i + 1].load(Relaxed) != 0 {
+                        slot.store(u8::MAX, Relaxed);
+                    }
+                }
+            }
         }
         Ok(model)
     }
@@ -536,6 +594,89 @@ mod tests {
             Classifier::load(&config(), &path),
             Err(SnapshotError::Magic(_))
         ));
+    }
+
+    fn only(word: &str) -> Features {
+        let mut f = Features::default();
+        f.add(features::Family::Word, word.as_bytes());
+        f.finish();
+        f
+    }
+
+    #[test]
+    fn a_feature_weighs_nothing_until_trained_min_feature_count_times() {
+        let counted = ClassifierConfig {
+            min_feature_count: 3,
+            ..config()
+        };
+        let model = Classifier::new(&counted);
+        let f = only("rare");
+        for _ in 0..2 {
+            model.train(&f, Class::Spam, None);
+            assert_eq!(model.probability(&f), 0.5, "seen too few times");
+        }
+        // The count survives a snapshot: one more step makes it count.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("classifier.bin");
+        model.save(&path).unwrap();
+        let loaded = Classifier::load(&counted, &path).unwrap();
+        assert_eq!(loaded.probability(&f), 0.5);
+        loaded.train(&f, Class::Spam, None);
+        assert!(loaded.probability(&f) > 0.5);
+        // Without the threshold the same two steps already give it weight.
+        let plain = Classifier::new(&config());
+        plain.train(&f, Class::Spam, None);
+        plain.train(&f, Class::Spam, None);
+        assert!(plain.probability(&f) > 0.5);
+
+        // A version-2 file (no counts) loads with every trained coordinate counted as seen
+        // often enough, so an old model keeps its opinions.
+        let bytes = std::fs::read(&path).unwrap();
+        let table_end = 36 + model.table.len() * 4;
+        let mut v2 = bytes[..table_end].to_vec();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        v2.extend_from_slice(&bytes[table_end + model.counts.len()..bytes.len() - 4]);
+        let crc = crc32c::crc32c(&v2);
+        v2.extend_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &v2).unwrap();
+        let old = Classifier::load(&counted, &path).unwrap();
+        assert!(old.probability(&f) > 0.5);
+        assert_eq!(old.probability(&only("never")), 0.5);
+    }
+
+    #[test]
+    fn l1_grows_with_the_messages_learned() {
+        let growing = ClassifierConfig {
+            l1_per_thousand: 1.0,
+            ..config()
+        };
+        let plain = Classifier::new(&config());
+        let sparse = Classifier::new(&growing);
+        let rare = only("rare");
+        // Three spam with a word nothing else has, while the models are young.
+        for model in [&plain, &sparse] {
+            for _ in 0..3 {
+                model.train(&rare, Class::Spam, None);
+            }
+        }
+        assert!(plain.probability(&rare) > 0.5);
+        assert!(sparse.probability(&rare) > 0.5, "young: L1 still small");
+        for i in 0..2_000 {
+            let class = if i % 2 == 0 { Class::Spam } else { Class::Ham };
+            for model in [&plain, &sparse] {
+                model.train(&example(i, class == Class::Spam), class, None);
+            }
+        }
+        assert!(plain.probability(&rare) > 0.5, "a fixed L1 keeps it");
+        assert_eq!(sparse.probability(&rare), 0.5, "2,003 learned: L1 2.3");
+        // The common evidence still separates the classes.
+        assert!(sparse.probability(&example(9_001, true)) > 0.9);
+        assert!(sparse.probability(&example(9_002, false)) < 0.1);
+        let bad = ClassifierConfig {
+            l1_per_thousand: -1.0,
+            ..config()
+        };
+        assert_eq!(bad.validate(), Err(ClassifierConfigError::Parameters));
     }
 
     #[test]
