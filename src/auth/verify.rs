@@ -349,31 +349,24 @@ fn dkim_result(o: &DkimOutput<'_>, from: Option<&str>, health: &DnsHealth) -> Me
     }
 }
 
-/// Fetches what verifying a message with header section `head` will ask of DNS, before its
-/// body has arrived: the SPF records of the sender and the HELO (by evaluating them), the From
+/// Fetches what verifying a message whose header section is `msg` (parsed as a message with an
+/// empty body) will ask of DNS, before its body has arrived: the SPF records of the sender and the HELO (by evaluating them), the From
 /// domain's DMARC record, and the keys of its DKIM signatures and ARC sets. The answers land in
 /// `caches` and the resolver's cache; nothing is returned. An unsigned message whose results
 /// are memoized asks nothing.
 pub async fn prefetch(
     auth: &MessageAuthenticator,
     caches: &super::AuthCaches,
-    head: &[u8],
+    msg: &AuthenticatedMessage<'_>,
     smtp: Smtp<'_>,
 ) {
     use mail_auth::common::verify::{DomainKey, VerifySignature};
-    // The header section as a message with an empty body.
-    let mut raw = Vec::with_capacity(head.len() + 2);
-    raw.extend_from_slice(head);
-    raw.extend_from_slice(b"\r\n");
-    let Some(msg) = AuthenticatedMessage::parse(&raw) else {
-        return;
-    };
     let Who {
         from_domain,
         helo,
         sender,
         memo_key,
-    } = identify(&msg, smtp);
+    } = identify(msg, smtp);
     if memo_key.is_some_and(|k| caches.memo.peek(&k)) {
         return;
     }

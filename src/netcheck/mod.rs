@@ -201,30 +201,35 @@ impl Checker {
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             return;
         };
-        let mut queries: Vec<String> = Vec::new();
-        if !self.zones.is_empty() {
-            let t = dnsbl::targets(head, envelope, false);
-            for (_, _, _, query) in list_queries(&self.zones, &t) {
-                if queries.len() < MAX_LIST_QUERIES
-                    && !queries.contains(&query)
-                    && !self.resolver.has_cached_a(&query)
-                {
-                    queries.push(query);
-                }
-            }
-        }
-        let (auth, caches, resolver) = (
+        let (auth, caches, resolver, zones) = (
             self.auth.clone(),
             self.caches.clone(),
             self.resolver.clone(),
+            self.zones.clone(),
         );
         let host = self.host.clone();
-        let head = head.to_vec();
-        let ip = envelope.client_ip;
-        let helo = envelope.helo.clone().unwrap_or_default();
-        let mail_from = bare_address(envelope.mail_from.as_deref());
+        // The header section as a message with an empty body, parsed once in the task for the
+        // lists' names and for authentication.
+        let mut raw = Vec::with_capacity(head.len() + 2);
+        raw.extend_from_slice(head);
+        raw.extend_from_slice(b"\r\n");
+        let envelope = envelope.clone();
         let limit = self.task_limit;
         tokio::spawn(async move {
+            let parsed = mail_auth::AuthenticatedMessage::parse(&raw);
+            let mut queries: Vec<String> = Vec::new();
+            if !zones.is_empty() {
+                let headers = parsed.as_ref().map_or(&[][..], |m| &m.headers[..]);
+                let t = dnsbl::targets_of(headers, &[], &envelope, false);
+                for (_, _, _, query) in list_queries(&zones, &t) {
+                    if queries.len() < MAX_LIST_QUERIES
+                        && !queries.contains(&query)
+                        && !resolver.has_cached_a(&query)
+                    {
+                        queries.push(query);
+                    }
+                }
+            }
             let lists = async {
                 let mut set = tokio::task::JoinSet::new();
                 for q in queries {
@@ -233,13 +238,18 @@ impl Checker {
                 }
                 while set.join_next().await.is_some() {}
             };
+            let mail_from = bare_address(envelope.mail_from.as_deref());
             let smtp = crate::auth::Smtp {
-                ip,
-                helo: &helo,
+                ip: envelope.client_ip,
+                helo: envelope.helo.as_deref().unwrap_or_default(),
                 mail_from: &mail_from,
                 host: &host,
             };
-            let authenticate = crate::auth::prefetch(&auth, &caches, &head, smtp);
+            let authenticate = async {
+                if let Some(msg) = &parsed {
+                    crate::auth::prefetch(&auth, &caches, msg, smtp).await;
+                }
+            };
             let _ = tokio::time::timeout(limit, async { tokio::join!(lists, authenticate) }).await;
             drop(permit);
         });
