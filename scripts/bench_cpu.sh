@@ -9,7 +9,10 @@
 #           connections, with shrike as its milter (needs root).
 #
 # Per run: messages/s, shrike's CPU per message (utime + stime of the process from /proc, all
-# threads), and for http the worker's mean stage times from /metrics; for milter the context
+# threads), and for http the worker's mean stage times from /metrics (wall time: it includes
+# the time a worker waits for a core the client or the socket thread holds) and each thread
+# kind's CPU a message (/proc/PID/task/*/schedstat, nanoseconds on a core; "scan" is the
+# workers' time, the figure to hold against the bench's full scan); for milter the context
 # switches per message of the socket and scan threads.
 #
 #   [ROUNDS=3] [SECS=15] [N=1500] scripts/bench_cpu.sh http|milter SETUP [SETUP...]
@@ -42,6 +45,10 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # voluntary+involuntary context switches of the threads whose name starts with $2
 switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk -v p="$2" '
     /^Name:/ {on = index($2, p) == 1} on && /ctxt_switches/ {s += $2} END {print s + 0}'; }
+# nanoseconds on a core per thread kind (the name less its trailing -N)
+thread_ns() { for t in /proc/"$1"/task/*; do
+    printf '%s %s\n' "$(sed 's/-[0-9]*$//' "$t/comm")" "$(awk '{print $1}' "$t/schedstat")"; done 2>/dev/null \
+    | awk '{a[$1] += $2} END {for (k in a) print k, a[k]}' | sort; }
 stage_sums() { curl -s "http://127.0.0.1:$http_port/metrics" | awk '
     /^shrike_stage_seconds_(sum|count)\{stage="(analyze|rules|total)"\}/ {print $1, $2}'; }
 
@@ -57,17 +64,19 @@ run() {  # run BIN CONFIG -> one result line
     if [ "$mode" = http ]; then
         BENCH_LIST="$work/list" wrk -t2 -c16 -d3s -s "$wrk_script" \
             "http://127.0.0.1:$http_port" >/dev/null
-        m0=$(stage_sums); s0=$(cpu_ticks $pid)
+        m0=$(stage_sums); s0=$(cpu_ticks $pid); thread_ns $pid > "$work/threads0"
         out=$(BENCH_LIST="$work/list" wrk -t2 -c16 -d"${secs}s" -s "$wrk_script" \
             "http://127.0.0.1:$http_port" | grep '^messages')
-        s1=$(cpu_ticks $pid); m1=$(stage_sums)
+        s1=$(cpu_ticks $pid); m1=$(stage_sums); thread_ns $pid > "$work/threads1"
         count=$(echo "$out" | awk '{print $2}')
         rate=$(echo "$out" | awk '{print $7}')
         stages=$(printf '%s\n%s\n' "$m0" "$m1" | awk '
             {k = $1; if (k in first) d[k] = $2 - first[k]; else first[k] = $2}
             END {for (k in d) if (k ~ /_sum/) {c = k; sub(/_sum/, "_count", c)
                  split(k, a, "\""); printf "%s %.0f µs  ", a[2], 1e6 * d[k] / d[c]}}')
-        echo "$rate msg/s, $(( (s1 - s0) * 1000000 / hz / count )) µs CPU a message; worker: $stages"
+        threads=$(join "$work/threads0" "$work/threads1" | awk -v n="$count" '
+            {us = ($3 - $2) / 1000 / n; if (us >= 0.5) printf "%s %.1f  ", $1, us}')
+        echo "$rate msg/s, $(( (s1 - s0) * 1000000 / hz / count )) µs CPU a message; worker: $stages; CPU µs a message by thread: $threads"
     else
         "$tools/mta-up" --force --no-install --dir "$work/mta" --milter "inet:127.0.0.1:$milter_port" >/dev/null 2>&1
         rm -f "$work/mta/sink/"* 2>/dev/null || true

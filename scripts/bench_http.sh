@@ -4,12 +4,20 @@
 # (../shared/tools/rspamd/rspamd-up) when --rspamd is given. Client and server share the machine.
 # With --rspamd both servers stay up and take turns for ROUNDS rounds (default 1), so that a
 # change in the machine's load hits both; each round prints the ratio, the end the median.
+# --noop adds a third server to every round: nginx answering every POST with a constant JSON
+# reply (the HTTP ceiling of this client on this machine; installed with apt-get if missing),
+# and shrike's share of its rate.
 #
-#   [ROUNDS=1] scripts/bench_http.sh [--rspamd] [SECONDS] [CONNECTIONS]
+#   [ROUNDS=1] scripts/bench_http.sh [--rspamd] [--noop] [SECONDS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 with_rspamd=0
-if [ "${1:-}" = "--rspamd" ]; then with_rspamd=1; shift; fi
+with_noop=0
+while [ "${1:-}" = "--rspamd" ] || [ "${1:-}" = "--noop" ]; do
+    [ "$1" = "--rspamd" ] && with_rspamd=1
+    [ "$1" = "--noop" ] && with_noop=1
+    shift
+done
 secs=${1:-30}
 conns=${2:-16}
 work=${BENCH_DIR:-/tmp/shrike-bench}
@@ -40,8 +48,41 @@ run() {  # run NAME URL -> the result lines; the rate in $last
     last=$(echo "$out" | awk '/^messages/ {print $7}')
 }
 
+noop_port=21390
+start_noop() {
+    if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null 2>&1 \
+            || DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx >/dev/null
+    fi
+    mkdir -p "$work/nginx"
+    # One worker process per core, as rspamd and shrike get; no logging, the body discarded.
+    cat > "$work/nginx/nginx.conf" <<EOC
+worker_processes 2;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $work/nginx;
+    server {
+        listen 127.0.0.1:$noop_port;
+        location / {
+            default_type application/json;
+            return 200 '{"is_skipped":false,"score":0.0,"required_score":15.0,"action":"no action","symbols":{}}';
+        }
+    }
+}
+EOC
+    PATH=$PATH:/usr/sbin nginx -c "$work/nginx/nginx.conf"
+    for _ in $(seq 50); do curl -sf -d x "http://127.0.0.1:$noop_port/checkv2" >/dev/null && return; sleep 0.1; done
+    echo "nginx did not start (see $work/nginx/error.log)" >&2; exit 1
+}
+
 stop_all() {
     kill $pid 2>/dev/null || true
+    if [ "$with_noop" = 1 ] && [ -s "$work/nginx/nginx.pid" ]; then
+        kill "$(cat "$work/nginx/nginx.pid")" 2>/dev/null || true
+    fi
     if [ "$with_rspamd" = 1 ]; then
         ../shared/tools/rspamd/rspamd-down "$work/rspamd" >/dev/null 2>&1 || true
     fi
@@ -50,8 +91,10 @@ trap stop_all EXIT
 if [ "$with_rspamd" = 1 ]; then
     ../shared/tools/rspamd/rspamd-up "$work/rspamd" >/dev/null
 fi
+if [ "$with_noop" = 1 ]; then start_noop; fi
 rounds=${ROUNDS:-1}
 ratios=()
+shares=()
 for r in $(seq "$rounds"); do
     run shrike "http://127.0.0.1:$port"
     ours=$last
@@ -69,8 +112,18 @@ for r in $(seq "$rounds"); do
         ratios+=("$ratio")
         echo "round $r: shrike $ours / rspamd $last msg/s = ${ratio}x"
     fi
+    if [ "$with_noop" = 1 ]; then
+        run "no-op nginx" "http://127.0.0.1:$noop_port"
+        share=$(awk -v a="$ours" -v b="$last" 'BEGIN {printf "%.3f", a / b}')
+        shares+=("$share")
+        echo "round $r: shrike $ours / no-op $last msg/s = $share"
+    fi
 done
 if [ ${#ratios[@]} -gt 0 ]; then
     sorted=$(printf '%s\n' "${ratios[@]}" | sort -n | tr '\n' ' ')
     echo "median ratio: $(echo "$sorted" | awk '{print $(int((NF + 1) / 2))}')x (rounds: $sorted)"
+fi
+if [ ${#shares[@]} -gt 0 ]; then
+    sorted=$(printf '%s\n' "${shares[@]}" | sort -n | tr '\n' ' ')
+    echo "median share of the no-op server: $(echo "$sorted" | awk '{print $(int((NF + 1) / 2))}') (rounds: $sorted)"
 fi

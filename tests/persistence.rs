@@ -249,10 +249,38 @@ fn a_data_directory_of_format_1_loads() {
             ],
         ),
     ];
-    for (k, buckets, windows) in expected {
-        let t = d.store().timeline(&k).expect("key restored");
-        assert_eq!(t.buckets, buckets, "{k:?}");
+    for (k, buckets, windows) in &expected {
+        let t = d.store().timeline(k).expect("key restored");
+        assert_eq!(&t.buckets, buckets, "{k:?}");
         assert_eq!(&*t.windows.windows, &windows[..], "{k:?}");
     }
     assert_eq!(d.store().stats().keys, 5);
+
+    // This build goes on in a WAL of the current version beside the old one; after a kill
+    // both replay: the old counts and the new.
+    let k1 = key(0, 8, 0x0123_4567_89ab_cdef);
+    let fresh = key(0, 9, 0x0000_0001_0000_0009);
+    d.store().record_many(&[
+        Increment::one(k1, Counter::Seen),
+        Increment::one(fresh, Counter::Spam),
+    ]);
+    d.committer().commit().expect("commit");
+    std::mem::forget(d);
+    let clock = Arc::new(ManualClock::new(1_700_173_600));
+    let (d, recovery) =
+        Durable::open(dir.path(), &config, &persist(), clock, false).expect("both versions load");
+    assert_eq!(
+        (recovery.wal_files, recovery.wal_records),
+        (2, 3),
+        "{recovery:?}"
+    );
+    let sums = d.store().lookup_many(&[k1, fresh]);
+    assert_eq!(
+        sums[0].windows[0],
+        [2, 0, 0, 0, 0],
+        "k1's 10 minutes: fixture 1 + new 1"
+    );
+    assert_eq!(sums[0].windows[4], [303, 1, 0, 1, 0], "k1's 14 days");
+    assert_eq!(sums[1].windows[0], [0, 1, 0, 0, 0]);
+    assert_eq!(d.store().stats().keys, 6);
 }

@@ -53,7 +53,7 @@ use keys::{key_hash, matches, table_hash};
 pub use layout::{Layout, Resolution};
 pub use persist::{Committer, Durable, FsyncPolicy, PersistConfig, PersistError, Recovery};
 pub use rate::RateResult;
-use shards::{Shard, ShardLog, Slot};
+use shards::{Shard, Slot};
 pub use sums::{WindowSums, INLINE_WINDOWS};
 pub use sweeper::Sweeper;
 pub use timeline::Bucket;
@@ -241,12 +241,20 @@ pub struct Store {
     keys: AtomicUsize,
     evictions: AtomicU64,
     sweep_cursor: AtomicUsize,
-    /// Changes are appended to the shard logs (set by `persist::Durable`).
+    /// Changes are logged (set by `persist::Durable`).
     logging: std::sync::atomic::AtomicBool,
-    /// One bit per shard, set when its log goes from empty to holding records, so the WAL
-    /// writer visits only those shards instead of locking every one of tens of thousands on
-    /// each flush. The logs themselves stay under the shard locks; a bit is only a hint.
-    dirty: Box<[AtomicU64]>,
+    /// Framed WAL records not yet handed to the WAL writer: one record a call of
+    /// `record_many`, built in the caller's scratch buffer (each shard's group numbered under
+    /// its lock) and appended here whole.
+    wal: Mutex<Vec<u8>>,
+    /// The buffer the writer emptied last, swapped in at its next drain.
+    wal_spare: Mutex<Vec<u8>>,
+}
+
+thread_local! {
+    /// The WAL record being built by this thread's `record_many` (kept between calls, so that
+    /// building a record allocates nothing).
+    static WAL_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// What the rules engine and the daemon need of a reputation store. `Store` is the in-memory
@@ -390,9 +398,8 @@ impl Store {
             evictions: AtomicU64::new(0),
             sweep_cursor: AtomicUsize::new(0),
             logging: std::sync::atomic::AtomicBool::new(false),
-            dirty: (0..shards.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            wal: Mutex::new(Vec::new()),
+            wal_spare: Mutex::new(Vec::new()),
         })
     }
 
@@ -432,23 +439,46 @@ impl Store {
             true
         });
         let logging = self.logging.load(Ordering::Relaxed);
-        let mut logged: Vec<(StoreKey, Counts)> = Vec::new();
+        let mut record = if logging {
+            WAL_SCRATCH.take()
+        } else {
+            Vec::new()
+        };
+        if logging {
+            persist::begin_record(&mut record, now);
+        }
         self.for_each_shard(
             &ops,
             |op| (op.0, op.1),
             |shard_index, shard, ops| {
                 for (_, hash, key, delta) in ops {
                     self.add(shard, key, *hash, id, delta, now);
-                    if logging {
-                        logged.push((*key, *delta));
-                    }
                 }
                 if logging {
-                    self.log(shard, shard_index, now, &logged);
-                    logged.clear();
+                    let seq = shard.next_seq();
+                    let changes = ops.iter().map(|(_, _, key, delta)| (key, delta));
+                    persist::encode_group(&mut record, shard_index as u32, seq, changes);
                 }
             },
         );
+        if logging {
+            if ops.is_empty() {
+                WAL_SCRATCH.set(record);
+            } else {
+                self.log_record(record);
+            }
+        }
+    }
+
+    /// Frames a record built in this thread's scratch buffer, appends it to the WAL buffer,
+    /// and keeps the scratch for the next one.
+    fn log_record(&self, mut record: Vec<u8>) {
+        persist::finish_record(&mut record);
+        self.append_log(&record);
+        // A record of an unusually large batch (a bulk learn) is not kept as scratch.
+        if record.capacity() <= 1 << 20 {
+            WAL_SCRATCH.set(record);
+        }
     }
 
     /// of `period_secs` over `unique` holds each recipient at most once, wherever it falls
@@ -484,8 +514,19 @@ impl Store {
         self.add(&mut shard, &pair, pair_hash, id, &one, now);
         self.add(&mut shard, &unique, key_hash(&unique), id, &one, now);
         if self.logging.load(Ordering::Relaxed) {
-            let shard_index = self.shard_of(unique.hash);
-            self.log(&mut shard, shard_index, now, &[(pair, one), (unique, one)]);
+            let shard_index = self.shard_of(unique.hash) as u32;
+            let mut record = WAL_SCRATCH.take();
+            persist::begin_record(&mut record, now);
+            let seq = shard.next_seq();
+            let changes = [(pair, one), (unique, one)];
+            persist::encode_group(
+                &mut record,
+                shard_index,
+                seq,
+                changes.iter().map(|(k, c)| (k, c)),
+            );
+            drop(shard);
+            self.log_record(record);
         }
         true
     }
@@ -561,17 +602,13 @@ impl Store {
         let mut rate_keys = 0;
         for shard in self.shards.iter() {
             let shard = shard.lock();
-            approx_bytes += shard.table.bytes()
-                + shard.arena.bytes()
-                + shard
-                    .log
-                    .as_ref()
-                    .map_or(0, |l| std::mem::size_of::<ShardLog>() + l.buf.capacity());
+            approx_bytes += shard.table.bytes() + shard.arena.bytes();
             if let Some(x) = &shard.extras {
                 approx_bytes += std::mem::size_of::<shards::Extras>() + x.rates.bytes();
                 rate_keys += x.rates.len();
             }
         }
+        approx_bytes += self.wal.lock().capacity() + self.wal_spare.lock().capacity();
         StoreStats {
             keys: self.keys.load(Ordering::Relaxed),
             rate_keys,

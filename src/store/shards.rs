@@ -30,8 +30,9 @@ pub(super) struct Shard {
     /// Rate counters, allocated on first use: most shards never have any, and the shard array
     /// stays small.
     pub(super) extras: Option<Box<Extras>>,
-    /// The WAL side (persistence), allocated on first use.
-    pub(super) log: Option<Box<ShardLog>>,
+    /// Sequence number of the shard's last logged change (persistence): WAL records carry it,
+    /// so recovery skips what a snapshot already holds, shard by shard.
+    seq: u64,
 }
 
 /// What a shard holds besides its timelines and log. (The windowed features of `features.rs` would
@@ -41,25 +42,19 @@ pub(super) struct Extras {
     pub(super) rates: rate::RateTable,
 }
 
-#[derive(Default)]
-pub(super) struct ShardLog {
-    /// Sequence number of the last change logged.
-    seq: u64,
-    /// Framed WAL records not yet handed to the WAL writer.
-    pub(super) buf: Vec<u8>,
-}
-
 impl Shard {
     pub(super) fn extras(&mut self) -> &mut Extras {
         self.extras.get_or_insert_with(Box::default)
     }
 
     fn seq(&self) -> u64 {
-        self.log.as_ref().map_or(0, |l| l.seq)
+        self.seq
     }
 
-    fn log_mut(&mut self) -> &mut ShardLog {
-        self.log.get_or_insert_with(Box::default)
+    /// The sequence number of a change about to be logged.
+    pub(super) fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
     }
 }
 
@@ -149,24 +144,6 @@ impl Store {
         }
     }
 
-    /// Appends a change to the shard's log, under the shard's lock: a shard's log order is its
-    /// apply order, which is what lets snapshots run without stopping writers.
-    pub(super) fn log(
-        &self,
-        shard: &mut Shard,
-        index: usize,
-        now: u64,
-        changes: &[(StoreKey, Counts)],
-    ) {
-        let log = shard.log_mut();
-        let was_empty = log.buf.is_empty();
-        log.seq += 1;
-        persist::encode_record(&mut log.buf, index as u32, log.seq, now, changes);
-        if was_empty {
-            self.dirty[index / 64].fetch_or(1 << (index % 64), Ordering::Relaxed);
-        }
-    }
-
     /// Adds `delta` to `key` (whose table hash is `hash`) in bucket `id`.
     pub(super) fn add(
         &self,
@@ -232,38 +209,24 @@ impl Store {
         self.logging.store(true, Ordering::Relaxed);
     }
 
-    /// Hands each shard's pending log records to `f`, emptying the shard buffers.
-    ///
-    /// A drained shard gets the previous shard's buffer back, emptied with its capacity kept:
-    /// buffers circulate instead of being freed here and allocated again by the scan thread
-    /// (a free on another thread than the allocation's, and fresh pages for the next record).
-    pub(crate) fn drain_logs(&self, mut f: impl FnMut(&[u8])) {
-        /// Larger buffers (after a burst) are freed rather than handed back.
-        const MAX_SPARE: usize = 16 * 1024;
-        let mut spare: Vec<u8> = Vec::new();
-        for (word_index, word) in self.dirty.iter().enumerate() {
-            // A shard whose bit is cleared here and that logs again before it is locked below
-            // has its new records taken too; one that logs after the take sets its bit again.
-            let mut bits = word.swap(0, Ordering::Relaxed);
-            while bits != 0 {
-                let index = word_index * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let mut pending = {
-                    let mut shard = self.shards[index].lock();
-                    match shard.log.as_mut() {
-                        Some(log) if !log.buf.is_empty() => {
-                            std::mem::replace(&mut log.buf, std::mem::take(&mut spare))
-                        }
-                        _ => continue,
-                    }
-                };
-                f(&pending);
-                if pending.capacity() <= MAX_SPARE {
-                    pending.clear();
-                    spare = pending;
-                }
-            }
+    /// Hands the pending WAL records to `f`, emptying the buffer. The emptied buffer is kept
+    /// for the next swap (up to a bound), so writers append into memory already faulted in
+    /// rather than growing a fresh buffer after every flush.
+    pub(crate) fn drain_logs(&self, f: impl FnOnce(&[u8])) {
+        /// Larger buffers (after a burst) are freed rather than kept.
+        const MAX_SPARE: usize = 16 << 20;
+        let spare = std::mem::take(&mut *self.wal_spare.lock());
+        let mut pending = std::mem::replace(&mut *self.wal.lock(), spare);
+        f(&pending);
+        if pending.capacity() <= MAX_SPARE {
+            pending.clear();
+            *self.wal_spare.lock() = pending;
         }
+    }
+
+    /// Appends a framed record (from `persist::finish_record`) to the WAL buffer.
+    pub(super) fn append_log(&self, record: &[u8]) {
+        self.wal.lock().extend_from_slice(record);
     }
 
     /// Encodes one shard for a snapshot (under its lock); returns its key count.
@@ -288,9 +251,7 @@ impl Store {
     /// Restores one shard from a snapshot block.
     pub(crate) fn load_shard(&self, index: usize, seq: u64, entries: Vec<(StoreKey, Vec<Bucket>)>) {
         let mut shard = self.shards[index].lock();
-        if seq != shard.seq() {
-            shard.log_mut().seq = seq;
-        }
+        shard.seq = seq;
         let added = entries.len();
         for (key, buckets) in entries {
             let hash = table_hash(key.hash, key.kind, key.namespace);
@@ -319,8 +280,8 @@ impl Store {
                 time,
             );
         }
-        if seq > shard.seq() {
-            shard.log_mut().seq = seq;
+        if seq > shard.seq {
+            shard.seq = seq;
         }
     }
 

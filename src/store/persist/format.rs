@@ -8,21 +8,32 @@
 //! header:      magic [8] | version u16 | hash algorithm u16 | shards u32 | n u8
 //!              | n × (bucket_secs u64, keep_secs u64) | crc32c(all before) u32
 //! key:         namespace u8 | kind u16 | hash u64
-//! WAL record:  shard u32 | seq u64 | time u64 | n u32 | n × (key, 5 × varint)
+//! WAL record, version 1:
+//!              shard u32 | seq u64 | time u64 | n u32 | n × (key, 5 × varint)
+//! WAL record, version 2 (one message's change, over every shard it touched):
+//!              time u64 | groups to the payload's end:
+//!              (shard varint | seq varint | n varint | n × (key, 5 × varint))
 //! shard block: shard u32 | seq u64 | n u32
 //!              | n × (key, buckets u16, buckets × (resolution u8, id u32, 5 × varint))
 //! snapshot:    header | one framed shard block per shard | end
 //! end:         "SHRKEND\0" | keys u64 | crc32c(the 16 bytes before) u32
-//! WAL file:    header | framed WAL records
+//! WAL file:    header | framed WAL records (of the header's version)
 //! ```
+//!
+//! Version 2 changed only the WAL record: a version 1 record held one shard's change, so a
+//! message touching sixty shards wrote sixty frames, each into its own shard's buffer (a cold
+//! cache line apiece); a version 2 record is built in the writing thread's scratch buffer and
+//! framed once. Files of either version are read; new files are written as version 2.
 //!
 //! Decoders check every read against the input's bounds and report damage with a typed error;
 //! the caller (`recover.rs`) decides whether it is a torn tail or corruption.
 
 use super::super::{Bucket, Counts, Increment, Resolution, StoreKey, COUNTERS};
 
-/// File format version.
-pub(super) const VERSION: u16 = 1;
+/// File format version written.
+pub(super) const VERSION: u16 = 2;
+/// The oldest version read.
+const OLDEST_VERSION: u16 = 1;
 /// Hash algorithm of the keys: 1 = XXH3-64 with shrike's shingle seed (shingle::SEED).
 pub(super) const HASH_ALGORITHM: u16 = 1;
 pub(super) const WAL_MAGIC: &[u8; 8] = b"SHRKWAL\0";
@@ -66,7 +77,7 @@ pub(super) enum HeaderError {
     /// Not one of shrike's store files at all (corruption, not a different build).
     #[error("not a shrike store file (bad magic)")]
     Magic,
-    #[error("format version {0:?}, expected {VERSION}")]
+    #[error("format version {0:?}, expected {OLDEST_VERSION} to {VERSION}")]
     Version(Option<u16>),
     #[error("hash algorithm {0:?}, expected {HASH_ALGORITHM}")]
     HashAlgorithm(Option<u16>),
@@ -196,18 +207,50 @@ pub(super) fn next_frame(data: &[u8], at: usize) -> Option<Result<(&[u8], usize)
     Some(Ok((payload, at + 8 + len as usize)))
 }
 
-/// Encodes one WAL record (called by the store under the shard's lock).
-pub(crate) fn encode_record(
+/// Starts a version 2 record at `time` in `out` (the writing thread's scratch buffer): room
+/// for the frame's length and checksum, then the time. Groups follow (`encode_group`), then
+/// `finish_record` frames it.
+pub(crate) fn begin_record(out: &mut Vec<u8>, time: u64) {
+    out.clear();
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&time.to_le_bytes());
+}
+
+/// Appends one shard's group to a record begun by `begin_record` (called under the shard's
+/// lock, so that `seq` orders the shard's changes).
+pub(crate) fn encode_group<'a>(
+    out: &mut Vec<u8>,
+    shard: u32,
+    seq: u64,
+    changes: impl ExactSizeIterator<Item = (&'a StoreKey, &'a Counts)>,
+) {
+    put_varint(out, u64::from(shard));
+    put_varint(out, seq);
+    put_varint(out, changes.len() as u64);
+    for (key, counts) in changes {
+        put_key(out, key);
+        put_counts(out, counts);
+    }
+}
+
+/// Writes the frame's length and checksum into a record built by `begin_record` and
+/// `encode_group`; the bytes are then one whole frame.
+pub(crate) fn finish_record(record: &mut [u8]) {
+    let payload = &record[8..];
+    let (len, crc) = (payload.len() as u32, crc32c::crc32c(payload));
+    record[..4].copy_from_slice(&len.to_le_bytes());
+    record[4..8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Encodes one version 1 record (the tests' fixtures of what older files hold).
+#[cfg(test)]
+fn encode_record_v1(
     out: &mut Vec<u8>,
     shard: u32,
     seq: u64,
     time: u64,
     increments: &[(StoreKey, Counts)],
 ) {
-    // Room for the whole record at once: the writer takes a shard's buffer away, so the next
-    // record starts from an empty one, which would otherwise grow several times per record.
-    // (frame, header, then per increment a key of 11 bytes and up to 10 bytes per counter)
-    out.reserve(8 + 24 + increments.len() * (11 + 10 * COUNTERS));
     frame(out, |payload| {
         payload.extend_from_slice(&shard.to_le_bytes());
         payload.extend_from_slice(&seq.to_le_bytes());
@@ -220,8 +263,8 @@ pub(crate) fn encode_record(
     });
 }
 
-/// One WAL record: a shard's change, its sequence number in that shard, and the time it was
-/// applied at.
+/// One shard's part of a WAL record: the change, its sequence number in that shard, and the
+/// time it was applied at.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct WalRecord {
     pub shard: u32,
@@ -230,7 +273,39 @@ pub(super) struct WalRecord {
     pub increments: Vec<Increment>,
 }
 
-pub(super) fn decode_record(payload: &[u8]) -> Result<WalRecord, PayloadError> {
+/// Decodes a record of a file of `version`: its groups, one per shard (version 1 records hold
+/// one).
+pub(super) fn decode_record(version: u16, payload: &[u8]) -> Result<Vec<WalRecord>, PayloadError> {
+    if version == 1 {
+        return decode_record_v1(payload).map(|record| vec![record]);
+    }
+    let mut r = Reader::new(payload);
+    let records = (|| {
+        let time = r.u64()?;
+        let mut out = Vec::new();
+        while !r.done() {
+            let shard = u32::try_from(r.varint()?).ok()?;
+            let seq = r.varint()?;
+            let n = r.varint()? as usize;
+            let mut increments = Vec::with_capacity(n.min(payload.len() / 16 + 1));
+            for _ in 0..n {
+                let key = read_key(&mut r)?;
+                let counts = read_counts(&mut r)?;
+                increments.push(Increment { key, counts });
+            }
+            out.push(WalRecord {
+                shard,
+                seq,
+                time,
+                increments,
+            });
+        }
+        Some(out)
+    })();
+    records.ok_or(PayloadError::Record)
+}
+
+fn decode_record_v1(payload: &[u8]) -> Result<WalRecord, PayloadError> {
     let mut r = Reader::new(payload);
     let record = (|| {
         let shard = r.u32()?;
@@ -271,14 +346,13 @@ pub(super) fn header(magic: &[u8; 8], shards: u32, resolutions: &[Resolution]) -
 }
 
 /// Checks a file's header against a store of `shards` shards and these resolutions; returns
-/// the offset after it.
+/// the offset after it and the file's format version.
 pub(super) fn check_header(
     data: &[u8],
     magic: &[u8; 8],
     shards: u32,
     resolutions: &[Resolution],
-) -> Result<usize, HeaderError> {
-    let expected = header(magic, shards, resolutions);
+) -> Result<(usize, u16), HeaderError> {
     if data.len() < 8 || &data[..8] != magic {
         return Err(HeaderError::Magic);
     }
@@ -286,9 +360,10 @@ pub(super) fn check_header(
     let version = r.u16();
     let algorithm = r.u16();
     let found = r.u32();
-    if version != Some(VERSION) {
-        return Err(HeaderError::Version(version));
-    }
+    let version = match version {
+        Some(v) if (OLDEST_VERSION..=VERSION).contains(&v) => v,
+        _ => return Err(HeaderError::Version(version)),
+    };
     if algorithm != Some(HASH_ALGORITHM) {
         return Err(HeaderError::HashAlgorithm(algorithm));
     }
@@ -298,10 +373,16 @@ pub(super) fn check_header(
             configured: shards,
         });
     }
+    // The rest must be what this build would write, but for the version field.
+    let mut expected = header(magic, shards, resolutions);
+    expected[8..10].copy_from_slice(&version.to_le_bytes());
+    let crc_at = expected.len() - 4;
+    let crc = crc32c::crc32c(&expected[..crc_at]);
+    expected[crc_at..].copy_from_slice(&crc.to_le_bytes());
     if data.len() < expected.len() || data[..expected.len()] != expected[..] {
         return Err(HeaderError::Resolutions);
     }
-    Ok(expected.len())
+    Ok((expected.len(), version))
 }
 
 /// Encodes one shard's block: shard, sequence, keys with their buckets.
@@ -475,17 +556,17 @@ mod tests {
     }
 
     #[test]
-    fn a_wal_record_has_its_exact_bytes_and_decodes_back() {
+    fn a_version_1_wal_record_has_its_exact_bytes_and_decodes_back() {
         let increments = [(K1, [1, 0, 0, 0, 0]), (K3, [0, 0, 0, 1, 0])];
         let mut out = vec![0xaa];
-        encode_record(&mut out, 1, 3, 1_700_173_500, &increments);
+        encode_record_v1(&mut out, 1, 3, 1_700_173_500, &increments);
         assert_eq!(out[0], 0xaa, "appends");
         assert_eq!(out[1..], record_bytes()[..]);
         let (payload, next) = next_frame(&out, 1).unwrap().unwrap();
         assert_eq!(next, out.len());
         assert_eq!(
-            decode_record(payload),
-            Ok(WalRecord {
+            decode_record(1, payload),
+            Ok(vec![WalRecord {
                 shard: 1,
                 seq: 3,
                 time: 1_700_173_500,
@@ -493,27 +574,101 @@ mod tests {
                     .iter()
                     .map(|&(key, counts)| Increment { key, counts })
                     .collect(),
-            })
+            }])
         );
+    }
+
+    /// A version 2 record of two groups: shard 1 at sequence 3 (K1 and K3), shard 300 at
+    /// sequence 128 (PAIR), at 1,700,173,500.
+    fn record_v2_payload() -> Vec<u8> {
+        hex("bc96566500000000
+             01 03 02
+             00 0800 efcdab8967452301 01 00 00 00 00
+             01 2c01 0700000000010000 00 00 00 01 00
+             ac02 8001 01
+             00 4700 efbeadde00000000 02 00 00 00 00")
+    }
+
+    #[test]
+    fn a_version_2_wal_record_has_its_exact_bytes_and_decodes_back() {
+        let first = [(K1, [1, 0, 0, 0, 0]), (K3, [0, 0, 0, 1, 0])];
+        let second = [(PAIR, [2, 0, 0, 0, 0])];
+        let mut out = vec![0xaa; 40];
+        begin_record(&mut out, 1_700_173_500);
+        encode_group(&mut out, 1, 3, first.iter().map(|(k, c)| (k, c)));
+        encode_group(&mut out, 300, 128, second.iter().map(|(k, c)| (k, c)));
+        finish_record(&mut out);
+        let expected = record_v2_payload();
+        assert_eq!(expected.len(), 64);
+        assert_eq!(out[..4], 64u32.to_le_bytes(), "length");
+        assert_eq!(
+            out[4..8],
+            crc32c::crc32c(&expected).to_le_bytes(),
+            "checksum"
+        );
+        assert_eq!(out[8..], expected[..], "payload");
+        let (payload, next) = next_frame(&out, 0).unwrap().unwrap();
+        assert_eq!(next, out.len());
+        let inc = |key, counts| Increment { key, counts };
+        assert_eq!(
+            decode_record(2, payload),
+            Ok(vec![
+                WalRecord {
+                    shard: 1,
+                    seq: 3,
+                    time: 1_700_173_500,
+                    increments: vec![inc(K1, [1, 0, 0, 0, 0]), inc(K3, [0, 0, 0, 1, 0])],
+                },
+                WalRecord {
+                    shard: 300,
+                    seq: 128,
+                    time: 1_700_173_500,
+                    increments: vec![inc(PAIR, [2, 0, 0, 0, 0])],
+                },
+            ])
+        );
+        // Cut short or padded, it is malformed, never a partial record (a cut between groups
+        // leaves a shorter record whose frame would not have matched its checksum).
+        let ends_of_groups = [8, 43];
+        for cut in (0..payload.len()).filter(|c| !ends_of_groups.contains(c)) {
+            assert_eq!(
+                decode_record(2, &payload[..cut]),
+                Err(PayloadError::Record),
+                "cut at {cut}"
+            );
+        }
+        let mut padded = payload.to_vec();
+        padded.push(0);
+        assert_eq!(decode_record(2, &padded), Err(PayloadError::Record));
+        // A change count far beyond the payload reserves nothing large and fails.
+        let mut huge = payload[..10].to_vec();
+        huge.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert_eq!(decode_record(2, &huge), Err(PayloadError::Record));
+        // A shard number past u32 is malformed.
+        let mut wide = payload[..8].to_vec();
+        wide.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x1f, 0x01, 0x00]);
+        assert_eq!(decode_record(2, &wide), Err(PayloadError::Record));
     }
 
     #[test]
     fn the_header_has_its_exact_bytes() {
         let wal = header(WAL_MAGIC, 2, &resolutions());
-        assert_eq!(
-            wal,
-            hex("5348524b57414c00 0100 0100 02000000 02
-                 5802000000000000 8051010000000000 8051010000000000 0075120000000000
-                 5b02e1be")
-        );
-        assert_eq!(wal[..], WAL[..HEADER_LEN]);
-        assert_eq!(
-            header(SNAP_MAGIC, 2, &resolutions())[..],
-            SNAPSHOT[..HEADER_LEN]
-        );
+        let body = hex("5348524b57414c00 0200 0100 02000000 02
+             5802000000000000 8051010000000000 8051010000000000 0075120000000000");
+        assert_eq!(wal[..HEADER_LEN - 4], body[..]);
+        assert_eq!(wal[HEADER_LEN - 4..], crc32c::crc32c(&body).to_le_bytes());
+        // The version 1 fixtures differ in the version (and so the checksum) only.
+        assert_eq!(wal[10..HEADER_LEN - 4], WAL[10..HEADER_LEN - 4]);
+        assert_eq!(&WAL[8..10], &[1, 0]);
+        let snap = header(SNAP_MAGIC, 2, &resolutions());
+        assert_eq!(snap[10..HEADER_LEN - 4], SNAPSHOT[10..HEADER_LEN - 4]);
         assert_eq!(
             check_header(WAL, WAL_MAGIC, 2, &resolutions()),
-            Ok(HEADER_LEN)
+            Ok((HEADER_LEN, 1))
+        );
+        assert_eq!(
+            check_header(&wal, WAL_MAGIC, 2, &resolutions()),
+            Ok((HEADER_LEN, 2))
         );
     }
 
@@ -526,9 +681,14 @@ mod tests {
             check_header(WAL, SNAP_MAGIC, 2, &res),
             Err(HeaderError::Magic)
         );
-        let mut v2 = WAL.to_vec();
-        v2[8] = 2;
-        assert_eq!(check(&v2, 2, &res), Err(HeaderError::Version(Some(2))));
+        for version in [0u8, 3, 9] {
+            let mut other = WAL.to_vec();
+            other[8] = version;
+            assert_eq!(
+                check(&other, 2, &res),
+                Err(HeaderError::Version(Some(u16::from(version))))
+            );
+        }
         let mut alg = WAL.to_vec();
         alg[10] = 9;
         assert_eq!(
@@ -582,7 +742,10 @@ mod tests {
     fn the_wal_fixture_decodes_to_its_records() {
         let (payloads, error) = frames(WAL, HEADER_LEN);
         assert_eq!(error, None);
-        let records: Vec<WalRecord> = payloads.iter().map(|p| decode_record(p).unwrap()).collect();
+        let records: Vec<WalRecord> = payloads
+            .iter()
+            .flat_map(|p| decode_record(1, p).unwrap())
+            .collect();
         let one = |key| Increment {
             key,
             counts: [1, 0, 0, 0, 0],
@@ -666,14 +829,14 @@ mod tests {
         let payload = &frame[8..];
         for cut in 0..payload.len() {
             assert_eq!(
-                decode_record(&payload[..cut]),
+                decode_record(1, &payload[..cut]),
                 Err(PayloadError::Record),
                 "cut at {cut}"
             );
         }
         let mut padded = payload.to_vec();
         padded.push(0);
-        assert_eq!(decode_record(&padded), Err(PayloadError::Record));
+        assert_eq!(decode_record(1, &padded), Err(PayloadError::Record));
         let (blocks, _) = frames(SNAPSHOT, HEADER_LEN);
         for block in blocks {
             for cut in 0..block.len() {
@@ -721,7 +884,7 @@ mod tests {
         ];
         assert_eq!(
             check_header(SNAPSHOT, SNAP_MAGIC, 2, &resolutions()),
-            Ok(HEADER_LEN)
+            Ok((HEADER_LEN, 1))
         );
         let mut at = HEADER_LEN;
         let mut encoded = SNAPSHOT[..HEADER_LEN].to_vec();

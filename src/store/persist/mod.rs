@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::{Clock, Store, StoreConfig, StoreError};
-pub(crate) use format::{encode_record, encode_shard_block};
+pub(crate) use format::{begin_record, encode_group, encode_shard_block, finish_record};
 pub use recover::Recovery;
 pub use wal::Committer;
 use wal::WalWriter;

@@ -18,7 +18,9 @@ pub struct Recovery {
     pub snapshot: Option<PathBuf>,
     pub snapshot_keys: u64,
     pub wal_files: usize,
+    /// WAL records read (one a message's change; in version 1 files, one a shard's change).
     pub wal_records: u64,
+    /// Shards' changes in them that the snapshot already held.
     pub skipped_records: u64,
     pub truncated_tail: bool,
     pub moved_aside: Vec<PathBuf>,
@@ -72,7 +74,7 @@ fn check_store_header(
     data: &[u8],
     magic: &[u8; 8],
     store: &Store,
-) -> Result<usize, PersistError> {
+) -> Result<(usize, u16), PersistError> {
     check_header(
         data,
         magic,
@@ -99,7 +101,7 @@ fn load_snapshot(path: &Path, store: &Store, seqs: &mut [u64]) -> Result<u64, Pe
         offset: offset as u64,
         what: what.to_string(),
     };
-    let mut at = check_store_header(path, &data, SNAP_MAGIC, store)?;
+    let (mut at, _) = check_store_header(path, &data, SNAP_MAGIC, store)?;
     let mut keys = 0u64;
     for _ in 0..store.shard_count() {
         let (payload, next) = match next_frame(&data, at) {
@@ -134,8 +136,8 @@ fn replay_wal(
     recovery: &mut Recovery,
 ) -> Result<(), PersistError> {
     let data = read_file(path)?;
-    let header_len = match check_store_header(path, &data, WAL_MAGIC, store) {
-        Ok(len) => len,
+    let (header_len, version) = match check_store_header(path, &data, WAL_MAGIC, store) {
+        Ok(found) => found,
         // A WAL cut off inside its own header holds no records.
         Err(PersistError::Corrupt { .. }) | Err(PersistError::Incompatible { .. })
             if data.len()
@@ -156,18 +158,26 @@ fn replay_wal(
     let mut at = header_len;
     while let Some(frame) = next_frame(&data, at) {
         let (damage, truncated) = match frame {
-            Ok((payload, next)) => match decode_record(payload) {
-                Ok(record) if (record.shard as usize) < snapshot_seqs.len() => {
+            Ok((payload, next)) => match decode_record(version, payload) {
+                Ok(groups)
+                    if groups
+                        .iter()
+                        .all(|g| (g.shard as usize) < snapshot_seqs.len()) =>
+                {
+                    // One record a message (version 2) or a shard's change (version 1); a
+                    // group already in the snapshot is skipped, shard by shard.
                     recovery.wal_records += 1;
-                    if record.seq > snapshot_seqs[record.shard as usize] {
-                        store.replay(
-                            record.shard as usize,
-                            record.seq,
-                            record.time,
-                            &record.increments,
-                        );
-                    } else {
-                        recovery.skipped_records += 1;
+                    for group in groups {
+                        if group.seq > snapshot_seqs[group.shard as usize] {
+                            store.replay(
+                                group.shard as usize,
+                                group.seq,
+                                group.time,
+                                &group.increments,
+                            );
+                        } else {
+                            recovery.skipped_records += 1;
+                        }
                     }
                     at = next;
                     continue;
