@@ -102,10 +102,23 @@ local function add_reputation(hits, seen, spam, ham, complaints, rescues, spam_s
   return hits
 end
 
+-- Fewer complaints than COMPLAINTS_MIN still count against a key with no good history at all:
+-- never judged ham, never rescued, and the complaints not a sliver of its traffic. A throwaway
+-- sender address is reported once or twice before it is abandoned; a correspondent whose
+-- address a spam forged has ham behind it and is left alone.
+local function reported(seen, ham, complaints, rescues)
+  return complaints > 0 and complaints < COMPLAINTS_MIN and ham == 0 and rescues == 0
+    and complaints >= COMPLAINT_SHARE * seen
+end
+
 -- A piece with one key per message (sender, sending IP).
-local function check_reputation(msg, kind, hits, spam_sym, complaint_sym)
+local function check_reputation(msg, kind, hits, spam_sym, complaint_sym, reported_sym)
   local seen, spam, ham, complaints, rescues = msg:stat(kind, "7d")
   if seen == 0 and spam == 0 and complaints == 0 then return hits end
+  if reported_sym and reported(seen, ham, complaints, rescues) then
+    hits = hits or {}
+    hits[reported_sym] = { format("%d complaints in %d", complaints, seen) }
+  end
   return add_reputation(hits, seen, spam, ham, complaints, rescues, spam_sym, complaint_sym)
 end
 
@@ -145,13 +158,15 @@ rule {
     REP_IP_COMPLAINTS = 4.0,
     REP_URL_SPAM = 3.0,
     REP_URL_COMPLAINTS = 4.0,
+    REP_FROM_REPORTED = 4.0,  -- one or two complaints, no ham or rescue (chosen on one fold)
   },
-  description = "The sender, sending IP or a URL domain was mostly spam, or drew complaints, in the last 7 days",
+  description = "The sender, sending IP or a URL domain was mostly spam, or drew complaints, in the last 7 days; or the sender drew a complaint and has no good history",
   group = "reputation",
   check = function(msg)
     local hits = nil
     if msg:from() then
-      hits = check_reputation(msg, "from", hits, "REP_FROM_SPAM", "REP_FROM_COMPLAINTS")
+      hits = check_reputation(msg, "from", hits, "REP_FROM_SPAM", "REP_FROM_COMPLAINTS",
+        "REP_FROM_REPORTED")
     end
     -- A private or loopback address says nothing about the sender (it is our own relay).
     -- (`sender_ip`: the client's address, else the first of the Received chain)
