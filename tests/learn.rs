@@ -436,3 +436,49 @@ fn a_sender_reported_once_loses_its_own_domain_credit() {
     assert!(known.iter().any(|s| s == "LINKS_OWN_DOMAIN"), "{known:?}");
     assert!(!known.iter().any(|s| s == "REP_FROM_REPORTED"), "{known:?}");
 }
+
+/// A newsletter writing from a new address each issue: after three issues seen without a
+/// complaint its domain is known (REP_FROM_DOMAIN_KNOWN); one issue learned as spam (a user's
+/// complaint) takes that away for the issues after it.
+#[test]
+fn a_newsletter_domain_is_known_until_a_user_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), Options::default());
+    let issue = |n: u32| {
+        own_domain_mail(
+            &format!("issue-{n}.alice.x{}@letters.example.org", n * 37),
+            &format!("Town Letter, issue {n}"),
+            &format!("This is issue {n}: the river clean-up and the new library hours."),
+        )
+    };
+    for n in 1..=3 {
+        let symbols = checkv2_symbols(&d, &issue(n));
+        assert!(
+            !symbols.iter().any(|s| s == "REP_FROM_DOMAIN_KNOWN"),
+            "issue {n}, seen {} times before: {symbols:?}",
+            n - 1
+        );
+    }
+    // The store takes a scan's counts after its reply: wait for the third to be counted.
+    let known = (0..50)
+        .map(|_| {
+            let symbols = checkv2_symbols(&d, &issue(4));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            symbols
+        })
+        .find(|s| s.iter().any(|s| s == "REP_FROM_DOMAIN_KNOWN"));
+    assert!(known.is_some(), "the fourth issue is from a known domain");
+
+    let r = d.post("/learnspam", &[], issue(5).as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let reported = (0..50)
+        .map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            checkv2_symbols(&d, &issue(6))
+        })
+        .find(|s| !s.iter().any(|s| s == "REP_FROM_DOMAIN_KNOWN"));
+    assert!(
+        reported.is_some(),
+        "a complaint about the domain takes the credit away"
+    );
+}
