@@ -52,10 +52,25 @@ local function blast_marks(msg)
   return (util.find_phrases(t, util.sets.greeting, 1)) > 0
 end
 
+-- A sender with complaints behind it vouches for nothing by linking its own domain: the sign
+-- is for a sender seen without complaints, or not seen yet. Its From address drew more
+-- complaints than rescues, a fifth of its traffic or more (REP_FROM_COMPLAINTS and
+-- REP_FROM_REPORTED in 50_reputation.lua fire on a part of these), or its sending IP drew
+-- complaints as REP_IP_COMPLAINTS counts them.
+local function sender_reported(msg)
+  local ip = msg:sender_ip()
+  if ip and not util.is_private_ip(ip) then
+    local seen, _, _, complaints, rescues = msg:stat("sender_ip", "7d")
+    if complaints >= 3 and complaints > rescues and complaints * 5 >= seen then return true end
+  end
+  local seen, _, _, complaints, rescues = msg:stat("from", "7d")
+  return complaints > rescues and complaints * 5 >= seen
+end
+
 rule {
   name = "LINKS_OWN_DOMAIN",
   score = -2.4,
-  description = "A link goes to the registrable domain of the From address (not a free mailbox), in mail not sent to hidden or unnamed recipients",
+  description = "A link goes to the registrable domain of the From address (not a free mailbox), in mail not sent to hidden or unnamed recipients, from a sender that drew no complaints",
   group = "good",
   check = function(msg)
     local _, domain = msg:from()
@@ -65,7 +80,7 @@ rule {
     for i = 1, #domains do
       local d = domains[i]
       if not util.freemail[d] and (domain == d or sub(domain, -#d - 1) == "." .. d) then
-        if blast_marks(msg) then return end
+        if blast_marks(msg) or sender_reported(msg) then return end
         return 1, { d }
       end
     end

@@ -307,3 +307,178 @@ fn a_progress_bar_with_rate_and_eta_on_a_terminal() {
     // The bar is cleared before the summary (its escape sequence ends the line before it).
     assert!(text.contains("learned spam: 4\r\n"), "{text}");
 }
+
+/// A shop's or a newsletter's mail from `from`, linking the From address's own domain.
+fn own_domain_mail(from: &str, subject: &str, text: &str) -> String {
+    let domain = from.rsplit('@').next().unwrap();
+    format!(
+        "Received: from mail.{domain} (mail.{domain} [198.51.100.40])\n\
+         \tby mx.example.com (Postfix) with ESMTP id 5B6C7D8E9F\n\
+         \tfor <alice@example.com>; Tue, 3 Sep 2002 08:00:12 +0000 (UTC)\n\
+         From: {from}\nTo: alice@example.com\nSubject: {subject}\n\
+         Date: Tue, 3 Sep 2002 08:00:00 +0000\n\
+         Message-ID: <{n}.{len}@{domain}>\nMIME-Version: 1.0\n\
+         Content-Type: text/plain; charset=us-ascii\n\n\
+         Hello,\n\n{text}\n\nSee https://www.{domain}/{n} for more.\n",
+        n = subject.len() * 7 + text.len(),
+        len = text.len(),
+    )
+}
+
+fn checkv2_symbols(d: &Daemon, raw: &str) -> Vec<String> {
+    let r = d.post("/checkv2", &[("IP", "198.51.100.40")], raw.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut names: Vec<String> = r.json()["symbols"]
+        .as_object()
+        .expect("symbols")
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
+/// One learned spam from a sender with no good history is enough to mark its next message
+/// (REP_FROM_REPORTED) and to take away the good sign of its links to its own domain; a sender
+/// with learned ham behind it, or only ham, keeps them.
+#[test]
+fn a_sender_reported_once_loses_its_own_domain_credit() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = dir.path().join("spam");
+    let ham = dir.path().join("ham");
+    std::fs::create_dir_all(&spam).unwrap();
+    std::fs::create_dir_all(&ham).unwrap();
+    let write = |path: PathBuf, raw: String| std::fs::write(path, raw).unwrap();
+    write(
+        spam.join("1.eml"),
+        own_domain_mail(
+            "deals@promo.example.net",
+            "Spring catalogue",
+            "Our spring catalogue is out, with garden furniture at half price.",
+        ),
+    );
+    write(
+        ham.join("1.eml"),
+        own_domain_mail(
+            "news@letters.example.org",
+            "Issue 41",
+            "This week: the river clean-up and the new library hours.",
+        ),
+    );
+    // A correspondent with ham behind him, once complained about.
+    write(
+        ham.join("2.eml"),
+        own_domain_mail(
+            "bob@shop.example.com",
+            "Your order",
+            "Your order of two chairs has left the warehouse.",
+        ),
+    );
+    write(
+        spam.join("2.eml"),
+        own_domain_mail(
+            "bob@shop.example.com",
+            "Cheap chairs",
+            "Chairs at prices you will not believe, this week only.",
+        ),
+    );
+    let data_dir = dir.path().join("data");
+    let (ok, out, err) = learn(&[&"--spam", &spam, &"--ham", &ham, &"--data", &data_dir]);
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(count(&out, "learned spam"), 2, "{out}");
+    assert_eq!(count(&out, "learned ham"), 2, "{out}");
+
+    let d = Daemon::start(dir.path(), Options::default());
+    let reported = checkv2_symbols(
+        &d,
+        &own_domain_mail(
+            "deals@promo.example.net",
+            "Summer sale",
+            "The summer sale starts on Monday with tents and barbecues.",
+        ),
+    );
+    assert!(
+        reported.iter().any(|s| s == "REP_FROM_REPORTED"),
+        "{reported:?}"
+    );
+    assert!(
+        !reported.iter().any(|s| s == "LINKS_OWN_DOMAIN"),
+        "{reported:?}"
+    );
+
+    let newsletter = checkv2_symbols(
+        &d,
+        &own_domain_mail(
+            "news@letters.example.org",
+            "Issue 42",
+            "This week: the school fair and the road works on the high street.",
+        ),
+    );
+    assert!(
+        newsletter.iter().any(|s| s == "LINKS_OWN_DOMAIN"),
+        "{newsletter:?}"
+    );
+    assert!(
+        !newsletter
+            .iter()
+            .any(|s| s.starts_with("REP_FROM_") && s != "REP_FROM_RESCUED"),
+        "{newsletter:?}"
+    );
+
+    let known = checkv2_symbols(
+        &d,
+        &own_domain_mail(
+            "bob@shop.example.com",
+            "Your invoice",
+            "The invoice for your two chairs is attached to your account page.",
+        ),
+    );
+    assert!(known.iter().any(|s| s == "LINKS_OWN_DOMAIN"), "{known:?}");
+    assert!(!known.iter().any(|s| s == "REP_FROM_REPORTED"), "{known:?}");
+}
+
+/// A newsletter writing from a new address each issue: after three issues seen without a
+/// complaint its domain is known (REP_FROM_DOMAIN_KNOWN); one issue learned as spam (a user's
+/// complaint) takes that away for the issues after it.
+#[test]
+fn a_newsletter_domain_is_known_until_a_user_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), Options::default());
+    let issue = |n: u32| {
+        own_domain_mail(
+            &format!("issue-{n}.alice.x{}@letters.example.org", n * 37),
+            &format!("Town Letter, issue {n}"),
+            &format!("This is issue {n}: the river clean-up and the new library hours."),
+        )
+    };
+    for n in 1..=3 {
+        let symbols = checkv2_symbols(&d, &issue(n));
+        assert!(
+            !symbols.iter().any(|s| s == "REP_FROM_DOMAIN_KNOWN"),
+            "issue {n}, seen {} times before: {symbols:?}",
+            n - 1
+        );
+    }
+    // The store takes a scan's counts after its reply: wait for the third to be counted.
+    let known = (0..50)
+        .map(|_| {
+            let symbols = checkv2_symbols(&d, &issue(4));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            symbols
+        })
+        .find(|s| s.iter().any(|s| s == "REP_FROM_DOMAIN_KNOWN"));
+    assert!(known.is_some(), "the fourth issue is from a known domain");
+
+    let r = d.post("/learnspam", &[], issue(5).as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let reported = (0..50)
+        .map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            checkv2_symbols(&d, &issue(6))
+        })
+        .find(|s| !s.iter().any(|s| s == "REP_FROM_DOMAIN_KNOWN"));
+    assert!(
+        reported.is_some(),
+        "a complaint about the domain takes the credit away"
+    );
+}
