@@ -4,14 +4,13 @@
 //! set, whatever its period: 14% of the default rules' instructions and 7–27% of their time
 //! (BENCHMARKS.md). So no hook is set while rules run normally. A watchdog thread reads the CPU
 //! clock of every thread running budgeted Lua (`pthread_getcpuclockid`) every tick (a quarter of
-//! the smallest budget, 1–10 ms; after a quarter second without Lua it sleeps until the next
-//! scan or call wakes it); when the running call (a rule, or a rule file's top-level code) has
-//! used its budget, or the scan its message budget, it sends the thread `SIGURG`. The handler,
-//! on that thread, arms a count hook of period 1 on the Lua state — `lua_sethook` is documented
-//! as safe to call from a signal handler, and it is how the `lua` interpreter handles Ctrl-C —
-//! and the hook raises an error at the next VM instruction. It stays armed (so neither `pcall`
-//! nor an error handler can keep the rule running) until the owning thread disarms it after the
-//! call returns.
+//! the smallest budget, 1–10 ms; it sleeps without ticking while no Lua runs); when the
+//! running call (a rule, or a rule file's top-level code) has used its budget, or the scan its
+//! message budget, it sends the thread `SIGURG`. The handler, on that thread, arms a count hook
+//! of period 1 on the Lua state — `lua_sethook` is documented as safe to call from a signal
+//! handler, and it is how the `lua` interpreter handles Ctrl-C — and the hook raises an error at
+//! the next VM instruction. It stays armed (so neither `pcall` nor an error handler can keep the
+//! rule running) until the owning thread disarms it after the call returns.
 //!
 //! Budgets count CPU time of the thread, not wall time: a worker descheduled by a busy machine
 //! is not charged. A call is charged from the first tick that sees it (at most one tick late).
@@ -43,12 +42,6 @@ static TICK_NS: AtomicU64 = AtomicU64::new(TICK_MAX_NS);
 /// Set while the watchdog sleeps because no budgeted Lua runs; the next scan or call wakes it.
 /// An idle daemon then costs no wake-ups.
 static PARKED: AtomicBool = AtomicBool::new(false);
-/// How long the watchdog goes on ticking with no Lua running before it parks. Parking at the
-/// first idle tick made every scan of a daemon under moderate load (a milter at a few hundred
-/// messages a second: a scan every few ms, each shorter than a tick) pay a wake-up, a futex
-/// call on the scanning thread and a context switch on the other core; a tick costs the
-/// watchdog alone, and an idle daemon still parks it within this time.
-const IDLE_BEFORE_PARK_NS: u64 = 250_000_000;
 static WATCHDOG: OnceLock<std::thread::Thread> = OnceLock::new();
 /// The signal that asks a thread to stop its running Lua call (ignored by default).
 const SIGNAL: libc::c_int = libc::SIGURG;
@@ -316,17 +309,9 @@ fn any_running(slots: &[Arc<Slot>]) -> bool {
 }
 
 fn watchdog() {
-    let mut idle_ns = 0u64;
     loop {
-        let tick = TICK_NS.load(Relaxed);
-        std::thread::sleep(Duration::from_nanos(tick));
-        if check(&registry()) {
-            idle_ns = 0;
-            continue;
-        }
-        idle_ns = idle_ns.saturating_add(tick);
-        if idle_ns >= IDLE_BEFORE_PARK_NS {
-            idle_ns = 0;
+        std::thread::sleep(Duration::from_nanos(TICK_NS.load(Relaxed)));
+        if !check(&registry()) {
             PARKED.store(true, SeqCst);
             if any_running(&registry()) {
                 PARKED.store(false, SeqCst);
