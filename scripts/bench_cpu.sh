@@ -13,7 +13,7 @@
 # the time a worker waits for a core the client or the socket thread holds) and each thread
 # kind's CPU a message (/proc/PID/task/*/schedstat, nanoseconds on a core; "scan" is the
 # workers' time, the figure to hold against the bench's full scan); for milter the context
-# switches per message of the socket and scan threads.
+# switches per message of the socket and scan threads and, as for http, each thread kind's CPU.
 #
 #   [ROUNDS=3] [SECS=15] [N=1500] scripts/bench_cpu.sh http|milter SETUP [SETUP...]
 #
@@ -81,14 +81,18 @@ run() {  # run BIN CONFIG -> one result line
         "$tools/mta-up" --force --no-install --dir "$work/mta" --milter "inet:127.0.0.1:$milter_port" >/dev/null 2>&1
         rm -f "$work/mta/sink/"* 2>/dev/null || true
         s0=$(cpu_ticks $pid); io0=$(switches $pid shrike-io); sc0=$(switches $pid shrike-scan)
+        thread_ns $pid > "$work/threads0"
         out=$("$tools/mta-send" --server 127.0.0.1:2525 --bench "$n" --conns 16 \
             --wait-sink "$work/mta/sink" "$work/corpus/spamassassin-dev/ham/"* | grep 'accepted-by-smtpd rate')
         s1=$(cpu_ticks $pid); io1=$(switches $pid shrike-io); sc1=$(switches $pid shrike-scan)
+        thread_ns $pid > "$work/threads1"
         "$tools/mta-down" --dir "$work/mta" >/dev/null 2>&1
         rate=$(echo "$out" | awk '{print $3}')
         echo "$rate msg/s, $(( (s1 - s0) * 1000000 / hz / n )) µs CPU a message; context switches a message: socket $(
             awk -v a=$((io1 - io0)) -v n="$n" 'BEGIN {printf "%.1f", a / n}'), scan $(
-            awk -v a=$((sc1 - sc0)) -v n="$n" 'BEGIN {printf "%.1f", a / n}')"
+            awk -v a=$((sc1 - sc0)) -v n="$n" 'BEGIN {printf "%.1f", a / n}'); CPU µs a message by thread: $(
+            join "$work/threads0" "$work/threads1" | awk -v n="$n" '
+            {us = ($3 - $2) / 1000 / n; if (us >= 0.5) printf "%s %.1f  ", $1, us}')"
     fi
     kill "$pid"; wait "$pid" 2>/dev/null || true
 }
