@@ -629,17 +629,7 @@ mod tests {
         );
         // Cut short or padded, it is malformed, never a partial record (a cut between groups
         // leaves a shorter record whose frame would not have matched its checksum).
-        let ends_of_groups = [8, 43];
-        for cut in (0..payload.len()).filter(|c| !ends_of_groups.contains(c)) {
-            assert_eq!(
-                decode_record(2, &payload[..cut]),
-                Err(PayloadError::Record),
-                "cut at {cut}"
-            );
-        }
-        let mut padded = payload.to_vec();
-        padded.push(0);
-        assert_eq!(decode_record(2, &padded), Err(PayloadError::Record));
+        assert_cuts_and_padding_malformed(2, payload, &[8, 43]);
         // A change count far beyond the payload reserves nothing large and fails.
         let mut huge = payload[..10].to_vec();
         huge.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
@@ -823,20 +813,25 @@ mod tests {
         assert_eq!(next_frame(&short, 0), Some(Err(FrameError::Checksum)));
     }
 
-    #[test]
-    fn payloads_cut_short_or_padded_are_malformed() {
-        let frame = record_bytes();
-        let payload = &frame[8..];
-        for cut in 0..payload.len() {
+    /// Every cut of a record's payload (but at `whole_at`, where a shorter record is whole)
+    /// and the payload with a byte more are malformed.
+    fn assert_cuts_and_padding_malformed(version: u16, payload: &[u8], whole_at: &[usize]) {
+        for cut in (0..payload.len()).filter(|c| !whole_at.contains(c)) {
             assert_eq!(
-                decode_record(1, &payload[..cut]),
+                decode_record(version, &payload[..cut]),
                 Err(PayloadError::Record),
                 "cut at {cut}"
             );
         }
         let mut padded = payload.to_vec();
         padded.push(0);
-        assert_eq!(decode_record(1, &padded), Err(PayloadError::Record));
+        assert_eq!(decode_record(version, &padded), Err(PayloadError::Record));
+    }
+
+    #[test]
+    fn payloads_cut_short_or_padded_are_malformed() {
+        let frame = record_bytes();
+        assert_cuts_and_padding_malformed(1, &frame[8..], &[]);
         let (blocks, _) = frames(SNAPSHOT, HEADER_LEN);
         for block in blocks {
             for cut in 0..block.len() {
