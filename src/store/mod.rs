@@ -257,6 +257,13 @@ thread_local! {
     static WAL_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// A WAL record begun at `now` in this thread's scratch buffer (handed back by `log_record`).
+fn begin_record(now: u64) -> Vec<u8> {
+    let mut record = WAL_SCRATCH.take();
+    persist::begin_record(&mut record, now);
+    record
+}
+
 /// What the rules engine and the daemon need of a reputation store. `Store` is the in-memory
 /// implementation; a backend on an existing distributed engine (Redis/Valkey Cluster) can
 /// implement this trait without touching its users.
@@ -438,15 +445,13 @@ impl Store {
             }
             true
         });
-        let logging = self.logging.load(Ordering::Relaxed);
-        let mut record = if logging {
-            WAL_SCRATCH.take()
-        } else {
-            Vec::new()
-        };
-        if logging {
-            persist::begin_record(&mut record, now);
+        if ops.is_empty() {
+            return;
         }
+        let mut record = self
+            .logging
+            .load(Ordering::Relaxed)
+            .then(|| begin_record(now));
         self.for_each_shard(
             &ops,
             |op| (op.0, op.1),
@@ -454,24 +459,20 @@ impl Store {
                 for (_, hash, key, delta) in ops {
                     self.add(shard, key, *hash, id, delta, now);
                 }
-                if logging {
+                if let Some(record) = record.as_mut() {
                     let seq = shard.next_seq();
                     let changes = ops.iter().map(|(_, _, key, delta)| (key, delta));
-                    persist::encode_group(&mut record, shard_index as u32, seq, changes);
+                    persist::encode_group(record, shard_index as u32, seq, changes);
                 }
             },
         );
-        if logging {
-            if ops.is_empty() {
-                WAL_SCRATCH.set(record);
-            } else {
-                self.log_record(record);
-            }
+        if let Some(record) = record {
+            self.log_record(record);
         }
     }
 
-    /// Frames a record built in this thread's scratch buffer, appends it to the WAL buffer,
-    /// and keeps the scratch for the next one.
+    /// Frames a record begun by `begin_record`, appends it to the WAL buffer, and keeps the
+    /// buffer as this thread's scratch for the next one.
     fn log_record(&self, mut record: Vec<u8>) {
         persist::finish_record(&mut record);
         self.append_log(&record);
@@ -515,8 +516,7 @@ impl Store {
         self.add(&mut shard, &unique, key_hash(&unique), id, &one, now);
         if self.logging.load(Ordering::Relaxed) {
             let shard_index = self.shard_of(unique.hash) as u32;
-            let mut record = WAL_SCRATCH.take();
-            persist::begin_record(&mut record, now);
+            let mut record = begin_record(now);
             let seq = shard.next_seq();
             let changes = [(pair, one), (unique, one)];
             persist::encode_group(

@@ -47,10 +47,6 @@ impl Shard {
         self.extras.get_or_insert_with(Box::default)
     }
 
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-
     /// The sequence number of a change about to be logged.
     pub(super) fn next_seq(&mut self) -> u64 {
         self.seq += 1;
@@ -245,7 +241,7 @@ impl Store {
                 (key, e.buckets(&shard.arena).as_slice().to_vec())
             })
             .collect();
-        persist::encode_shard_block(out, index as u32, shard.seq(), &keys);
+        persist::encode_shard_block(out, index as u32, shard.seq, &keys);
         keys.len() as u64
     }
 
@@ -281,9 +277,7 @@ impl Store {
                 time,
             );
         }
-        if seq > shard.seq {
-            shard.seq = seq;
-        }
+        shard.seq = shard.seq.max(seq);
     }
 
     /// Drops every key (salvage after a damaged snapshot).

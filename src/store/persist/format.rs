@@ -176,16 +176,25 @@ fn read_counts(r: &mut Reader<'_>) -> Option<Counts> {
     Some(counts)
 }
 
+/// `n` increments (key, counters). A damaged count reserves no more than the rest of the
+/// payload can hold (an increment takes at least 16 bytes).
+fn read_increments(r: &mut Reader<'_>, n: usize) -> Option<Vec<Increment>> {
+    let mut increments = Vec::with_capacity(n.min((r.data.len() - r.at) / 16 + 1));
+    for _ in 0..n {
+        let key = read_key(r)?;
+        let counts = read_counts(r)?;
+        increments.push(Increment { key, counts });
+    }
+    Some(increments)
+}
+
 /// Appends a framed record: payload length, CRC32C of the payload, payload. The payload is
 /// written in place by `write`, then the header is filled in: no intermediate buffer.
 fn frame(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.extend_from_slice(&[0; 8]);
     write(out);
-    let payload = &out[start + 8..];
-    let (len, crc) = (payload.len() as u32, crc32c::crc32c(payload));
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    finish_record(&mut out[start..]);
 }
 
 /// Reads the frame at `data[at..]`: Ok((payload, next offset)), or what is wrong with it;
@@ -233,8 +242,8 @@ pub(crate) fn encode_group<'a>(
     }
 }
 
-/// Writes the frame's length and checksum into a record built by `begin_record` and
-/// `encode_group`; the bytes are then one whole frame.
+/// Writes the frame's length and checksum into the first 8 bytes of `record` (built by
+/// `begin_record` and `encode_group`, or by `frame`); the bytes are then one whole frame.
 pub(crate) fn finish_record(record: &mut [u8]) {
     let payload = &record[8..];
     let (len, crc) = (payload.len() as u32, crc32c::crc32c(payload));
@@ -287,12 +296,7 @@ pub(super) fn decode_record(version: u16, payload: &[u8]) -> Result<Vec<WalRecor
             let shard = u32::try_from(r.varint()?).ok()?;
             let seq = r.varint()?;
             let n = r.varint()? as usize;
-            let mut increments = Vec::with_capacity(n.min(payload.len() / 16 + 1));
-            for _ in 0..n {
-                let key = read_key(&mut r)?;
-                let counts = read_counts(&mut r)?;
-                increments.push(Increment { key, counts });
-            }
+            let increments = read_increments(&mut r, n)?;
             out.push(WalRecord {
                 shard,
                 seq,
@@ -312,12 +316,7 @@ fn decode_record_v1(payload: &[u8]) -> Result<WalRecord, PayloadError> {
         let seq = r.u64()?;
         let time = r.u64()?;
         let n = r.u32()? as usize;
-        let mut increments = Vec::with_capacity(n.min(payload.len() / 11 + 1));
-        for _ in 0..n {
-            let key = read_key(&mut r)?;
-            let counts = read_counts(&mut r)?;
-            increments.push(Increment { key, counts });
-        }
+        let increments = read_increments(&mut r, n)?;
         r.done().then_some(WalRecord {
             shard,
             seq,
@@ -330,9 +329,18 @@ fn decode_record_v1(payload: &[u8]) -> Result<WalRecord, PayloadError> {
 
 /// The header both file kinds start with: what the data means.
 pub(super) fn header(magic: &[u8; 8], shards: u32, resolutions: &[Resolution]) -> Vec<u8> {
+    header_of_version(magic, VERSION, shards, resolutions)
+}
+
+fn header_of_version(
+    magic: &[u8; 8],
+    version: u16,
+    shards: u32,
+    resolutions: &[Resolution],
+) -> Vec<u8> {
     let mut h = Vec::with_capacity(64);
     h.extend_from_slice(magic);
-    h.extend_from_slice(&VERSION.to_le_bytes());
+    h.extend_from_slice(&version.to_le_bytes());
     h.extend_from_slice(&HASH_ALGORITHM.to_le_bytes());
     h.extend_from_slice(&shards.to_le_bytes());
     h.push(resolutions.len() as u8);
@@ -373,12 +381,7 @@ pub(super) fn check_header(
             configured: shards,
         });
     }
-    // The rest must be what this build would write, but for the version field.
-    let mut expected = header(magic, shards, resolutions);
-    expected[8..10].copy_from_slice(&version.to_le_bytes());
-    let crc_at = expected.len() - 4;
-    let crc = crc32c::crc32c(&expected[..crc_at]);
-    expected[crc_at..].copy_from_slice(&crc.to_le_bytes());
+    let expected = header_of_version(magic, version, shards, resolutions);
     if data.len() < expected.len() || data[..expected.len()] != expected[..] {
         return Err(HeaderError::Resolutions);
     }
