@@ -18,8 +18,8 @@
 //! and the write path. The parts, by concern:
 //! - `keys.rs`: the key type and its table hash;
 //! - `layout.rs`: resolutions, where a bucket settles as it ages, which windows it counts in;
-//! - `shards.rs`: the shard type, group locking (`for_each_shard`), applying and logging an
-//!   increment, eviction, and the hooks persistence uses;
+//! - `shards.rs`: the shard type, group locking (`for_each_shard`), applying an increment,
+//!   eviction, and the hooks persistence uses (the WAL buffer, encoding and restoring shards);
 //! - `lookup.rs`: `lookup_many`, its sum plan, window sums and timelines;
 //! - `table.rs`, `timeline.rs`, `sums.rs`: a shard's entry table, a key's buckets, window sums
 //!   without allocation; `rate.rs`: rate counters; `sweeper.rs`: the sweeping thread;

@@ -1,7 +1,7 @@
 //! The shards: the shard array's element (a lock around an entry table, one cache line), how
 //! batch calls lock shards in groups so that their cache misses overlap (`for_each_shard`),
-//! applying and logging an increment under a shard's lock, eviction, and the hooks persistence
-//! uses to drain, encode and restore shards.
+//! applying an increment under a shard's lock, eviction, and the hooks persistence uses: the
+//! store's one WAL buffer (append, drain) and encoding and restoring shards.
 
 use std::sync::atomic::Ordering;
 

@@ -61,7 +61,7 @@ pub enum FsyncPolicy {
 #[serde(default, deny_unknown_fields)]
 pub struct PersistConfig {
     pub fsync: FsyncPolicy,
-    /// How often shard buffers are written to the WAL.
+    /// How often the buffered WAL records are written to the file.
     pub flush_ms: u64,
     /// How often a snapshot is written (0: only on `snapshot()` and at shutdown).
     pub snapshot_secs: u64,

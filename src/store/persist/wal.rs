@@ -1,5 +1,5 @@
 //! The WAL's writing side: the current WAL file (`WalWriter`), the flusher thread that moves
-//! the shards' buffered records into it and fsyncs by policy, and group commit (`Committer`).
+//! the store's buffered records into it and fsyncs by policy, and group commit (`Committer`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -56,7 +56,7 @@ impl WalWriter {
         })
     }
 
-    /// Moves every shard's pending records into the file (not yet fsynced).
+    /// Moves the store's pending WAL records into the file (not yet fsynced).
     pub(super) fn flush(&mut self, store: &Store) -> Result<(), PersistError> {
         let mut result = Ok(());
         store.drain_logs(|bytes| {
@@ -101,7 +101,7 @@ pub struct Committer {
 
 #[derive(Default)]
 struct Tickets {
-    /// Tickets taken (each by a caller whose increments are already in the shard logs).
+    /// Tickets taken (each by a caller whose increments are already in the WAL buffer).
     taken: AtomicU64,
     /// Every ticket up to this one is written.
     written: AtomicU64,
@@ -147,7 +147,7 @@ impl Committer {
     }
 }
 
-/// Writes the shards' buffers to the WAL every `flush_ms`, fsyncs by policy, and snapshots
+/// Writes the store's WAL buffer to the file every `flush_ms`, fsyncs by policy, and snapshots
 /// every `snapshot_secs`, until `stop`.
 pub(super) fn flusher_loop(
     store: &Store,
