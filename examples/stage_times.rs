@@ -65,8 +65,42 @@ fn main() {
             .unwrap_or(0)
             << 20
     ];
+    // STAGE_SLEEP_US=N: sleep N µs before each message, as a daemon's worker waits for its next
+    // message (its core idles or runs other threads meanwhile).
+    let sleep = Duration::from_micros(
+        std::env::var("STAGE_SLEEP_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
+    // STAGE_WHOLE_ONLY=1: time only `ScanWorker::scan` and the store update, each message seen
+    // once a round, without the staged pass before it that warms its caches.
+    let whole_only = std::env::var("STAGE_WHOLE_ONLY").is_ok_and(|v| v == "1");
+    if whole_only {
+        for _ in 0..rounds {
+            for m in &corpus {
+                if !sleep.is_zero() {
+                    std::thread::sleep(sleep);
+                }
+                let s0 = Instant::now();
+                let input = prepare(&m.raw, limits);
+                let scanned = worker.scan(&input, &env);
+                scanner.apply(&scanned.updates);
+                whole += s0.elapsed();
+                n += 1;
+            }
+        }
+        println!(
+            "first-touch ScanWorker::scan with prepare and updates: {:.1} µs/msg",
+            whole.as_secs_f64() * 1e6 / n as f64
+        );
+        return;
+    }
     for _ in 0..rounds {
         for m in &corpus {
+            if !sleep.is_zero() {
+                std::thread::sleep(sleep);
+            }
             for i in (0..thrash.len()).step_by(64) {
                 thrash[i] = thrash[i].wrapping_add(1);
             }

@@ -16,7 +16,7 @@
 # Client, daemons and Redis share the machine (2 cores): the redis figures include Redis's own
 # CPU, and section 3 shows the cost of more processes, not the gain of more machines.
 #
-#   [ROUNDS=3] [SECTIONS=123] [SHRIKE_BIN=PATH] scripts/bench_redis.sh [SECONDS] [CONNECTIONS]
+#   [ROUNDS=3] [SECTIONS=123] [SHRIKE_BIN=PATH] [REDIS_WORKERS=N] scripts/bench_redis.sh [SECONDS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
@@ -71,6 +71,9 @@ cluster = true
 prefix = "in"
 timeout_ms = 50
 TOML
+    # REDIS_WORKERS=N: the redis daemons' scan threads (default: eight per core)
+    [ -n "${REDIS_WORKERS:-}" ] && printf '[server]\nworkers = %s\n' "$REDIS_WORKERS" >> "$1/shrike.toml"
+    return 0
 }
 start() {  # start CONFIG PORT DATA; its pid in $last_pid
     "$bin" --config "$1" serve --http "127.0.0.1:$2" --milter off --data "$3" 2> "$3.log" &
@@ -108,11 +111,18 @@ pl0=$(metric 21352 shrike_redis_pipelines_total)
 n0=$(checks 21352)
 ratios=()
 shrike_cpu=0; redis_cpu=0
+# Per thread kind (the name less its trailing -N): nanoseconds on a core and context switches.
+threads() { for t in /proc/"$1"/task/*; do
+    printf '%s %s %s\n' "$(sed 's/-[0-9]*$//' "$t/comm")" "$(awk '{print $1}' "$t/schedstat")" \
+        "$(awk '/ctxt_switches/ {s += $2} END {print s + 0}' "$t/status")"; done 2>/dev/null \
+    | awk '{a[$1] += $2; c[$1] += $3} END {for (k in a) print k, a[k], c[k]}'; }
+: > "$work/threads-redis"
 redis_round() {
     local a b
-    a=$(cpu "$r1_pid"); b=$(cpu "${redis_pids[@]}")
+    a=$(cpu "$r1_pid"); b=$(cpu "${redis_pids[@]}"); threads "$r1_pid" | sed 's/^/- /' >> "$work/threads-redis"
     d=$(run_wrk 21352 "$secs" "$conns")
     shrike_cpu=$((shrike_cpu + $(cpu "$r1_pid") - a)); redis_cpu=$((redis_cpu + $(cpu "${redis_pids[@]}") - b))
+    threads "$r1_pid" | sed 's/^/+ /' >> "$work/threads-redis"
 }
 mem_cpu=0; mem_n=0
 mem_round() {
@@ -138,6 +148,9 @@ awk -v rt=$((rt1 - rt0)) -v pl=$((pl1 - pl0)) -v c=$((cmd1 - cmd0)) -v n=$((n1 -
 awk -v s="$shrike_cpu" -v r="$redis_cpu" -v t="$tck" -v n=$((n1 - n0)) -v all=$((rounds * secs * 2)) 'BEGIN {
     printf "CPU during the redis rounds: shrike %.1f s, the redis-servers %.1f s (of %d core-seconds): a message %.3f ms of shrike, %.3f ms of Redis\n",
         s / t, r / t, all, s / t / n * 1000, r / t / n * 1000 }'
+awk -v n=$((n1 - n0)) '{v = ($1 == "+") ? 1 : -1; ns[$2] += v * $3; cs[$2] += v * $4}
+    END {printf "the redis daemon a message by thread kind (CPU µs, context switches):";
+         for (k in ns) if (ns[k] / n >= 500) printf "  %s %.0f, %.2f", k, ns[k] / n / 1000, cs[k] / n; print ""}' "$work/threads-redis"
 awk -v s="$mem_cpu" -v t="$tck" -v n="$mem_n" 'BEGIN {
     printf "CPU during the memory rounds: the memory daemon %.1f s: a message %.3f ms\n", s / t, s / t / n * 1000 }'
 # What the servers executed (commands inside scripts counted too), from the warm-up's end on.

@@ -201,9 +201,11 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let s = &config.server;
     // With a shared store a scan waits for its reads on the network: more workers than cores
-    // keep the cores busy meanwhile.
+    // keep the cores busy meanwhile, and more reads in flight share each batch. Eight per core
+    // carried 10-15% more than four and than sixteen (BENCHMARKS.md, "Shared reputation on
+    // Redis").
     let workers = match (s.workers, config.store.backend) {
-        (0, crate::store::redis::Backend::Redis) => cores * 4,
+        (0, crate::store::redis::Backend::Redis) => cores * 8,
         (0, _) => cores,
         (n, _) => n,
     };
