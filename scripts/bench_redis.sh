@@ -108,6 +108,7 @@ run_wrk 21352 5 "$conns" >/dev/null
 for p in "${ports[@]}"; do redis-cli -p "$p" config resetstat >/dev/null; done
 rt0=$(metric 21352 shrike_redis_round_trips_total); cmd0=$(metric 21352 shrike_redis_commands_total)
 pl0=$(metric 21352 shrike_redis_pipelines_total)
+rd0=$(metric 21352 shrike_redis_reads_total); pf0=$(metric 21352 shrike_redis_prefetches_total)
 n0=$(checks 21352)
 ratios=()
 shrike_cpu=0; redis_cpu=0
@@ -142,9 +143,12 @@ sorted=$(printf '%s\n' "${ratios[@]}" | sort -n | tr '\n' ' ')
 echo "median: redis = $(echo "$sorted" | awk '{print $(int((NF + 1) / 2))}')% of memory (rounds: $sorted)"
 rt1=$(metric 21352 shrike_redis_round_trips_total); cmd1=$(metric 21352 shrike_redis_commands_total)
 pl1=$(metric 21352 shrike_redis_pipelines_total)
+rd1=$(metric 21352 shrike_redis_reads_total); pf1=$(metric 21352 shrike_redis_prefetches_total)
 n1=$(checks 21352)
 awk -v rt=$((rt1 - rt0)) -v pl=$((pl1 - pl0)) -v c=$((cmd1 - cmd0)) -v n=$((n1 - n0)) 'BEGIN {
     printf "redis daemon: %d messages; a message: %.3f round trips (batches), %.2f node pipelines, %.1f commands\n", n, rt / n, pl / n, c / n }'
+awk -v rd=$((rd1 - rd0)) -v pf=$((pf1 - pf0)) -v n=$((n1 - n0)) 'BEGIN {
+    printf "  reads a scan waited on: %.2f a message (prefetches of timelines %.2f; the rest read when a rule first asked, rate limits)\n", rd / n, pf / n }'
 awk -v s="$shrike_cpu" -v r="$redis_cpu" -v t="$tck" -v n=$((n1 - n0)) -v all=$((rounds * secs * 2)) 'BEGIN {
     printf "CPU during the redis rounds: shrike %.1f s, the redis-servers %.1f s (of %d core-seconds): a message %.3f ms of shrike, %.3f ms of Redis\n",
         s / t, r / t, all, s / t / n * 1000, r / t / n * 1000 }'
