@@ -482,3 +482,120 @@ fn a_newsletter_domain_is_known_until_a_user_reports_it() {
         "a complaint about the domain takes the credit away"
     );
 }
+
+/// Offer mail and meeting mail sharing most of their words, each message with a word of its
+/// own: what one online pass in the order `shrike learn` takes them (the spam paths first)
+/// fits badly.
+fn passes_mail(dir: &Path, kind: &str, n: usize) -> PathBuf {
+    let out = dir.join(kind);
+    std::fs::create_dir_all(&out).unwrap();
+    for i in 0..n {
+        let (subject, text) = if kind == "spam" {
+            (
+                format!("Weekly update {i}"),
+                format!("Please read the weekly update, the offer ends soon, click now {i}xq"),
+            )
+        } else {
+            (
+                format!("Weekly update {i}"),
+                format!("Please read the weekly update, the meeting is on Monday {i}zk"),
+            )
+        };
+        let raw = format!(
+            "From: team{i}@example.net\nTo: alice@example.com\nSubject: {subject}\n\
+             Date: Tue, 3 Sep 2002 08:00:00 +0000\nMessage-ID: <{kind}{i}@example.net>\n\
+             MIME-Version: 1.0\nContent-Type: text/plain; charset=us-ascii\n\n{text}\n"
+        );
+        std::fs::write(out.join(format!("{i:03}.eml")), raw).unwrap();
+    }
+    out
+}
+
+/// The classifier's probability of `raw` (the CLF_* symbol's option), if it gave one.
+fn clf_probability(d: &Daemon, raw: &str) -> Option<f64> {
+    let r = d.post("/checkv2", &[("IP", "198.51.100.40")], raw.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let json = r.json();
+    let symbols = json["symbols"].as_object().expect("symbols");
+    symbols
+        .iter()
+        .filter(|(name, _)| name.starts_with("CLF_"))
+        .find_map(|(_, s)| s["options"][0].as_str()?.parse().ok())
+}
+
+/// `classifier.learn_passes`: an offline learn trains again over what it learned, so the mail
+/// it learned first is fitted too, without counting any message twice; 1 is one pass, and an
+/// out-of-range value is refused before anything is learned.
+#[test]
+fn an_offline_learn_makes_further_passes_without_counting_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = passes_mail(dir.path(), "spam", 30);
+    let ham = passes_mail(dir.path(), "ham", 30);
+    let mut spam_p = Vec::new();
+    for passes in [1, 2] {
+        let home = dir.path().join(format!("passes{passes}"));
+        std::fs::create_dir_all(&home).unwrap();
+        let config = format!("[dns]\nenabled = false\n[classifier]\nlearn_passes = {passes}\n");
+        let config_file = home.join("shrike.toml");
+        std::fs::write(&config_file, &config).unwrap();
+        let data = home.join("data");
+        let out = shrike(&[
+            "--config".as_ref(),
+            config_file.as_ref(),
+            "learn".as_ref(),
+            "--spam".as_ref(),
+            spam.as_ref(),
+            "--ham".as_ref(),
+            ham.as_ref(),
+            "--data".as_ref(),
+            data.as_ref(),
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        assert_eq!(count(&stdout, "learned spam"), 30, "{stdout}");
+        assert_eq!(count(&stdout, "learned ham"), 30, "{stdout}");
+        let mut d = Daemon::start(
+            &home,
+            Options {
+                config: Some(config),
+                ..Options::default()
+            },
+        );
+        assert_eq!(
+            classifier_learned(&d),
+            (30, 30),
+            "a further pass counts nothing"
+        );
+        let mut ps = Vec::new();
+        for i in 0..30 {
+            let raw = std::fs::read_to_string(spam.join(format!("{i:03}.eml"))).unwrap();
+            ps.push(clf_probability(&d, &raw).unwrap_or(0.4));
+        }
+        spam_p.push(ps.iter().sum::<f64>() / ps.len() as f64);
+        d.stop();
+    }
+    assert!(
+        spam_p[1] > spam_p[0] + 0.1,
+        "the spam learned first is fitted by the second pass: mean p {spam_p:?}"
+    );
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[classifier]\nlearn_passes = 0\n").unwrap();
+    let data = dir.path().join("bad-data");
+    let out = shrike(&[
+        "--config".as_ref(),
+        bad.as_ref(),
+        "learn".as_ref(),
+        "--spam".as_ref(),
+        spam.as_ref(),
+        "--data".as_ref(),
+        data.as_ref(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("classifier.learn_passes must be 1..=10, got 0"),
+        "{stderr}"
+    );
+    assert!(!data.join("classifier.bin").exists(), "nothing learned");
+}

@@ -10,6 +10,7 @@
 
 pub mod features;
 pub mod journal;
+pub mod passes;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -43,6 +44,10 @@ pub struct ClassifierConfig {
     pub min_feature_count: u8,
     /// Messages of each class the model must have learned before it gives an opinion.
     pub min_learned: u64,
+    /// Passes of a bulk learn (`shrike learn` offline, `shrike replay --cross-validate`) over
+    /// what it learned (1..=10): after the first, the classifier trains again on the same
+    /// messages, shuffled, without counting them again (`passes`).
+    pub learn_passes: u8,
     /// Learn spam from verdicts scoring at least this (autolearn); off when absent.
     pub autolearn_spam_at: Option<f64>,
     /// Learn ham from verdicts scoring at most this (autolearn); off when absent.
@@ -60,10 +65,11 @@ impl Default for ClassifierConfig {
             alpha: 0.3,
             beta: 1.0,
             l1: 0.3,
-            l2: 1.0,
+            l2: 2.0,
             l1_per_thousand: 0.0,
             min_feature_count: 0,
             min_learned: 20,
+            learn_passes: 2,
             autolearn_spam_at: None,
             autolearn_ham_at: None,
             autolearn_doubt: [0.2, 0.8],
@@ -78,6 +84,8 @@ pub enum ClassifierConfigError {
     TableBits(u32),
     #[error("classifier alpha, beta, l1, l2, l1_per_thousand must be finite, >= 0 (alpha > 0)")]
     Parameters,
+    #[error("classifier.learn_passes must be 1..=10, got {0}")]
+    LearnPasses(u8),
 }
 
 impl ClassifierConfig {
@@ -95,6 +103,9 @@ impl ClassifierConfig {
         ];
         if params.iter().any(|p| !p.is_finite() || *p < 0.0) || self.alpha == 0.0 {
             return Err(ClassifierConfigError::Parameters);
+        }
+        if !(1..=10).contains(&self.learn_passes) {
+            return Err(ClassifierConfigError::LearnPasses(self.learn_passes));
         }
         Ok(())
     }
@@ -153,6 +164,8 @@ pub struct Classifier {
     journal: Mutex<Option<journal::Journal>>,
     /// Told of every user learn that trained (a shared store publishes it to other daemons).
     learn_hook: std::sync::OnceLock<LearnHook>,
+    /// While a bulk learn runs: keeps what trained for its further passes.
+    collector: Mutex<Option<std::sync::Arc<passes::Passes>>>,
 }
 
 /// What `Classifier::set_learn_hook` calls: (class, message key, features).
@@ -192,6 +205,7 @@ impl Classifier {
             )),
             journal: Mutex::new(None),
             learn_hook: std::sync::OnceLock::new(),
+            collector: Mutex::new(None),
         }
     }
 
@@ -272,16 +286,46 @@ impl Classifier {
                 return false;
             }
         }
+        self.step(features.hashes(), class, true);
+        match class {
+            Class::Spam => self.spam.fetch_add(1, Relaxed),
+            Class::Ham => self.ham.fetch_add(1, Relaxed),
+        };
+        if let Some(c) = self.collector.lock().as_ref() {
+            c.keep(class, features);
+        }
+        true
+    }
+
+    /// Another pass of a bulk learn over a message it trained on (`passes`): the FTRL step
+    /// again, without counting the message or its coordinates again.
+    pub fn retrain(&self, hashes: &[u64], class: Class) {
+        if self.config.enabled {
+            self.step(hashes, class, false);
+        }
+    }
+
+    /// From now until `collect(None)`, every message `train` trains on is kept in `passes`.
+    pub fn collect(&self, passes: Option<std::sync::Arc<passes::Passes>>) {
+        *self.collector.lock() = passes;
+    }
+
+    /// One FTRL-Proximal step over a message's feature hashes; `count`: a first training, which
+    /// counts towards `min_feature_count`.
+    fn step(&self, hashes: &[u64], class: Class, count: bool) {
         let _guard = self.train.lock();
         let y = if class == Class::Spam { 1.0 } else { 0.0 };
-        let g = self.probability(features) - y;
-        let alpha = self.config.alpha;
         let l1 = self.l1_now();
-        for &f in features.hashes() {
+        let sum: f64 = hashes.iter().map(|&f| self.weight(self.slot(f), l1)).sum();
+        let g = sigmoid(sum) - y;
+        let alpha = self.config.alpha;
+        for &f in hashes {
             let slot = self.slot(f);
             let w = self.weight(slot, l1);
-            let c = self.counts[slot].load(Relaxed);
-            self.counts[slot].store(c.saturating_add(1), Relaxed);
+            if count {
+                let c = self.counts[slot].load(Relaxed);
+                self.counts[slot].store(c.saturating_add(1), Relaxed);
+            }
             let z = f64::from(f32::from_bits(self.table[2 * slot].load(Relaxed)));
             let n = f64::from(f32::from_bits(self.table[2 * slot + 1].load(Relaxed)));
             let sigma = ((n + g * g).sqrt() - n.sqrt()) / alpha;
@@ -290,11 +334,6 @@ impl Classifier {
             self.table[2 * slot].store((z as f32).to_bits(), Relaxed);
             self.table[2 * slot + 1].store((n as f32).to_bits(), Relaxed);
         }
-        match class {
-            Class::Spam => self.spam.fetch_add(1, Relaxed),
-            Class::Ham => self.ham.fetch_add(1, Relaxed),
-        };
-        true
     }
 
     /// From now on, `learn` records what it trains in `journal` before it returns, and `save`

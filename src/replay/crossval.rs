@@ -4,7 +4,7 @@
 //! The messages of each trained label (spam, ham) are split into K folds of near-equal size by a
 //! hash of their names. Fold k learns every other fold of both labels through the path
 //! `shrike learn` takes (`ScanWorker::learn`: a complaint or rescue against the message's keys
-//! and a classifier step, duplicates refused), into a fresh store and classifier on a simulated
+//! and a classifier step, duplicates refused; then `classifier.learn_passes` passes in all, as `shrike learn` makes), into a fresh store and classifier on a simulated
 //! clock, then scores its held-out messages and every message of the labels nobody trains on
 //! (hard ham, unlabelled) as the daemon would, without user feedback.
 //!
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{pipeline, score, Corpus, Label, Lane, ReplayError, SimulatedSweeper};
+use crate::classify::passes::{self, Passes};
 use crate::classify::Class;
 use crate::config::Config;
 use crate::engine::RuleLocation;
@@ -143,6 +144,8 @@ fn run_fold(
         unreadable: 0,
     };
     let started = Instant::now();
+    let passes = std::sync::Arc::new(Passes::new(passes::BUDGET_BYTES));
+    scanner.classifier().collect(Some(passes.clone()));
     for (i, (item, &h)) in corpus.items.iter().zip(held).enumerate() {
         if h.is_none() || h == Some(fold) {
             continue;
@@ -160,6 +163,10 @@ fn run_fold(
         };
         worker.learn(&raw, crate::learn::counter(class));
         out.learned.push(i);
+    }
+    scanner.classifier().collect(None);
+    if let Some(passes) = std::sync::Arc::into_inner(passes) {
+        passes.run(scanner.classifier(), config.classifier.learn_passes);
     }
     let mut sweeper = SimulatedSweeper {
         store: &store,
