@@ -16,7 +16,7 @@
 # Client, daemons and Redis share the machine (2 cores): the redis figures include Redis's own
 # CPU, and section 3 shows the cost of more processes, not the gain of more machines.
 #
-#   [ROUNDS=3] [SECTIONS=123] [SHRIKE_BIN=PATH] [REDIS_WORKERS=N] scripts/bench_redis.sh [SECONDS] [CONNECTIONS]
+#   [ROUNDS=3] [SECTIONS=123] [SHRIKE_BIN=PATH] [REDIS_WORKERS=N] [REDIS_POOL=N] scripts/bench_redis.sh [SECONDS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
@@ -73,6 +73,8 @@ timeout_ms = 50
 TOML
     # REDIS_WORKERS=N: the redis daemons' scan threads (default: eight per core)
     [ -n "${REDIS_WORKERS:-}" ] && printf '[server]\nworkers = %s\n' "$REDIS_WORKERS" >> "$1/shrike.toml"
+    # REDIS_POOL=N: connections per node (store.redis.pool_size)
+    [ -n "${REDIS_POOL:-}" ] && sed -i "s/^timeout_ms = 50$/timeout_ms = 50\npool_size = $REDIS_POOL/" "$1/shrike.toml"
     return 0
 }
 start() {  # start CONFIG PORT DATA; its pid in $last_pid

@@ -522,3 +522,68 @@ fn two_daemons_share_a_cluster_through_failover_and_outage() {
     assert_eq!(a.post("/learnspam", &[], &m).status, 200);
     assert_eq!(health_store(&a), "ok");
 }
+
+/// The clients (`ADDR:PORT`) that sent `command` on a timeline key (`in:{…}`), from the lines
+/// `redis-cli MONITOR` printed.
+fn clients_sending(monitor: &str, command: &str) -> std::collections::BTreeSet<String> {
+    let needle = format!("\"{command}\" \"in:{{");
+    monitor
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .filter_map(|l| {
+            let inside = l.split_once('[')?.1.split_once(']')?.0;
+            Some(inside.split_whitespace().nth(1)?.to_string())
+        })
+        .collect()
+}
+
+/// What one daemon sends while it scans `n` messages, as `MONITOR` on the node saw it.
+fn monitored_scans(dir: &Path, node: &Node, name: &str, config: &str, n: usize) -> String {
+    let path = dir.join(format!("{name}.monitor"));
+    let mut monitor = Command::new("redis-cli")
+        .args(["-p", &node.port.to_string(), "MONITOR"])
+        .stdout(std::fs::File::create(&path).unwrap())
+        .spawn()
+        .expect("redis-cli MONITOR");
+    let d = start(dir, name, config);
+    wait_until("the store connected", 10, || health_store(&d) == "ok");
+    for i in 0..n {
+        let id = format!("{name}-{i}");
+        scan(&d, &message(&format!("s{i}@lanes.example"), &id, &id), &[]);
+    }
+    // The flushes (every 20 ms here) have written what the scans counted.
+    wait_until("the scans counted in redis", 5, || {
+        window(&d, "subject", &format!("{name}-{}", n - 1), "seen") == 1
+    });
+    drop(d);
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    std::fs::read_to_string(&path).unwrap()
+}
+
+#[test]
+fn write_flushes_never_share_a_connection_with_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), daemon::free_port(), false);
+    let urls = format!("[\"redis://127.0.0.1:{}\"]", node.port);
+
+    // The default: a node's first connection takes the flushes, the others the reads, so a
+    // read never waits behind a flush on one connection's ordered replies.
+    let seen = monitored_scans(dir.path(), &node, "lanes", &redis_config(&urls, false), 20);
+    let writers = clients_sending(&seen, "HINCRBY");
+    let readers = clients_sending(&seen, "HGETALL");
+    assert!(!writers.is_empty(), "no flush seen:\n{seen}");
+    assert!(!readers.is_empty(), "no read seen:\n{seen}");
+    assert!(
+        writers.is_disjoint(&readers),
+        "flushes and reads shared a connection: writers {writers:?}, readers {readers:?}"
+    );
+
+    // With one connection a node, reads and flushes share it (what the test above rules out).
+    let one = format!("{}pool_size = 1\n", redis_config(&urls, false));
+    let seen = monitored_scans(dir.path(), &node, "shared", &one, 20);
+    let writers = clients_sending(&seen, "HINCRBY");
+    let readers = clients_sending(&seen, "HGETALL");
+    assert_eq!(writers.len(), 1, "{writers:?}");
+    assert_eq!(writers, readers);
+}

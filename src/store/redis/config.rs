@@ -26,7 +26,8 @@ pub struct RedisConfig {
     pub prefix: String,
     /// Longest wait for a read before the scan goes on without reputation.
     pub timeout_ms: u64,
-    /// Multiplexed connections (per node) that requests are spread over.
+    /// Multiplexed connections (per node). With two or more, the first carries the write-behind
+    /// flushes and the others the reads a scan waits on, so a read never queues behind a flush.
     pub pool_size: usize,
     /// AUTH password (and `username` for ACL users); also accepted inside the URLs.
     pub password: Option<String>,
@@ -47,7 +48,7 @@ impl Default for RedisConfig {
             cluster: false,
             prefix: "in".into(),
             timeout_ms: 50,
-            pool_size: 1,
+            pool_size: 2,
             password: None,
             username: None,
             flush_interval_ms: 100,

@@ -48,6 +48,15 @@ impl Item {
     }
 }
 
+/// Which of a node's connections a batch takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// What a scan or a learn waits on: reads, rate limits, confirmed writes, pings.
+    Read,
+    /// The write-behind flushes and `store import`: large pipelines nobody waits on.
+    Bulk,
+}
+
 /// Why a batch (or part of it) failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LinkError {
@@ -201,8 +210,17 @@ impl Link {
     }
 
     /// Sends `items` as one pipeline per node and returns each item's replies, or why it failed.
-    /// Bound the wait with a timeout around this call.
+    /// Bound the wait with a timeout around this call. On the read lane.
     pub async fn run(self: &Arc<Self>, items: Vec<Item>) -> Vec<Result<Vec<Value>, LinkError>> {
+        self.run_on(items, Lane::Read).await
+    }
+
+    /// `run` on a given lane.
+    pub async fn run_on(
+        self: &Arc<Self>,
+        items: Vec<Item>,
+        lane: Lane,
+    ) -> Vec<Result<Vec<Value>, LinkError>> {
         if items.is_empty() {
             return Vec::new();
         }
@@ -215,7 +233,15 @@ impl Link {
             let e = LinkError::Down(self.last_error());
             return items.iter().map(|_| Err(e.clone())).collect();
         };
-        let conn = conns[self.next.fetch_add(1, Ordering::Relaxed) % conns.len()].clone();
+        // With more than one connection a node's first carries the bulk writes and the others
+        // the reads, so that a read never queues behind a flush's thousands of commands on
+        // one socket (Redis interleaves its clients' input; one client's pipeline is FIFO).
+        let conn = match (lane, conns.len()) {
+            (_, 1) | (Lane::Bulk, _) => conns[0].clone(),
+            (Lane::Read, n) => {
+                conns[1 + self.next.fetch_add(1, Ordering::Relaxed) % (n - 1)].clone()
+            }
+        };
         let lens: Vec<usize> = items.iter().map(|i| i.cmds.len()).collect();
         let slots_of: Vec<u16> = items.iter().map(|i| i.slot).collect();
         let mut cmds_of: Vec<Option<Vec<Cmd>>> = items.into_iter().map(|i| Some(i.cmds)).collect();

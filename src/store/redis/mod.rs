@@ -330,7 +330,7 @@ impl Inner {
         let link = self.link.clone();
         let wait = (self.timeout * 20).max(Duration::from_secs(1));
         let items = std::mem::take(&mut batch.items);
-        match tokio::time::timeout(wait, link.run(items)).await {
+        match tokio::time::timeout(wait, link.run_on(items, conn::Lane::Bulk)).await {
             Ok(results) => self
                 .writer
                 .settle(batch, &results, &self.layout, &self.stats),

@@ -113,10 +113,9 @@ pub fn import(store: &RedisStore, input: &mut dyn BufRead) -> Result<u64, Transf
             let n = batch.len() as u64;
             let link = store.inner.link.clone();
             let results = store
-                .block(
-                    Duration::from_secs(30),
-                    async move { link.run(batch).await },
-                )
+                .block(Duration::from_secs(30), async move {
+                    link.run_on(batch, super::conn::Lane::Bulk).await
+                })
                 .ok_or_else(|| Unavailable("timed out".into()))?;
             if let Some(e) = results.into_iter().find_map(Result::err) {
                 return Err(Unavailable(e.to_string()).into());
