@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use parking_lot::Mutex;
 
-use crate::classify::passes::{self, Passes};
+use crate::classify::passes::Passes;
 use crate::classify::{Class, SnapshotError};
 use crate::config::Config;
 use crate::datadir::DataDirError;
@@ -248,8 +248,7 @@ fn offline(
     .min(jobs.len())
     .max(1);
     let next = AtomicUsize::new(0);
-    let passes = Arc::new(Passes::new(passes::BUDGET_BYTES));
-    dir.classifier.collect(Some(passes.clone()));
+    let passes = Passes::attach(&dir.classifier);
     // The workers count under a lock held for an increment: on a small machine a thread
     // waiting on a channel would take a core from them.
     let tally = Mutex::new(tally);
@@ -287,12 +286,9 @@ fn offline(
         }
         Ok(())
     })?;
-    dir.classifier.collect(None);
     // Further passes over what this run learned (not journalled: a learn killed meanwhile keeps
     // its first pass).
-    if let Some(passes) = Arc::into_inner(passes) {
-        passes.run(&dir.classifier, config.classifier.learn_passes);
-    }
+    passes.finish(&dir.classifier, config.classifier.learn_passes);
     // The scanner holds the store and the classifier; both are written once it is gone.
     drop(scanner);
     dir.classifier

@@ -11,6 +11,7 @@
 //! records in the store, the first pass (`Classifier::train`).
 
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -78,6 +79,21 @@ impl Passes {
         }
     }
 
+    /// Attaches a collector of `BUDGET_BYTES` to `classifier`: from now on every message it
+    /// trains on is kept for the further passes (`finish`).
+    pub fn attach(classifier: &Classifier) -> Arc<Passes> {
+        let passes = Arc::new(Passes::new(BUDGET_BYTES));
+        classifier.collect(Some(passes.clone()));
+        passes
+    }
+
+    /// Detaches the collector from `classifier` and trains it on what was kept until it has
+    /// made `passes` passes in all.
+    pub fn finish(self: Arc<Self>, classifier: &Classifier, passes: u8) -> PassReport {
+        classifier.collect(None);
+        Arc::into_inner(self).map_or_else(PassReport::default, |p| p.run(classifier, passes))
+    }
+
     /// Keeps a message the classifier just trained on. The sample is the messages of lowest
     /// feature hash that fit the budget, so it does not depend on the order the learn's
     /// threads trained them in, nor on the order of the paths.
@@ -109,12 +125,10 @@ impl Passes {
         let inner = self.inner.into_inner();
         let kept = inner.kept.into_sorted_vec();
         let further = passes.saturating_sub(1);
-        if !kept.is_empty() {
-            for _ in 0..further {
-                for k in &kept {
-                    let class = if k.spam { Class::Spam } else { Class::Ham };
-                    classifier.retrain(&k.hashes, class);
-                }
+        for _ in 0..further {
+            for k in &kept {
+                let class = if k.spam { Class::Spam } else { Class::Ham };
+                classifier.retrain(&k.hashes, class);
             }
         }
         PassReport {

@@ -4,9 +4,10 @@
 //! The messages of each trained label (spam, ham) are split into K folds of near-equal size by a
 //! hash of their names. Fold k learns every other fold of both labels through the path
 //! `shrike learn` takes (`ScanWorker::learn`: a complaint or rescue against the message's keys
-//! and a classifier step, duplicates refused; then `classifier.learn_passes` passes in all, as `shrike learn` makes), into a fresh store and classifier on a simulated
-//! clock, then scores its held-out messages and every message of the labels nobody trains on
-//! (hard ham, unlabelled) as the daemon would, without user feedback.
+//! and a classifier step, duplicates refused; then `classifier.learn_passes` passes in all, as
+//! `shrike learn` makes), into a fresh store and classifier on a simulated clock, then scores
+//! its held-out messages and every message of the labels nobody trains on (hard ham,
+//! unlabelled) as the daemon would, without user feedback.
 //!
 //! Owns: fold assignment, the learn-then-score pass of each fold, folds run side by side.
 //! Never touches: what a learn or a scan records (`scan`), the reports' figures (`report`).
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{pipeline, score, Corpus, Label, Lane, ReplayError, SimulatedSweeper};
-use crate::classify::passes::{self, Passes};
+use crate::classify::passes::Passes;
 use crate::classify::Class;
 use crate::config::Config;
 use crate::engine::RuleLocation;
@@ -144,8 +145,7 @@ fn run_fold(
         unreadable: 0,
     };
     let started = Instant::now();
-    let passes = std::sync::Arc::new(Passes::new(passes::BUDGET_BYTES));
-    scanner.classifier().collect(Some(passes.clone()));
+    let passes = Passes::attach(scanner.classifier());
     for (i, (item, &h)) in corpus.items.iter().zip(held).enumerate() {
         if h.is_none() || h == Some(fold) {
             continue;
@@ -164,10 +164,7 @@ fn run_fold(
         worker.learn(&raw, crate::learn::counter(class));
         out.learned.push(i);
     }
-    scanner.classifier().collect(None);
-    if let Some(passes) = std::sync::Arc::into_inner(passes) {
-        passes.run(scanner.classifier(), config.classifier.learn_passes);
-    }
+    passes.finish(scanner.classifier(), config.classifier.learn_passes);
     let mut sweeper = SimulatedSweeper {
         store: &store,
         cycle_secs: config.server.sweep_cycle_secs.max(1),

@@ -202,7 +202,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let s = &config.server;
     // With a shared store a scan waits for its reads on the network: more workers than cores
     // keep the cores busy meanwhile, and more reads in flight share each batch. Eight per core
-    // carried 10-15% more than four and than sixteen (BENCHMARKS.md, "Shared reputation on
+    // carried 10-15% more than four or sixteen per core (BENCHMARKS.md, "Shared reputation on
     // Redis").
     let workers = match (s.workers, config.store.backend) {
         (0, crate::store::redis::Backend::Redis) => cores * 8,
