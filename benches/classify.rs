@@ -1,6 +1,7 @@
 //! The classifier over the development corpus, one thread. Targets (issue 7): inference
 //! ≤ 20 µs per message, an update ≤ 50 µs. Measured apart: feature extraction (tokenizing a
-//! scanned message), prediction over extracted features, and one FTRL step. Run:
+//! scanned message), prediction over extracted features, naive Bayes' probability over the
+//! same features, and one training step (FTRL and Bayes' counts). Run:
 //!
 //!     cargo bench --bench classify
 
@@ -61,7 +62,7 @@ fn classify(c: &mut Criterion) {
         "{} messages, {mean} features each on average, table 2^{} weights ({} MiB)",
         features.len(),
         config.classifier.table_bits,
-        (8usize << config.classifier.table_bits) >> 20
+        (17usize << config.classifier.table_bits) >> 20
     );
 
     let mut group = c.benchmark_group("classify");
@@ -80,6 +81,13 @@ fn classify(c: &mut Criterion) {
         b.iter(|| {
             for f in &features {
                 black_box(model.probability(black_box(f)));
+            }
+        })
+    });
+    group.bench_function("bayes", |b| {
+        b.iter(|| {
+            for f in &features {
+                black_box(model.bayes(black_box(f)));
             }
         })
     });

@@ -231,6 +231,9 @@ function Msg:stat(kind, window, how, min_seen) end
 function Msg:stats(kind, window) end
 ---@return number|nil spam probability (0..1), nil during the classifier's cold start
 function Msg:classify() end
+---@return number|nil naive Bayes' spam probability over the same features (0..1; near 0.5 when
+---the evidence points both ways), nil until it has learned enough of both classes
+function Msg:bayes() end
 ---@return shrike.Auth
 function Msg:auth() end
 ---@return shrike.DnsblHit[]

@@ -599,3 +599,125 @@ fn an_offline_learn_makes_further_passes_without_counting_them() {
     );
     assert!(!data.join("classifier.bin").exists(), "nothing learned");
 }
+
+/// Naive Bayes' symbol and its option (the probability), if the message hit one.
+fn bayes_hit(d: &Daemon, raw: &str) -> Option<(String, f64)> {
+    let r = d.post("/checkv2", &[("IP", "198.51.100.40")], raw.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let json = r.json();
+    let symbols = json["symbols"].as_object().expect("symbols");
+    let (name, s) = symbols
+        .iter()
+        .find(|(name, _)| name.starts_with("BAYES_"))?;
+    let p = s["options"][0].as_str()?.parse().expect("a probability");
+    Some((name.clone(), p))
+}
+
+/// Naive Bayes, the classifier's second opinion: taught offline, it is sure of new mail like
+/// the learned spam, says nothing of mail like the learned ham or of mail with both, and what a
+/// daemon learns over HTTP outlives a `kill -9` right after the answer.
+#[test]
+fn naive_bayes_learns_offline_and_through_the_daemon_and_survives_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let spam = passes_mail(dir.path(), "spam", 30);
+    let ham = passes_mail(dir.path(), "ham", 30);
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let config = "[dns]\nenabled = false\n".to_string();
+    let config_file = home.join("shrike.toml");
+    std::fs::write(&config_file, &config).unwrap();
+    let data = home.join("data");
+    let out = shrike(&[
+        "--config".as_ref(),
+        config_file.as_ref(),
+        "learn".as_ref(),
+        "--spam".as_ref(),
+        spam.as_ref(),
+        "--ham".as_ref(),
+        ham.as_ref(),
+        "--data".as_ref(),
+        data.as_ref(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let options = || Options {
+        config: Some(config.clone()),
+        ..Options::default()
+    };
+    let mut d = Daemon::start(&home, options());
+    let mail = |text: &str, n: u32| {
+        format!(
+            "From: someone{n}@example.org\nTo: alice@example.com\nSubject: Weekly update {n}\n\
+             Date: Tue, 3 Sep 2002 09:00:00 +0000\nMessage-ID: <probe{n}@example.org>\n\
+             MIME-Version: 1.0\nContent-Type: text/plain; charset=us-ascii\n\n{text}\n"
+        )
+    };
+    let spammy = mail(
+        "Please read the weekly update, the offer ends soon, click now",
+        1,
+    );
+    let hammy = mail("Please read the weekly update, the meeting is on Monday", 2);
+    let both = mail(
+        "Please read the weekly update, the offer ends soon, the meeting is on Monday",
+        3,
+    );
+    let (_, p) = bayes_hit(&d, &spammy).expect("sure of the spam");
+    assert!(p >= 0.9, "{p}");
+    assert_eq!(bayes_hit(&d, &hammy), None);
+    assert_eq!(bayes_hit(&d, &both), None, "torn: no Bayes symbol");
+    // Sure of spam the logistic model, torn Bayes: the classifier's grade keeps 0.6 of its
+    // score and says why; where Bayes is sure, the grade is whole.
+    let tempered = mail(
+        "Please read the weekly update, the offer ends soon, click now, the meeting is on",
+        4,
+    );
+    let json = d
+        .post("/checkv2", &[("IP", "198.51.100.40")], tempered.as_bytes())
+        .json();
+    let clf = &json["symbols"]["CLF_SPAM"];
+    let p: f64 = clf["options"][0].as_str().expect("p").parse().unwrap();
+    let doubt = clf["options"][1].as_str().expect("Bayes' doubt named");
+    let nb: f64 = doubt.strip_prefix("bayes ").expect(doubt).parse().unwrap();
+    assert!((0.3..=0.7).contains(&nb), "{nb}");
+    let whole = 1.5 * (p / (1.0 - p)).ln();
+    let score = clf["score"].as_f64().unwrap();
+    assert!(
+        (score - 0.6 * whole).abs() < 0.01,
+        "{score} against {whole}"
+    );
+    let json = d
+        .post("/checkv2", &[("IP", "198.51.100.40")], spammy.as_bytes())
+        .json();
+    let clf = (json["symbols"].as_object().unwrap().iter())
+        .find(|(name, _)| name.starts_with("CLF_SPAM"))
+        .expect("the classifier is sure of the spam too")
+        .1;
+    assert_eq!(clf["options"].as_array().unwrap().len(), 1, "not tempered");
+
+    // A learn over HTTP moves Bayes' counts (the ham side of the spam words), then a kill -9
+    // right after the 200: the restarted daemon has the learn.
+    for i in 0..5 {
+        let r = d.post(
+            "/learnham",
+            &[],
+            mail(
+                &format!("the offer ends soon, click now, said the minutes {i}"),
+                10 + i,
+            )
+            .as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let after = bayes_hit(&d, &spammy).map(|(_, p)| p);
+    assert!(
+        after.is_none_or(|a| a < p),
+        "the learned ham weighs on the spam words: {after:?}"
+    );
+    d.kill9();
+    let d = Daemon::start(&home, options());
+    assert_eq!(bayes_hit(&d, &spammy).map(|(_, p)| p), after);
+    assert_eq!(classifier_learned(&d), (30, 35));
+}

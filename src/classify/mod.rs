@@ -8,6 +8,7 @@
 //! atomics: a prediction reads them without a lock while a training step (serialized by a
 //! mutex) writes them, so inference never waits on training and sees each update at once.
 
+pub mod bayes;
 pub mod features;
 pub mod journal;
 pub mod passes;
@@ -26,7 +27,8 @@ pub use features::{extract, learns_symbol, Features, FEATURE_VERSION};
 #[serde(default, deny_unknown_fields)]
 pub struct ClassifierConfig {
     pub enabled: bool,
-    /// log2 of the number of weights (16..=26); memory is 9 bytes per weight.
+    /// log2 of the number of weights (16..=26); memory is 17 bytes per weight (the FTRL
+    /// model's 9 and naive Bayes' two counts).
     pub table_bits: u32,
     /// FTRL-Proximal learning-rate scale.
     pub alpha: f64,
@@ -142,8 +144,9 @@ const MAGIC: &[u8; 8] = b"SHRKCLF\0";
 /// 2: the remembered training keys follow the weights, so a restart (or the offline
 /// `shrike learn` then the daemon) still refuses a message it has trained on. 3: each
 /// coordinate's training count (one byte) follows the weights, before the keys, so
-/// `min_feature_count` holds across a restart. 1 and 2 are still read.
-const FORMAT_VERSION: u32 = 3;
+/// `min_feature_count` holds across a restart. 4: naive Bayes' counts (`bayes`) follow those,
+/// before the keys. 1 to 3 are still read (Bayes then starts from nothing).
+const FORMAT_VERSION: u32 = 4;
 
 /// The model.
 pub struct Classifier {
@@ -153,6 +156,8 @@ pub struct Classifier {
     table: Box<[AtomicU32]>,
     /// Training steps each coordinate took part in, saturating at 255.
     counts: Box<[AtomicU8]>,
+    /// The naive Bayes second opinion over the same features (`bayes`).
+    bayes: bayes::Bayes,
     spam: AtomicU64,
     ham: AtomicU64,
     /// Serializes training steps (each reads then writes its coordinates).
@@ -197,6 +202,7 @@ impl Classifier {
             mask: size as u64 - 1,
             table: (0..size * 2).map(|_| AtomicU32::new(0)).collect(),
             counts: (0..size).map(|_| AtomicU8::new(0)).collect(),
+            bayes: bayes::Bayes::new(bits),
             spam: AtomicU64::new(0),
             ham: AtomicU64::new(0),
             train: Mutex::new(()),
@@ -263,6 +269,19 @@ impl Classifier {
     /// The spam probability, or `None` during the cold start.
     pub fn classify(&self, features: &Features) -> Option<f64> {
         self.ready().then(|| self.probability(features))
+    }
+
+    /// Naive Bayes' spam probability (`bayes`), or `None` until it has learned `min_learned`
+    /// messages of each class itself.
+    pub fn bayes(&self, features: &Features) -> Option<f64> {
+        self.bayes_ready()
+            .then(|| self.bayes.probability(features.hashes()))
+    }
+
+    /// Whether naive Bayes has learned enough of both classes to give an opinion.
+    pub fn bayes_ready(&self) -> bool {
+        let (s, h) = self.bayes.learned();
+        self.config.enabled && s >= self.config.min_learned && h >= self.config.min_learned
     }
 
     /// Whether the message `key` is remembered as trained towards `class` (nothing changes).
@@ -334,6 +353,9 @@ impl Classifier {
             self.table[2 * slot].store((z as f32).to_bits(), Relaxed);
             self.table[2 * slot + 1].store((n as f32).to_bits(), Relaxed);
         }
+        if count {
+            self.bayes.learn(hashes, class);
+        }
     }
 
     /// From now on, `learn` records what it trains in `journal` before it returns, and `save`
@@ -403,7 +425,9 @@ impl Classifier {
         let mut journal = self.journal.lock();
         let name = path.display().to_string();
         let io = |e| SnapshotError::Io(name.clone(), e);
-        let mut buf = Vec::with_capacity(64 + self.table.len() * 4);
+        let mut buf = Vec::with_capacity(
+            64 + self.table.len() * 4 + self.counts.len() + self.bayes.encoded_len(),
+        );
         buf.extend_from_slice(MAGIC);
         buf.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         buf.extend_from_slice(&FEATURE_VERSION.to_le_bytes());
@@ -415,6 +439,7 @@ impl Classifier {
             buf.extend_from_slice(&v.load(Relaxed).to_le_bytes());
         }
         buf.extend(self.counts.iter().map(|c| c.load(Relaxed)));
+        self.bayes.write(&mut buf);
         {
             let seen = self.seen.lock();
             buf.extend_from_slice(&(seen.len() as u32).to_le_bytes());
@@ -485,13 +510,21 @@ impl Classifier {
             Some(values) => (values, &body[table_end..]),
             None => return Err(SnapshotError::Checksum(name)),
         };
-        let (counts, keys) = if version >= 3 {
+        let (counts, rest) = if version >= 3 {
             match rest.split_at_checked(model.counts.len()) {
-                Some((counts, keys)) => (Some(counts), keys),
+                Some((counts, rest)) => (Some(counts), rest),
                 None => return Err(SnapshotError::Checksum(name)),
             }
         } else {
             (None, rest)
+        };
+        let keys = if version >= 4 {
+            match rest.split_at_checked(model.bayes.encoded_len()) {
+                Some((bayes, keys)) if model.bayes.read(bayes) => keys,
+                _ => return Err(SnapshotError::Checksum(name)),
+            }
+        } else {
+            rest
         };
         let keys = match version {
             1 if keys.is_empty() => keys,
@@ -674,13 +707,63 @@ mod tests {
         let table_end = 36 + model.table.len() * 4;
         let mut v2 = bytes[..table_end].to_vec();
         v2[8..12].copy_from_slice(&2u32.to_le_bytes());
-        v2.extend_from_slice(&bytes[table_end + model.counts.len()..bytes.len() - 4]);
+        let keys_at = table_end + model.counts.len() + model.bayes.encoded_len();
+        v2.extend_from_slice(&bytes[keys_at..bytes.len() - 4]);
         let crc = crc32c::crc32c(&v2);
         v2.extend_from_slice(&crc.to_le_bytes());
         std::fs::write(&path, &v2).unwrap();
         let old = Classifier::load(&counted, &path).unwrap();
         assert!(old.probability(&f) > 0.5);
         assert_eq!(old.probability(&only("never")), 0.5);
+    }
+
+    #[test]
+    fn naive_bayes_learns_with_the_model_and_survives_a_snapshot() {
+        let model = Classifier::new(&config());
+        let probe = example(7_000, true);
+        for i in 0..4 {
+            model.train(&example(i, true), Class::Spam, None);
+            model.train(&example(i, false), Class::Ham, None);
+        }
+        assert_eq!(model.bayes(&probe), None, "4 of each: below min_learned");
+        for i in 4..60 {
+            model.train(
+                &example(i, i % 2 == 0),
+                if i % 2 == 0 { Class::Spam } else { Class::Ham },
+                None,
+            );
+        }
+        let p = model.bayes(&probe).expect("ready");
+        assert!(p > 0.9, "{p}");
+        assert!(model.bayes(&example(7_001, false)).unwrap() < 0.1);
+        // further passes of a bulk learn retrain the weights but count nothing twice
+        let before = model.bayes.learned();
+        model.retrain(probe.hashes(), Class::Spam);
+        assert_eq!(model.bayes.learned(), before);
+        assert_eq!(model.bayes(&probe), Some(p));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("classifier.bin");
+        model.save(&path).unwrap();
+        let loaded = Classifier::load(&config(), &path).unwrap();
+        assert_eq!(loaded.bayes(&probe), Some(p));
+
+        // A version-3 file (no Bayes section) loads with the weights, and Bayes starts afresh.
+        let bytes = std::fs::read(&path).unwrap();
+        let counts_end = 36 + model.table.len() * 4 + model.counts.len();
+        let mut v3 = bytes[..counts_end].to_vec();
+        v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+        v3.extend_from_slice(&bytes[counts_end + model.bayes.encoded_len()..bytes.len() - 4]);
+        let crc = crc32c::crc32c(&v3);
+        v3.extend_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &v3).unwrap();
+        let old = Classifier::load(&config(), &path).unwrap();
+        assert_eq!(old.probability(&probe), model.probability(&probe));
+        assert_eq!(
+            old.bayes(&probe),
+            None,
+            "no Bayes counts in a version-3 file"
+        );
     }
 
     #[test]

@@ -146,6 +146,8 @@ fields! {
     Auth = 53, "auth", Built, Simple;
     /// `msg:dnsbl()`: DNS list hits, `{ symbol, zone, name, check, code, blocked }` each.
     Dnsbl = 54, "dnsbl", Built, Simple;
+    /// Naive Bayes' probability (answered by the runner's `fetch`, like `classify`).
+    Bayes = 55, "bayes", Built, Custom;
 }
 
 impl FieldId {

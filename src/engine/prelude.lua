@@ -289,9 +289,10 @@ Msg.headers = keyed(F.headers)
 for name, method in pairs(rust.methods) do Msg[name] = method end
 Msg.stat = rust.stat_method
 function Msg.stats(_, kind, window) return stats(kind, window) end
-local SHINGLES, CLASSIFY = F.shingles, F.classify
+local SHINGLES, CLASSIFY, BAYES = F.shingles, F.classify, F.bayes
 function Msg.shingles(_, kind) return fetch(SHINGLES, kind) end
 function Msg.classify() return fetch(CLASSIFY) end
+function Msg.bayes() return fetch(BAYES) end
 
 -- The SMTP envelope in one table, built once a scan: what the MTA said (nil where it said
 -- nothing; `rcpt` an array).

@@ -142,19 +142,39 @@ impl Ctx {
         let Some(model) = data.classifier.filter(|m| m.ready()) else {
             return Ok(Value::Nil);
         };
-        let Some(gen) = &self.generation else {
+        let Some(features) = self.features_so_far(data) else {
             return Ok(Value::Nil);
         };
+        let p = model.classify(&features);
+        *self.classified.borrow_mut() = Some((p, features));
+        Ok(p.map_or(Value::Nil, Value::Number))
+    }
+
+    /// `msg:bayes()`: naive Bayes' probability over the features `msg:classify()` weighed in
+    /// this scan (or, asked first, the same features built now); nil until it has learned enough.
+    pub(super) fn bayes(&self, data: &MessageData<'_>) -> mlua::Result<Value> {
+        let Some(model) = data.classifier.filter(|m| m.bayes_ready()) else {
+            return Ok(Value::Nil);
+        };
+        if let Some((_, features)) = self.classified.borrow().as_ref() {
+            return Ok(model.bayes(features).map_or(Value::Nil, Value::Number));
+        }
+        let Some(features) = self.features_so_far(data) else {
+            return Ok(Value::Nil);
+        };
+        Ok(model.bayes(&features).map_or(Value::Nil, Value::Number))
+    }
+
+    /// The classifier's features of the message with the spam-sign symbols hit so far.
+    fn features_so_far(&self, data: &MessageData<'_>) -> Option<crate::classify::Features> {
+        let gen = self.generation.as_ref()?;
         let applied = self.applied.borrow();
         let names = applied
             .iter()
             .map(|&(r, s)| &gen.rules[r].symbols[s])
             .filter(|m| crate::classify::learns_symbol(m.score))
             .map(|m| m.name.as_str());
-        let features = data.classifier_features(names);
-        let p = model.classify(&features);
-        *self.classified.borrow_mut() = Some((p, features));
-        Ok(p.map_or(Value::Nil, Value::Number))
+        Some(data.classifier_features(names))
     }
 
     /// A rule's start or end for `marks`: the time on a timed scan, else `epoch`.

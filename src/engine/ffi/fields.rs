@@ -38,6 +38,9 @@ pub(in crate::engine) fn install(lua: &Lua, ctx: &Rc<Ctx>, rust: &Table) -> mlua
         if id == FieldId::Classify.id() {
             return c.classify(data);
         }
+        if id == FieldId::Bayes.id() {
+            return c.bayes(data);
+        }
         fetch_value(lua, data, id, a)
     })?;
     rust.raw_set(
