@@ -88,11 +88,14 @@ impl Bayes {
             if n == 0.0 {
                 continue;
             }
-            let (ps, ph) = (cs / ns, ch / nh);
-            let p = ps / (ps + ph);
-            let p = (STRENGTH * 0.5 + n * p) / (STRENGTH + n);
-            if (p - 0.5).abs() >= MIN_DEVIATION {
-                probs.push(p.clamp(CLAMP, 1.0 - CLAMP));
+            // The feature's spam share, (cs / ns) / (cs / ns + ch / nh), pulled towards 0.5 by
+            // the prior, (s · 0.5 + n · share) / (s + n), as one fraction num / den: the test
+            // against MIN_DEVIATION needs no division, and a feature left out costs none.
+            let d = cs * nh + ch * ns;
+            let num = STRENGTH * 0.5 * d + n * cs * nh;
+            let den = (STRENGTH + n) * d;
+            if (num - 0.5 * den).abs() >= MIN_DEVIATION * den {
+                probs.push((num / den).clamp(CLAMP, 1.0 - CLAMP));
             }
         }
         if probs.is_empty() {
@@ -104,8 +107,7 @@ impl Bayes {
             });
             probs.truncate(MAX_FEATURES);
         }
-        let ham_sum: f64 = probs.iter().map(|p| p.ln()).sum();
-        let spam_sum: f64 = probs.iter().map(|p| (1.0 - p).ln()).sum();
+        let (ham_sum, spam_sum) = ln_products(&probs);
         let dof = 2 * probs.len();
         let h = chi2_survival(-2.0 * ham_sum, dof);
         let s = chi2_survival(-2.0 * spam_sum, dof);
@@ -144,6 +146,28 @@ impl Bayes {
     }
 }
 
+/// Σ ln p and Σ ln (1 − p): logarithms of running products, taken only when a product nears
+/// the bottom of `f64` (each factor is at least `CLAMP`), so a message costs a few `ln` calls
+/// instead of two per feature.
+fn ln_products(probs: &[f64]) -> (f64, f64) {
+    const LOW: f64 = 1e-200;
+    let (mut ln_p, mut ln_q) = (0.0, 0.0);
+    let (mut p_prod, mut q_prod) = (1.0f64, 1.0f64);
+    for &p in probs {
+        p_prod *= p;
+        q_prod *= 1.0 - p;
+        if p_prod < LOW {
+            ln_p += p_prod.ln();
+            p_prod = 1.0;
+        }
+        if q_prod < LOW {
+            ln_q += q_prod.ln();
+            q_prod = 1.0;
+        }
+    }
+    (ln_p + p_prod.ln(), ln_q + q_prod.ln())
+}
+
 /// The probability that a chi-square variable with `dof` (even) degrees of freedom exceeds `x2`:
 /// e^-m · Σ_{i < dof/2} m^i / i!, m = x2 / 2. Far in the tail `e^-m` underflows to 0, which is
 /// the answer to the precision that matters here.
@@ -170,6 +194,18 @@ mod tests {
         assert!((chi2_survival(9.4877, 4) - 0.05).abs() < 1e-4);
         assert_eq!(chi2_survival(0.0, 10), 1.0);
         assert_eq!(chi2_survival(1e6, 300), 0.0);
+    }
+
+    #[test]
+    fn log_products_match_sums_of_logs_without_underflow() {
+        let probs: Vec<f64> = (0..150)
+            .map(|i| if i % 3 == 0 { CLAMP } else { 0.3 + (i % 7) as f64 * 0.1 })
+            .collect();
+        let (p, q) = ln_products(&probs);
+        let want_p: f64 = probs.iter().map(|x| x.ln()).sum();
+        let want_q: f64 = probs.iter().map(|x| (1.0 - x).ln()).sum();
+        assert!((p - want_p).abs() < 1e-9 * want_p.abs(), "{p} {want_p}");
+        assert!((q - want_q).abs() < 1e-9 * want_q.abs().max(1.0), "{q} {want_q}");
     }
 
     fn learn_n(b: &Bayes, hashes: &[u64], class: Class, n: usize) {
