@@ -34,7 +34,7 @@ rule {
     CLF_HAM = -4.0,        -- 0.01 < p <= 0.3, weighted by the log-odds (at most 1)
     CLF_HAM_HIGH = -4.0,   -- p <= 0.01
     BAYES_SPAM_HIGH = 3.5, -- naive Bayes >= 0.99
-    BAYES_SPAM = 2.0,      -- naive Bayes >= 0.9
+    BAYES_SPAM = 2.5,      -- naive Bayes >= 0.8
   },
   description = "The online classifier (FTRL logistic regression over tokens, headers, rule hits and reputation), with naive Bayes over the same features as a second opinion",
   group = "classifier",
@@ -48,7 +48,7 @@ rule {
       local opt = format("%.4f", nb)
       if nb >= 0.99 then
         hits.BAYES_SPAM_HIGH = { opt }
-      elseif nb >= 0.9 then
+      elseif nb >= 0.8 then
         hits.BAYES_SPAM = { opt }
       elseif nb >= TORN_LOW and nb <= TORN_HIGH then
         torn = TORN_WEIGHT
