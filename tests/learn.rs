@@ -511,6 +511,26 @@ fn passes_mail(dir: &Path, kind: &str, n: usize) -> PathBuf {
     out
 }
 
+/// `shrike learn` of `spam` and `ham` into `home/data`, with `config` written to
+/// `home/shrike.toml`.
+fn learn_offline(home: &Path, config: &str, spam: &Path, ham: &Path) -> Output {
+    std::fs::create_dir_all(home).unwrap();
+    let config_file = home.join("shrike.toml");
+    std::fs::write(&config_file, config).unwrap();
+    let data = home.join("data");
+    shrike(&[
+        "--config".as_ref(),
+        config_file.as_ref(),
+        "learn".as_ref(),
+        "--spam".as_ref(),
+        spam.as_ref(),
+        "--ham".as_ref(),
+        ham.as_ref(),
+        "--data".as_ref(),
+        data.as_ref(),
+    ])
+}
+
 /// The classifier's probability of `raw` (the CLF_* symbol's option), if it gave one.
 fn clf_probability(d: &Daemon, raw: &str) -> Option<f64> {
     let r = d.post("/checkv2", &[("IP", "198.51.100.40")], raw.as_bytes());
@@ -534,22 +554,8 @@ fn an_offline_learn_makes_further_passes_without_counting_them() {
     let mut spam_p = Vec::new();
     for passes in [1, 2] {
         let home = dir.path().join(format!("passes{passes}"));
-        std::fs::create_dir_all(&home).unwrap();
         let config = format!("[dns]\nenabled = false\n[classifier]\nlearn_passes = {passes}\n");
-        let config_file = home.join("shrike.toml");
-        std::fs::write(&config_file, &config).unwrap();
-        let data = home.join("data");
-        let out = shrike(&[
-            "--config".as_ref(),
-            config_file.as_ref(),
-            "learn".as_ref(),
-            "--spam".as_ref(),
-            spam.as_ref(),
-            "--ham".as_ref(),
-            ham.as_ref(),
-            "--data".as_ref(),
-            data.as_ref(),
-        ]);
+        let out = learn_offline(&home, &config, &spam, &ham);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{stdout}");
         assert_eq!(count(&stdout, "learned spam"), 30, "{stdout}");
@@ -622,22 +628,8 @@ fn naive_bayes_learns_offline_and_through_the_daemon_and_survives_a_kill() {
     let spam = passes_mail(dir.path(), "spam", 30);
     let ham = passes_mail(dir.path(), "ham", 30);
     let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
     let config = "[dns]\nenabled = false\n".to_string();
-    let config_file = home.join("shrike.toml");
-    std::fs::write(&config_file, &config).unwrap();
-    let data = home.join("data");
-    let out = shrike(&[
-        "--config".as_ref(),
-        config_file.as_ref(),
-        "learn".as_ref(),
-        "--spam".as_ref(),
-        spam.as_ref(),
-        "--ham".as_ref(),
-        ham.as_ref(),
-        "--data".as_ref(),
-        data.as_ref(),
-    ]);
+    let out = learn_offline(&home, &config, &spam, &ham);
     assert!(
         out.status.success(),
         "{}",

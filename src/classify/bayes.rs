@@ -199,13 +199,22 @@ mod tests {
     #[test]
     fn log_products_match_sums_of_logs_without_underflow() {
         let probs: Vec<f64> = (0..150)
-            .map(|i| if i % 3 == 0 { CLAMP } else { 0.3 + (i % 7) as f64 * 0.1 })
+            .map(|i| {
+                if i % 3 == 0 {
+                    CLAMP
+                } else {
+                    0.3 + (i % 7) as f64 * 0.1
+                }
+            })
             .collect();
         let (p, q) = ln_products(&probs);
         let want_p: f64 = probs.iter().map(|x| x.ln()).sum();
         let want_q: f64 = probs.iter().map(|x| (1.0 - x).ln()).sum();
         assert!((p - want_p).abs() < 1e-9 * want_p.abs(), "{p} {want_p}");
-        assert!((q - want_q).abs() < 1e-9 * want_q.abs().max(1.0), "{q} {want_q}");
+        assert!(
+            (q - want_q).abs() < 1e-9 * want_q.abs().max(1.0),
+            "{q} {want_q}"
+        );
     }
 
     fn learn_n(b: &Bayes, hashes: &[u64], class: Class, n: usize) {
