@@ -712,4 +712,13 @@ fn naive_bayes_learns_offline_and_through_the_daemon_and_survives_a_kill() {
     let d = Daemon::start(&home, options());
     assert_eq!(bayes_hit(&d, &spammy).map(|(_, p)| p), after);
     assert_eq!(classifier_learned(&d), (30, 35));
+    let bayes = &d.get("/stat").json()["classifier"]["bayes"];
+    assert_eq!(bayes["ready"], true);
+    assert_eq!(
+        (
+            bayes["learned_spam"].as_u64(),
+            bayes["learned_ham"].as_u64()
+        ),
+        (Some(30), Some(35))
+    );
 }

@@ -398,6 +398,28 @@ async fn no_console_errors(c: &Client, driver: u16, page: &str) {
     assert!(bad.is_empty(), "console errors on {page}: {bad:#?}");
 }
 
+/// Clicks the element `css` finds, finding it again when the page re-rendered it between the
+/// find and the click (a table redrawn by a refresh leaves a stale reference behind).
+async fn click_fresh(c: &Client, what: &str, css: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let clicked = match c.find(Locator::Css(css)).await {
+            Ok(e) => e.click().await,
+            Err(e) => Err(e),
+        };
+        match clicked {
+            Ok(()) => return,
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::StaleElementReference
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{what}: {e:?}"),
+        }
+    }
+}
+
 /// Waits until the script (a function body returning a boolean) is true in the page.
 async fn wait_for(c: &Client, what: &str, script: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -674,12 +696,7 @@ async fn every_page_works_in_a_real_browser() {
          && document.querySelectorAll('#history-table tr.clickable').length === 1",
     )
     .await;
-    c.find(Locator::Css("#history-table tr.clickable"))
-        .await
-        .expect("the row")
-        .click()
-        .await
-        .expect("open the record");
+    click_fresh(&c, "open the record", "#history-table tr.clickable").await;
     wait_for(
         &c,
         "the record",

@@ -278,6 +278,11 @@ impl Classifier {
             .then(|| self.bayes.probability(features.hashes()))
     }
 
+    /// Messages naive Bayes has counted per class.
+    pub fn bayes_learned(&self) -> (u64, u64) {
+        self.bayes.learned()
+    }
+
     /// Whether naive Bayes has learned enough of both classes to give an opinion.
     pub fn bayes_ready(&self) -> bool {
         let (s, h) = self.bayes.learned();

@@ -552,6 +552,7 @@ fn stat(daemon: &Daemon) -> String {
     let store = daemon.store.stats();
     let classifier = daemon.scanner.classifier();
     let (clf_spam, clf_ham) = classifier.learned();
+    let (bayes_spam, bayes_ham) = classifier.bayes_learned();
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime": daemon.started.elapsed().as_secs(),
@@ -574,6 +575,13 @@ fn stat(daemon: &Daemon) -> String {
             "ready": classifier.ready(),
             "learned_spam": clf_spam,
             "learned_ham": clf_ham,
+            // naive Bayes keeps its own totals: after an upgrade from a snapshot without its
+            // counts it is silent until it has learned `min_learned` of each class again
+            "bayes": {
+                "ready": classifier.bayes_ready(),
+                "learned_spam": bayes_spam,
+                "learned_ham": bayes_ham,
+            },
         },
         "rules_generation": daemon.scanner.engine().generation().id,
     })
