@@ -6,9 +6,12 @@
 # change in the machine's load hits both; each round prints the ratio, the end the median.
 # --noop adds a third server to every round: nginx answering every POST with a constant JSON
 # reply (the HTTP ceiling of this client on this machine; installed with apt-get if missing),
-# and shrike's share of its rate.
+# and shrike's share of its rate. TRAINED=1 starts shrike on a data directory that learned the
+# whole dev split first (`shrike learn`), so the classifier and naive Bayes give an opinion on
+# every message, as on a deployment that has been taught: its features are extracted and both
+# models asked, which an untrained daemon skips (rspamd stays as it is, without Bayes).
 #
-#   [ROUNDS=1] scripts/bench_http.sh [--rspamd] [--noop] [SECONDS] [CONNECTIONS]
+#   [ROUNDS=1] [TRAINED=1] scripts/bench_http.sh [--rspamd] [--noop] [SECONDS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 with_rspamd=0
@@ -33,6 +36,11 @@ command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 
 cargo build --release --quiet
 port=21333
 rm -rf "$work/data"
+if [ "${TRAINED:-0}" = 1 ]; then
+    dev="$work/corpus/spamassassin-dev"
+    ./target/release/shrike --config scripts/bench/offline.toml learn --spam "$dev/spam" \
+        --ham "$dev/ham" "$dev/hard_ham" --data "$work/data" | tail -1
+fi
 ./target/release/shrike --config scripts/bench/offline.toml serve --http "127.0.0.1:$port" --milter off --data "$work/data" \
     2> "$work/shrike.log" &
 pid=$!
