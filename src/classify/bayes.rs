@@ -136,12 +136,7 @@ impl Bayes {
         let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
         self.spam.store(u64_at(0), Relaxed);
         self.ham.store(u64_at(8), Relaxed);
-        for (c, chunk) in self.counts.iter().zip(counts.chunks_exact(4)) {
-            c.store(
-                u32::from_le_bytes(chunk.try_into().expect("4 bytes")),
-                Relaxed,
-            );
-        }
+        super::store_u32s(&self.counts, counts);
         true
     }
 }

@@ -189,6 +189,16 @@ impl std::fmt::Debug for Classifier {
 /// Messages remembered as trained.
 const SEEN_CAPACITY: usize = 100_000;
 
+/// Fills `slots` from little-endian `u32`s (a snapshot's table section).
+fn store_u32s(slots: &[AtomicU32], bytes: &[u8]) {
+    for (slot, chunk) in slots.iter().zip(bytes.chunks_exact(4)) {
+        slot.store(
+            u32::from_le_bytes(chunk.try_into().expect("4 bytes")),
+            Relaxed,
+        );
+    }
+}
+
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x.clamp(-35.0, 35.0)).exp())
 }
@@ -226,8 +236,13 @@ impl Classifier {
 
     /// Whether the model has seen enough of both classes to give an opinion.
     pub fn ready(&self) -> bool {
-        let (s, h) = self.learned();
-        self.config.enabled && s >= self.config.min_learned && h >= self.config.min_learned
+        self.enough(self.learned())
+    }
+
+    /// Whether `(spam, ham)` learned messages are enough for an opinion.
+    fn enough(&self, (spam, ham): (u64, u64)) -> bool {
+        let min = self.config.min_learned;
+        self.config.enabled && spam >= min && ham >= min
     }
 
     /// The L1 in force: the configured one plus its growth with the messages learned.
@@ -285,8 +300,7 @@ impl Classifier {
 
     /// Whether naive Bayes has learned enough of both classes to give an opinion.
     pub fn bayes_ready(&self) -> bool {
-        let (s, h) = self.bayes.learned();
-        self.config.enabled && s >= self.config.min_learned && h >= self.config.min_learned
+        self.enough(self.bayes.learned())
     }
 
     /// Whether the message `key` is remembered as trained towards `class` (nothing changes).
@@ -547,12 +561,7 @@ impl Classifier {
         }
         model.spam.store(u64_at(20), Relaxed);
         model.ham.store(u64_at(28), Relaxed);
-        for (slot, chunk) in model.table.iter().zip(values.chunks_exact(4)) {
-            slot.store(
-                u32::from_le_bytes(chunk.try_into().expect("4 bytes")),
-                Relaxed,
-            );
-        }
+        store_u32s(&model.table, values);
         match counts {
             Some(counts) => {
                 for (slot, &c) in model.counts.iter().zip(counts) {
