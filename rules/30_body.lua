@@ -2,7 +2,7 @@
 
 local util = require("shrike.util")
 
-local find, lower, sub, byte = string.find, string.lower, string.sub, string.byte
+local find, match, lower, sub, byte = string.find, string.match, string.lower, string.sub, string.byte
 local shorteners, caps_ratio = util.shorteners, util.caps_ratio
 local sets = util.sets
 
@@ -230,7 +230,13 @@ rule {
 -- Anchor text that is itself an address: "www.example.com", "https://example.com/x".
 local function text_is_address(t)
   if find(t, "^%s*[Hh][Tt][Tt][Pp][Ss]?://") or find(t, "^%s*[Ww][Ww][Ww]%.") then return 1 end
-  if find(t, "^%s*[%w%-]+%.[%w%-%.]*%a%a+/?%s*$") then return 0.5 end
+  -- A bare host name, maybe with a slash: a label, a dot, and more ending in two letters.
+  -- Checked in linear steps: as one pattern ("^%s*[%w%-]+%.[%w%-%.]*%a%a+/?%s*$") the
+  -- matcher backtracks quadratically over a long run of letters in a sender's anchor text.
+  local host = match(t, "^%s*([%w%-%.]+)/?%s*$")
+  if not host then return nil end
+  local _, dot = find(host, "^[%w%-]+%.")
+  if dot and #host - dot >= 2 and find(host, "^%a%a$", #host - 1) then return 0.5 end
   return nil
 end
 

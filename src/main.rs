@@ -656,7 +656,10 @@ fn rules_check(
             ExitCode::from(1)
         });
     };
-    let results = match ruletest::run_dir_traced(&settings, &config.store, &location, &tests) {
+    let (results, patterns) = shrike::engine::patterns::recording(|| {
+        ruletest::run_dir_traced(&settings, &config.store, &location, &tests)
+    });
+    let results = match results {
         Ok(r) => r,
         Err(e) => {
             eprintln!("shrike: {e}");
@@ -705,11 +708,58 @@ fn rules_check(
         eprintln!("shrike: no *.test files in {}", tests.display());
         return Ok(ExitCode::from(1));
     }
-    Ok(if failed == 0 && linted {
+    // What the tests ran, and every pattern-like literal of the set's files (paths the tests
+    // do not reach).
+    let mut patterns = patterns;
+    for file in generation
+        .sources
+        .rules
+        .iter()
+        .chain(generation.sources.modules.values())
+    {
+        for p in shrike::engine::patterns::literals(&file.text) {
+            if !patterns.contains(&p) {
+                patterns.push(p);
+            }
+        }
+    }
+    let costly = costly_patterns(&patterns);
+    Ok(if failed == 0 && linted && costly == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Measures the Lua patterns the tests ran (`engine::patterns`) and prints those whose work
+/// grows faster than their input: a sender can make each cost seconds, and the budget that
+/// stops it skips the rule. How many there are.
+fn costly_patterns(patterns: &[Vec<u8>]) -> usize {
+    let costs = match shrike::engine::patterns::measure(patterns) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("shrike: cannot measure the rules' patterns: {e}");
+            return 0;
+        }
+    };
+    let costly: Vec<_> = costs.iter().filter(|c| c.super_linear()).collect();
+    for c in &costly {
+        println!(
+            "FAIL pattern {:?} backtracks: {} steps on {} ({} on a quarter of it{}); rewrite it \
+             so each character is tried a bounded number of times",
+            c.pattern,
+            c.steps_long,
+            c.input,
+            c.steps_short,
+            if c.capped { ", stopped at the cap" } else { "" }
+        );
+    }
+    println!(
+        "{} patterns measured, {} super-linear",
+        costs.len(),
+        costly.len()
+    );
+    costly.len()
 }
 
 /// The globals shrike's sandbox adds to Lua 5.4 (.luacheckrc lists the same).

@@ -230,8 +230,12 @@ fn runaways_are_stopped_and_other_rules_still_run() {
          rule { name = 'FINE', score = 2, check = function(msg) return msg:subject() ~= '' end }\n",
     );
     let v = scan(&s, MSG);
-    assert_eq!(v.score, 2.0);
+    // FINE's 2, and the three stopped rules' scores: stopping a rule does not lower a score.
+    assert_eq!(v.score, 5.0);
     assert!(v.symbols.contains_key("FINE"));
+    let skipped = &v.symbols["RULES_SKIPPED"];
+    assert_eq!(skipped.score, 3.0);
+    assert_eq!(skipped.options, ["LOOP", "SNEAKY", "HANDLER"]);
     let t = &v.symbols["RULE_TIMEOUT"].options;
     for name in ["LOOP:", "SNEAKY:", "HANDLER:"] {
         assert!(
@@ -274,6 +278,120 @@ fn the_message_budget_skips_the_remaining_rules() {
         "{t:?}"
     );
     assert!(!t.iter().any(|o| o.starts_with("LOOP5:")), "{t:?}");
+}
+
+/// Aborts the test binary if `f` has not returned within `limit`: a stop that never lands
+/// would otherwise hang CI for hours instead of failing.
+fn within<R>(limit: Duration, what: &str, f: impl FnOnce() -> R) -> R {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let what = what.to_string();
+    std::thread::spawn(move || {
+        if finished.recv_timeout(limit).is_err() {
+            eprintln!("{what}: not stopped within {limit:?}");
+            std::process::abort();
+        }
+    });
+    let r = f();
+    let _ = done.send(());
+    r
+}
+
+#[test]
+fn catastrophic_patterns_and_long_c_loops_are_stopped_inside_the_string_library() {
+    // Each rule spends its time inside one call of the string library (the matcher
+    // backtracking over a 2,000-character subject; `rep` and a plain `find` on long input),
+    // where no VM instruction runs to take the stop: the library checks for it itself.
+    let (_d, s) = rules(
+        "local find, rep, gsub = string.find, string.rep, string.gsub\n\
+         rule { name = 'BACKTRACK', score = 3, check = function(msg)\n\
+           return find(msg:subject(), '^(.-)(.-)(.-)(.-)x$') ~= nil end }\n\
+         rule { name = 'GSUB', score = 1, check = function(msg)\n\
+           return gsub(msg:subject(), '(.-)(.-)(.-)x', '') ~= '' end }\n\
+         rule { name = 'REP', score = 1, check = function(msg)\n\
+           local n = #msg:subject() > 1000 and 1000000 or 1\n\
+           for _ = 1, n do local x = rep('ab', 4000000) end end }\n\
+         rule { name = 'PLAIN', score = 1, check = function(msg)\n\
+           local n = #msg:subject()\n\
+           return find(rep('a', 1000 * n), rep('a', 100 * n) .. 'b', 1, true) end }\n\
+         rule { name = 'FINE', score = 2, check = function(msg) return msg:subject() ~= '' end }\n",
+    );
+    let long = String::from_utf8(MSG.to_vec()).unwrap().replace(
+        "Subject: Hello there",
+        &format!("Subject: {}", "a".repeat(2000)),
+    );
+    let v = within(Duration::from_secs(120), "a backtracking rule", || {
+        scan(&s, long.as_bytes())
+    });
+    let t = &v.symbols["RULE_TIMEOUT"].options;
+    for name in ["BACKTRACK:", "GSUB:", "REP:", "PLAIN:"] {
+        assert!(
+            t.iter()
+                .any(|o| o.starts_with(name) && o.contains("rule CPU budget")),
+            "{name} {t:?}"
+        );
+    }
+    assert!(v.symbols.contains_key("FINE"), "{:?}", v.symbols);
+    assert_eq!(v.symbols["RULES_SKIPPED"].score, 6.0);
+    // The next message on the same scanner is scanned normally: nothing is stopped.
+    let v2 = scan(&s, MSG);
+    assert!(!v2.symbols.contains_key("RULE_TIMEOUT"), "{:?}", v2.symbols);
+    assert!(
+        !v2.symbols.contains_key("RULES_SKIPPED"),
+        "{:?}",
+        v2.symbols
+    );
+    assert!(v2.symbols.contains_key("FINE"));
+}
+
+#[test]
+fn a_message_that_spends_the_budget_scores_no_lower_than_without_the_trick() {
+    // SLOW costs CPU in proportion to a sender-controlled header; with it long enough the
+    // message budget runs out before SPAMMY (which would catch the message) and GOOD (which
+    // would lower its score) run. The trick must not pay: the budget's victims count at
+    // their positive scores.
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "rules.lua",
+        "rule { name = 'SLOW', score = 0.5, check = function(msg)\n\
+           local n = tonumber(msg:header('X-Work') or '0') or 0\n\
+           local x = 0 for i = 1, n do x = x + i % 7 end return x < 0 end }\n\
+         rule { name = 'SLOW2', score = 0.5, check = function(msg)\n\
+           local n = tonumber(msg:header('X-Work') or '0') or 0\n\
+           local x = 0 for i = 1, n do x = x + i % 7 end return x < 0 end }\n\
+         rule { name = 'SPAMMY', score = 5, check = function(msg)\n\
+           return msg:text():find('buy now', 1, true) ~= nil end }\n\
+         rule { name = 'GOOD', score = -3, check = function(msg) return true end }\n",
+    );
+    let mut config = Config::default();
+    config.engine.rule_cpu_ms = 40;
+    config.engine.message_cpu_ms = 50;
+    let s = scanner_with(dir.path(), &config);
+    let plain = String::from_utf8(MSG.to_vec())
+        .unwrap()
+        .replace("Visit", "Visit and buy now");
+    let tricked = plain.replacen("\r\n\r\n", "\r\nX-Work: 1000000000000\r\n\r\n", 1);
+    let honest = scan(&s, plain.as_bytes());
+    assert_eq!(honest.score, 2.0, "{:?}", honest.symbols);
+    let v = within(Duration::from_secs(120), "the budget trick", || {
+        scan(&s, tricked.as_bytes())
+    });
+    let t = &v.symbols["RULE_TIMEOUT"].options;
+    assert!(
+        t.iter().any(|o| o.starts_with("(message):")),
+        "the trick did not spend the message budget: {t:?}"
+    );
+    assert!(!v.symbols.contains_key("SPAMMY"), "{:?}", v.symbols);
+    assert!(
+        v.score >= honest.score,
+        "the trick paid: {} < {} ({:?})",
+        v.score,
+        honest.score,
+        v.symbols
+    );
+    assert!(v.symbols["RULES_SKIPPED"]
+        .options
+        .contains(&"SPAMMY".to_string()));
 }
 
 #[test]

@@ -110,3 +110,85 @@ fn default_rules_negative_tests_are_near_misses() {
         "symbols whose expect-not tests are no near misses: {new:?}"
     );
 }
+
+/// No pattern of the default set backtracks: each one the rule tests run, and each
+/// pattern-like literal of the rule files and library, does work in proportion to its input on
+/// inputs made from its own items (`engine::patterns`). A sender picks the subject, the anchor
+/// texts and the header values these patterns read.
+#[test]
+fn default_rules_have_no_super_linear_patterns() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let location = RuleLocation::Dir(root.join("rules"));
+    let config = Config::default();
+    let (results, mut patterns) = shrike::engine::patterns::recording(|| {
+        ruletest::run_dir(
+            &config.scan_settings(),
+            &config.store,
+            &location,
+            &root.join("tests/rules"),
+        )
+    });
+    assert!(results.expect("rules load").len() >= 10);
+    let ran = patterns.len();
+    for dir in ["rules", "lua/shrike"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "lua") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for p in shrike::engine::patterns::literals(&text) {
+                    if !patterns.contains(&p) {
+                        patterns.push(p);
+                    }
+                }
+            }
+        }
+    }
+    // The recording and the scan both found something: the check cannot pass empty.
+    assert!(ran >= 20, "patterns the rule tests ran: {ran}");
+    assert!(patterns.len() >= 50, "patterns: {}", patterns.len());
+    let costs = shrike::engine::patterns::measure(&patterns).unwrap();
+    let bad: Vec<_> = costs.iter().filter(|c| c.super_linear()).collect();
+    assert!(bad.is_empty(), "super-linear patterns: {bad:#?}");
+}
+
+/// `shrike rules check` fails a rule directory whose pattern backtracks, naming it and the
+/// input that shows it, and passes the same rule written without the nested repetition.
+#[test]
+fn rules_check_fails_a_backtracking_pattern() {
+    let check = |pattern: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("tests")).unwrap();
+        std::fs::write(
+            dir.path().join("local.lua"),
+            format!(
+                "rule {{ name = 'LOCAL_SUBJECT', score = 1, check = function(msg)\n\
+                 return string.find(msg:subject(), {pattern:?}) ~= nil end }}\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("tests/local.test"),
+            "expect LOCAL_SUBJECT\n\nFrom: a@example.com\nSubject: win big x\n\nhi\n",
+        )
+        .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shrike"))
+            .args(["rules", "check", "--no-default-rules"])
+            .arg(dir.path())
+            .env("PATH", "/nonexistent") // luacheck's verdict is tests/lint.rs's business
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, out) = check("^(.-)(.-)x$");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL pattern \"^(.-)(.-)x$\" backtracks"),
+        "{out}"
+    );
+    let (ok, out) = check("x$");
+    assert!(ok, "{out}");
+    assert!(out.contains("0 super-linear"), "{out}");
+}

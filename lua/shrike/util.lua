@@ -317,14 +317,32 @@ M.big_providers = M.set {
   "mail.ru", "yandex.ru", "gmx.net", "gmx.de", "web.de", "comcast.net", "att.net",
 }
 
+--- The last `n` labels of `host` ("c.d" of "a.b.c.d" for 2), or nil when it has fewer. Found
+--- by walking back from the end: a pattern anchored only at the end ("([^.]+%.[^.]+)$") is
+--- tried from every start and backtracks quadratically over a long label.
+local function last_labels(host, n)
+  local dots = 0
+  for i = #host, 1, -1 do
+    if byte(host, i) == 46 then
+      dots = dots + 1
+      if dots == n then
+        if i == #host then return nil end
+        return sub(host, i + 1)
+      end
+    end
+  end
+  if dots == n - 1 then return host end
+  return nil
+end
+
 --- The big provider `host` claims to be (a name ending in one of them), or nil.
 function M.big_provider_of(host)
   if not host or host == "" then return nil end
   host = lower(host)
   -- try the last two and three labels
-  local two = host:match("([^.]+%.[^.]+)$")
+  local two = last_labels(host, 2)
   if two and M.big_providers[two] then return two end
-  local three = host:match("([^.]+%.[^.]+%.[^.]+)$")
+  local three = last_labels(host, 3)
   if three and M.big_providers[three] then return three end
   return nil
 end

@@ -20,6 +20,7 @@ pub mod fields;
 mod hits;
 pub mod lists;
 pub mod overlay;
+pub mod patterns;
 mod phrases;
 mod preempt;
 mod runner;
@@ -54,6 +55,9 @@ pub use view::MessageData;
 pub const RULE_ERROR: &str = "RULE_ERROR";
 /// The symbol recorded when a rule ran out of its CPU budget.
 pub const RULE_TIMEOUT: &str = "RULE_TIMEOUT";
+/// The symbol recorded when rules did not finish (`RuleOutcome::unfinished`): their positive
+/// scores, so that stopping them does not lower a message's score.
+pub const RULES_SKIPPED: &str = "RULES_SKIPPED";
 /// Store key type of `ratelimit()` counters (outside the shingle type table).
 pub const RATELIMIT_KIND: u16 = 1_000;
 
@@ -152,6 +156,11 @@ pub struct RuleOutcome {
     /// `(rule name, reason)` of rules stopped by their CPU budget, or skipped because
     /// the message budget was spent.
     pub timeouts: Vec<(String, String)>,
+    /// The rules that did not finish (stopped by a CPU budget, skipped when the message's was
+    /// spent, out of memory) and have positive scores, and the sum of those scores: the engine's
+    /// `RULES_SKIPPED` symbol, so that a message that makes rules stop scores no lower for it.
+    pub unfinished: Vec<String>,
+    pub unfinished_score: f64,
     /// The classifier's spam probability, when a rule asked for it (`msg:classify()`) and the
     /// model had an opinion.
     pub probability: Option<f64>,

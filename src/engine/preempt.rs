@@ -401,6 +401,56 @@ unsafe extern "C-unwind" fn stop_hook(l: *mut ffi::lua_State, _: *mut ffi::lua_D
     unsafe { ffi::luaL_error(l, c"CPU budget exhausted".as_ptr()) };
 }
 
+// The vendored Lua's string library checks for an armed stop hook inside its own loops
+// (vendor/lua-5.4.8/lstrlib.c, "interrupting long C loops"): a pattern that backtracks, a long
+// `rep` or plain `find` is stopped within SHRIKE_CHECK_STEPS (4,096) steps of the hook being
+// armed, as Lua code is at its next instruction. It also counts those steps, and can report the
+// patterns it is given: what `super::patterns` measures a rule set's patterns with.
+extern "C" {
+    fn shrike_lua_match_steps() -> u64;
+    fn shrike_lua_on_pattern(f: Option<unsafe extern "C" fn(*const libc::c_char, usize)>);
+}
+
+/// The string library's steps run on this thread so far (at a resolution of 4,096): work, not
+/// time, so the same on a busy machine as on an idle one.
+pub(crate) fn match_steps() -> u64 {
+    // SAFETY: reads a thread-local counter; no arguments.
+    unsafe { shrike_lua_match_steps() }
+}
+
+thread_local! {
+    static PATTERNS: std::cell::RefCell<Option<Vec<Vec<u8>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+unsafe extern "C" fn seen_pattern(p: *const libc::c_char, len: usize) {
+    // SAFETY: lstrlib passes a pattern string of Lua's, valid for `len` bytes for the call.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    PATTERNS.with(|cell| {
+        if let Ok(mut list) = cell.try_borrow_mut() {
+            if let Some(list) = list.as_mut() {
+                if !list.iter().any(|q| q == bytes) {
+                    list.push(bytes.to_vec());
+                }
+            }
+        }
+    });
+}
+
+/// Runs `f` and returns, with its result, every distinct pattern Lua's `string.find`, `match`,
+/// `gmatch` and `gsub` were given on this thread meanwhile (plain finds excepted), in order of
+/// first use.
+pub(crate) fn recording_patterns<R>(f: impl FnOnce() -> R) -> (R, Vec<Vec<u8>>) {
+    PATTERNS.with(|cell| *cell.borrow_mut() = Some(Vec::new()));
+    // SAFETY: the callback only touches this thread's PATTERNS and copies the bytes.
+    unsafe { shrike_lua_on_pattern(Some(seen_pattern)) };
+    let r = f();
+    // SAFETY: as above; None turns reporting off.
+    unsafe { shrike_lua_on_pattern(None) };
+    let seen = PATTERNS.with(|cell| cell.borrow_mut().take().unwrap_or_default());
+    (r, seen)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

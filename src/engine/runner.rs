@@ -265,6 +265,9 @@ impl RuleRunner {
         let ctx = &st.ctx;
         let counters = &mut self.counters;
         let mut memory_error = false;
+        // Rules that did not finish: stopped by a budget, skipped for the message's, or out of
+        // memory. Each adds its declared positive scores (`unfinished_score`).
+        let mut unfinished: Vec<usize> = Vec::new();
         ctx.applied.borrow_mut().clear();
         ctx.plain_hits.borrow_mut().clear();
         {
@@ -367,10 +370,14 @@ impl RuleRunner {
                             return Err(e);
                         };
                         if stop.is_some() {
+                            unfinished.push(i);
                             timeout(meta, c, &mut out);
                         } else {
                             c.errors += 1;
-                            memory_error |= matches!(e, mlua::Error::MemoryError(_));
+                            if matches!(e, mlua::Error::MemoryError(_)) {
+                                memory_error = true;
+                                unfinished.push(i);
+                            }
                             out.errors.push((meta.name.clone(), describe(&e)));
                         }
                         next = i + 1;
@@ -392,6 +399,7 @@ impl RuleRunner {
                 let i = code.unsigned_abs() as usize - 1;
                 if code < 0 {
                     skipped += n.saturating_sub(i);
+                    unfinished.extend(i..n);
                     break;
                 }
                 next = i + 1;
@@ -403,12 +411,16 @@ impl RuleRunner {
                 if !matches!(values.next(), Some(Value::Boolean(true))) {
                     // the rule raised an error, which its protected call caught
                     if stop.is_some() {
+                        unfinished.push(i);
                         timeout(meta, c, &mut out);
                         continue;
                     }
                     c.errors += 1;
                     let (text, memory) = error_value(values.next().unwrap_or(Value::Nil));
                     memory_error |= memory;
+                    if memory {
+                        unfinished.push(i);
+                    }
                     out.errors.push((meta.name.clone(), text));
                     continue;
                 }
@@ -443,6 +455,11 @@ impl RuleRunner {
                 }
             }
             ctx.current_rule.set(usize::MAX);
+            let applies = ctx.applies.borrow();
+            (out.unfinished_score, out.unfinished) = unfinished_score(gen, &unfinished, |i| {
+                applies.get(i).copied().unwrap_or(false)
+            });
+            drop(applies);
             if skipped > 0 {
                 out.timeouts.push((
                     "(message)".into(),
@@ -513,6 +530,39 @@ impl Drop for RuleRunner {
     fn drop(&mut self) {
         self.flush_counters();
     }
+}
+
+/// What the rules that did not finish (`unfinished`, indices, in order) add: the sum of each
+/// applied one's positive declared scores, and their names. A sender who makes a rule run out of
+/// CPU or memory, or makes rules before it spend the message's budget, so gets at least what
+/// the rule could have given (at weight 1), never less: the trick does not pay.
+fn unfinished_score(
+    gen: &Generation,
+    unfinished: &[usize],
+    applies: impl Fn(usize) -> bool,
+) -> (f64, Vec<String>) {
+    let mut score = 0.0;
+    let mut names = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for &i in unfinished {
+        let Some(meta) = gen.rules.get(i) else {
+            continue;
+        };
+        if !applies(i) || !seen.insert(i) {
+            continue;
+        }
+        let s: f64 = meta
+            .symbols
+            .iter()
+            .filter(|s| !s.off && s.score > 0.0)
+            .map(|s| s.score)
+            .sum();
+        if s > 0.0 {
+            score += s;
+            names.push(meta.name.clone());
+        }
+    }
+    (score, names)
 }
 
 /// Whether a test-mode rule applies to this message.

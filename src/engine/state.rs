@@ -19,8 +19,8 @@ use super::preempt::Preempt;
 use super::source::{self, RuleLocation, Sources};
 use super::view::{MessageData, WindowNames};
 use super::{
-    EngineConfig, Generation, LoadError, Overrides, RuleCounters, RuleMeta, RULE_ERROR,
-    RULE_TIMEOUT,
+    EngineConfig, Generation, LoadError, Overrides, RuleCounters, RuleMeta, RULES_SKIPPED,
+    RULE_ERROR, RULE_TIMEOUT,
 };
 use crate::store::ReputationStore;
 
@@ -437,7 +437,7 @@ pub(super) fn build_generation(
     let mut names: HashMap<&str, usize> = HashMap::new();
     for (ri, r) in declared.iter().enumerate() {
         for s in &r.symbols {
-            if s.name == RULE_ERROR || s.name == RULE_TIMEOUT {
+            if s.name == RULE_ERROR || s.name == RULE_TIMEOUT || s.name == RULES_SKIPPED {
                 return Err(LoadError::Declaration(format!(
                     "{}: {} is reserved for the engine",
                     r.file, s.name

@@ -146,6 +146,20 @@ pub fn verdict(
             );
         }
     }
+    if !outcome.unfinished.is_empty() {
+        v.score += outcome.unfinished_score;
+        v.symbols.insert(
+            engine::RULES_SKIPPED.to_string(),
+            SymbolHit {
+                name: engine::RULES_SKIPPED.to_string(),
+                score: outcome.unfinished_score,
+                description: Some(
+                    "rules that did not finish, at their positive scores".to_string(),
+                ),
+                options: outcome.unfinished.clone(),
+            },
+        );
+    }
     v.score = (v.score * 1e4).round() / 1e4;
     v.action = forced.unwrap_or_else(|| thresholds.action_for(v.score));
     v

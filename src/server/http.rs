@@ -518,6 +518,10 @@ fn health(daemon: &Daemon) -> Reply {
         "last_reload_error": engine.last_error,
         "uptime": daemon.started.elapsed().as_secs(),
         "queue": daemon.pool.depth(),
+        // "ok", or "degraded" while replaced workers are still held by the message they were
+        // stuck on (the pool serves at full strength meanwhile, with extra threads).
+        "workers": if daemon.pool.stuck() == 0 { "ok" } else { "degraded" },
+        "stuck_workers": daemon.pool.stuck(),
         "dns": daemon.pool.checker().map_or("off", |c| c.health_word()),
         "history": super::record::history_health(daemon),
         // "memory", or a shared backend's "ok" / "degraded" (scans go on without reputation).
@@ -627,6 +631,12 @@ fn metrics(daemon: &Daemon) -> String {
         "shrike_workers",
         "Scan worker threads.",
         daemon.pool.workers(),
+    );
+    gauge(
+        &mut out,
+        "shrike_workers_stuck",
+        "Replaced scan workers still held by the message they were stuck on.",
+        daemon.pool.stuck(),
     );
     gauge(
         &mut out,

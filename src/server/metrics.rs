@@ -121,6 +121,8 @@ pub struct Metrics {
     pub timeouts: AtomicU64,
     /// Scan workers restarted after a panic.
     pub worker_restarts: AtomicU64,
+    /// Scan workers replaced because they were stuck on one message.
+    pub workers_replaced: AtomicU64,
     pub http_requests: AtomicU64,
     /// HTTP requests answered with a 4xx or 5xx status.
     pub http_errors: AtomicU64,
@@ -211,6 +213,11 @@ impl Metrics {
                 "shrike_worker_restarts_total",
                 "Scan workers rebuilt after a panic.",
                 &self.worker_restarts,
+            ),
+            (
+                "shrike_workers_replaced_total",
+                "Scan workers replaced by fresh ones because one message held them past server.stuck_worker_ms.",
+                &self.workers_replaced,
             ),
             (
                 "shrike_http_requests_total",

@@ -49,6 +49,9 @@ pub struct ServerConfig {
     pub queue: usize,
     /// A scan not answered within this many milliseconds gets the fallback (milter) or 503.
     pub scan_timeout_ms: u64,
+    /// A worker busy on one job this long is replaced by a fresh one (0: twice
+    /// `scan_timeout_ms`).
+    pub stuck_worker_ms: u64,
     /// Reputation state (WAL, snapshots).
     pub data_dir: PathBuf,
     /// Move damaged WAL or snapshot files aside at startup instead of refusing to start.
@@ -138,6 +141,7 @@ impl Default for ServerConfig {
             io_threads: 0,
             queue: 0,
             scan_timeout_ms: 10_000,
+            stuck_worker_ms: 0,
             data_dir: PathBuf::from("shrike-data"),
             salvage: false,
             sweep_cycle_secs: 600,
@@ -169,6 +173,14 @@ pub struct Daemon {
 impl Daemon {
     pub fn scan_timeout(&self) -> Duration {
         Duration::from_millis(self.config.server.scan_timeout_ms.max(1))
+    }
+
+    /// How long one job may hold a worker before it is replaced.
+    pub fn stuck_after(config: &ServerConfig) -> Duration {
+        Duration::from_millis(match config.stuck_worker_ms {
+            0 => config.scan_timeout_ms.max(1).saturating_mul(2),
+            ms => ms,
+        })
     }
 
     /// Rebuilds the rules (SIGHUP, `POST /reload`); blocking. The engine logs the outcome once
@@ -259,8 +271,15 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     )?;
     let watcher = crate::engine::watch::watch(scanner.engine()).map_err(ServeError::Watch)?;
     let metrics = Arc::new(Metrics::default());
-    let pool = Pool::start(scanner.clone(), workers, queue, metrics.clone())
-        .map_err(ServeError::io("starting the scan workers"))?;
+    let stuck_after = Daemon::stuck_after(&config.server);
+    let pool = Pool::start(
+        scanner.clone(),
+        workers,
+        queue,
+        metrics.clone(),
+        stuck_after,
+    )
+    .map_err(ServeError::io("starting the scan workers"))?;
     let pool = match crate::netcheck::from_config(&config.dns, &config.dnsbl, &config.auth, true)
         .map_err(ServeError::Dns)?
     {

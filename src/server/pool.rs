@@ -3,9 +3,18 @@
 //! worker answers first and applies the message's store updates after, off the reply path.
 //!
 //! Owns: job submission (refused at once when the queue is full: never unbounded memory),
-//! the worker threads, their restart after a panic, and the drain at shutdown.
+//! the worker threads, their restart after a panic, their replacement when stuck, and the
+//! drain at shutdown.
+//!
+//! A worker stuck on one job (longer than `stuck_after`, by default twice the scan timeout:
+//! its caller has long had the fallback) is replaced by the supervisor thread: the stuck one
+//! is retired (it leaves when its job ends, taking no other) and a fresh worker, with a fresh
+//! Lua state, takes its place, so capacity comes back. A thread cannot be killed safely, so a
+//! retired one runs on until its job ends; at most `MAX_STUCK_PER_WORKER` per worker are left
+//! running, beyond which no more are replaced (logged) rather than threads piling up.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -14,6 +23,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendErro
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use super::listen::LogThrottle;
 use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
 use crate::netcheck::{Checker, NetChecks};
@@ -99,10 +109,112 @@ pub enum PoolError {
     Stopped,
 }
 
+/// What the supervisor sees of one worker thread.
+#[derive(Default)]
+struct WorkerSlot {
+    /// When its running job started (ms since the pool's start, plus 1), 0 while idle.
+    busy_since: AtomicU64,
+    /// Replaced by a fresh worker: it leaves after its job and takes no other.
+    retired: AtomicBool,
+    /// The queue id of the running job, for the log.
+    job: Mutex<Option<String>>,
+}
+
+/// What the pool needs to start a worker, shared with the supervisor.
+struct Workers {
+    scanner: Arc<Scanner>,
+    rx: Receiver<Job>,
+    metrics: Arc<Metrics>,
+    epoch: Instant,
+    /// Live workers, and the retired ones still running a job.
+    live: Mutex<Vec<(Arc<WorkerSlot>, JoinHandle<()>)>>,
+    retired: Mutex<Vec<Arc<WorkerSlot>>>,
+    next_id: AtomicU64,
+    stopping: AtomicBool,
+    full_log: LogThrottle,
+}
+
+/// Retired workers still running that one worker may leave behind before replacement stops.
+const MAX_STUCK_PER_WORKER: usize = 4;
+
+impl Workers {
+    fn spawn(self: &Arc<Self>, warm: Option<std::sync::mpsc::Sender<()>>) -> std::io::Result<()> {
+        let slot = Arc::new(WorkerSlot::default());
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let (me, s) = (Arc::clone(self), Arc::clone(&slot));
+        let handle = std::thread::Builder::new()
+            .name(format!("shrike-scan-{id}"))
+            .spawn(move || worker_loop(&me, &s, warm))?;
+        self.live.lock().push((slot, handle));
+        Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// One look at the workers: replaces those busy on one job for longer than `stuck_after`.
+    fn supervise(self: &Arc<Self>, stuck_after: Duration) {
+        self.retired
+            .lock()
+            .retain(|s| s.busy_since.load(Relaxed) != 0);
+        let now = self.now_ms();
+        let stuck: Vec<Arc<WorkerSlot>> = self
+            .live
+            .lock()
+            .iter()
+            .filter(|(s, _)| {
+                let since = s.busy_since.load(Relaxed);
+                since != 0 && now.saturating_sub(since) > stuck_after.as_millis() as u64
+            })
+            .map(|(s, _)| Arc::clone(s))
+            .collect();
+        for slot in stuck {
+            let workers = self.live.lock().len();
+            if self.retired.lock().len() >= workers * MAX_STUCK_PER_WORKER {
+                if let Some(held) = self.full_log.allow() {
+                    tracing::error!(
+                        stuck = self.retired.lock().len(),
+                        held_back = held,
+                        "scan workers stuck and too many already replaced; not replacing more"
+                    );
+                }
+                return;
+            }
+            if self.stopping.load(Relaxed) {
+                return;
+            }
+            slot.retired.store(true, Relaxed);
+            // Detach it: the live list is what `stop` sends stops to and joins.
+            self.live.lock().retain(|(s, _)| !Arc::ptr_eq(s, &slot));
+            self.retired.lock().push(Arc::clone(&slot));
+            self.metrics.workers_replaced.fetch_add(1, Relaxed);
+            tracing::warn!(
+                queue_id = slot.job.lock().as_deref(),
+                busy_ms = now.saturating_sub(slot.busy_since.load(Relaxed)),
+                "scan worker stuck on one message; replaced by a fresh one"
+            );
+            if let Err(e) = self.spawn(None) {
+                tracing::error!(error = %e, "cannot start a scan worker to replace a stuck one");
+            }
+        }
+    }
+
+    /// Retired workers still running their job.
+    fn stuck(&self) -> usize {
+        self.retired
+            .lock()
+            .iter()
+            .filter(|s| s.busy_since.load(Relaxed) != 0)
+            .count()
+    }
+}
+
 /// The running pool.
 pub struct Pool {
     tx: Sender<Job>,
-    handles: Mutex<Vec<JoinHandle<()>>>,
+    pool: Arc<Workers>,
+    supervisor: Mutex<Option<(std::sync::mpsc::Sender<()>, JoinHandle<()>)>>,
     workers: usize,
     capacity: usize,
     /// The network checks every scanned message gets first (none: offline).
@@ -110,27 +222,47 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Starts `workers` threads behind a queue of `capacity` jobs.
+    /// Starts `workers` threads behind a queue of `capacity` jobs; a worker busy on one job
+    /// for longer than `stuck_after` is replaced.
     pub fn start(
         scanner: Arc<Scanner>,
         workers: usize,
         capacity: usize,
         metrics: Arc<Metrics>,
+        stuck_after: Duration,
     ) -> std::io::Result<Pool> {
         let workers = workers.max(1);
         let capacity = capacity.max(1);
         let (tx, rx) = bounded(capacity);
         let (warm_tx, warm_rx) = std::sync::mpsc::channel();
-        let mut handles = Vec::with_capacity(workers);
-        for i in 0..workers {
-            let (scanner, rx, metrics) = (scanner.clone(), rx.clone(), metrics.clone());
-            let warm = warm_tx.clone();
-            handles.push(
-                std::thread::Builder::new()
-                    .name(format!("shrike-scan-{i}"))
-                    .spawn(move || worker_loop(&scanner, &rx, &metrics, warm))?,
-            );
+        let pool = Arc::new(Workers {
+            scanner,
+            rx,
+            metrics,
+            epoch: Instant::now(),
+            live: Mutex::new(Vec::with_capacity(workers)),
+            retired: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+            full_log: LogThrottle::new(Duration::from_secs(10)),
+        });
+        for _ in 0..workers {
+            pool.spawn(Some(warm_tx.clone()))?;
         }
+        // The supervisor looks four times per `stuck_after` (at least every second), and
+        // leaves when its channel closes.
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let tick = (stuck_after / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let watched = Arc::clone(&pool);
+        let supervisor = std::thread::Builder::new()
+            .name("shrike-scan-supervisor".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stop_rx.recv_timeout(tick)
+                {
+                    watched.supervise(stuck_after);
+                }
+            })?;
         // Serve only once every worker has its Lua state: the first messages would otherwise
         // wait for it. A worker that takes longer than this still builds it on its first job.
         let deadline = Instant::now() + WARM_WAIT;
@@ -143,7 +275,8 @@ impl Pool {
         }
         Ok(Pool {
             tx,
-            handles: Mutex::new(handles),
+            pool,
+            supervisor: Mutex::new(Some((stop_tx, supervisor))),
             workers,
             capacity,
             checker: None,
@@ -245,14 +378,26 @@ impl Pool {
         self.capacity
     }
 
-    /// Lets the queued jobs finish, then stops and joins the workers (blocking).
+    /// Retired workers still running the job they were stuck on.
+    pub fn stuck(&self) -> usize {
+        self.pool.stuck()
+    }
+
+    /// Lets the queued jobs finish, then stops and joins the workers (blocking). Retired
+    /// workers still stuck are not waited for.
     pub fn stop(&self) {
-        let handles: Vec<JoinHandle<()>> = std::mem::take(&mut *self.handles.lock());
-        for _ in 0..handles.len() {
+        self.pool.stopping.store(true, Relaxed);
+        if let Some((tx, handle)) = self.supervisor.lock().take() {
+            drop(tx);
+            let _ = handle.join();
+        }
+        let live: Vec<(Arc<WorkerSlot>, JoinHandle<()>)> =
+            std::mem::take(&mut *self.pool.live.lock());
+        for _ in 0..live.len() {
             // FIFO: every job queued before the stops is still served.
             let _ = self.tx.send(Job::Stop);
         }
-        for h in handles {
+        for (_, h) in live {
             let _ = h.join();
         }
     }
@@ -273,15 +418,13 @@ const WARM_WAIT: Duration = Duration::from_secs(30);
 /// the first message after a reload does not pay the build either), and hands over its counters.
 const IDLE_WARM: Duration = Duration::from_secs(1);
 
-fn worker_loop(
-    scanner: &Arc<Scanner>,
-    rx: &Receiver<Job>,
-    metrics: &Metrics,
-    warm: std::sync::mpsc::Sender<()>,
-) {
+fn worker_loop(pool: &Workers, slot: &WorkerSlot, warm: Option<std::sync::mpsc::Sender<()>>) {
+    let (scanner, rx, metrics) = (&pool.scanner, &pool.rx, &*pool.metrics);
     let mut worker = scanner.worker();
     worker.rules().warm();
-    let _ = warm.send(());
+    if let Some(warm) = warm {
+        let _ = warm.send(());
+    }
     loop {
         let job = match rx.recv_timeout(IDLE_WARM) {
             Ok(job) => job,
@@ -296,7 +439,18 @@ fn worker_loop(
         if matches!(job, Job::Stop) {
             break;
         }
+        *slot.job.lock() = match &job {
+            Job::Scan { request, .. } => request.envelope.queue_id.clone(),
+            _ => None,
+        };
+        slot.busy_since.store(pool.now_ms(), Relaxed);
         let result = catch_unwind(AssertUnwindSafe(|| run_job(&mut worker, job, metrics)));
+        slot.busy_since.store(0, Relaxed);
+        if slot.retired.load(Relaxed) {
+            // Replaced while stuck on that job: a fresh worker serves in its place.
+            tracing::info!("a replaced scan worker finished its job and leaves");
+            break;
+        }
         if result.is_err() {
             // The message is lost to this worker (its caller sees an error and falls back);
             // the Lua state may be inconsistent, so build a fresh one.

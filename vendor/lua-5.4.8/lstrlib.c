@@ -52,6 +52,65 @@
 
 
 
+/*
+** {======================================================
+** shrike: interrupting long C loops
+** The VM runs hooks only between instructions, so a count hook armed
+** from outside (shrike's CPU budget arms one from a signal handler, as
+** lua.c does for Ctrl-C) could not stop one call of find, match, gmatch
+** or gsub that backtracks for minutes, nor a long 'rep' or plain 'find'.
+** These loops count their work in steps (a call of 'match', a character
+** a repetition scans, bytes compared or copied) and every
+** SHRIKE_CHECK_STEPS steps run such a hook if one is armed: it raises the
+** error that stops the call. The cost is a subtraction and a branch a
+** step.
+** 'shrike_lua_match_steps' adds up this thread's steps (at
+** SHRIKE_CHECK_STEPS resolution), so a check can tell linear patterns
+** from super-linear ones by work rather than by time; the function set
+** with 'shrike_lua_on_pattern' is told every pattern find, match, gmatch
+** and gsub are given (a rule set's audit).
+** =======================================================
+*/
+
+#define SHRIKE_CHECK_STEPS	4096
+
+static _Thread_local unsigned long long shrike_steps_total = 0;
+static _Thread_local void (*shrike_pattern_hook) (const char *p, size_t lp) = NULL;
+
+unsigned long long shrike_lua_match_steps (void) {
+  return shrike_steps_total;
+}
+
+void shrike_lua_on_pattern (void (*f) (const char *p, size_t lp)) {
+  shrike_pattern_hook = f;
+}
+
+static void shrike_seen_pattern (const char *p, size_t lp) {
+  if (l_unlikely(shrike_pattern_hook != NULL))
+    shrike_pattern_hook(p, lp);
+}
+
+/* Runs an armed count hook, which raises to stop the call. */
+static void shrike_interrupt (lua_State *L) {
+  shrike_steps_total += SHRIKE_CHECK_STEPS;
+  if (l_unlikely(lua_gethookmask(L) & LUA_MASKCOUNT)) {
+    lua_Hook h = lua_gethook(L);
+    lua_Debug ar;
+    if (h != NULL && lua_getstack(L, 0, &ar)) {
+      ar.event = LUA_HOOKCOUNT;
+      h(L, &ar);
+    }
+  }
+}
+
+/* Charges 'n' steps to the countdown 'c' (a long), checking when it runs out. */
+#define shrike_charge(L,c,n) \
+  { if (l_unlikely(((c) -= (long)(n)) <= 0)) \
+      { (c) = SHRIKE_CHECK_STEPS; shrike_interrupt(L); } }
+
+/* }====================================================== */
+
+
 static int str_len (lua_State *L) {
   size_t l;
   luaL_checklstring(L, 1, &l);
@@ -159,8 +218,10 @@ static int str_rep (lua_State *L) {
   else {
     size_t totallen = (size_t)n * l + (size_t)(n - 1) * lsep;
     luaL_Buffer b;
+    long steps = SHRIKE_CHECK_STEPS;
     char *p = luaL_buffinitsize(L, &b, totallen);
     while (n-- > 1) {  /* first n-1 copies (followed by separator) */
+      shrike_charge(L, steps, 1 + (l + lsep) / 64);
       memcpy(p, s, l * sizeof(char)); p += l;
       if (lsep > 0) {  /* empty 'memcpy' is not that cheap */
         memcpy(p, sep, lsep * sizeof(char));
@@ -361,6 +422,7 @@ typedef struct MatchState {
   const char *p_end;  /* end ('\0') of pattern */
   lua_State *L;
   int matchdepth;  /* control for recursive depth (to avoid C stack overflow) */
+  long steps;  /* shrike: work left before the next interrupt check */
   unsigned char level;  /* total number of captures (finished or unfinished) */
   struct {
     const char *init;
@@ -371,6 +433,8 @@ typedef struct MatchState {
 
 /* recursive function */
 static const char *match (MatchState *ms, const char *s, const char *p);
+
+
 
 
 /* maximum recursion depth for 'match' */
@@ -508,6 +572,7 @@ static const char *max_expand (MatchState *ms, const char *s,
   ptrdiff_t i = 0;  /* counts maximum expand for item */
   while (singlematch(ms, s + i, p, ep))
     i++;
+  shrike_charge(ms->L, ms->steps, i);
   /* keeps trying to match with the maximum repetitions */
   while (i>=0) {
     const char *res = match(ms, (s+i), ep+1);
@@ -571,6 +636,7 @@ static const char *match (MatchState *ms, const char *s, const char *p) {
   if (l_unlikely(ms->matchdepth-- == 0))
     luaL_error(ms->L, "pattern too complex");
   init: /* using goto to optimize tail recursion */
+  shrike_charge(ms->L, ms->steps, 1);
   if (p != ms->p_end) {  /* end of pattern? */
     switch (*p) {
       case '(': {  /* start capture */
@@ -670,15 +736,18 @@ static const char *match (MatchState *ms, const char *s, const char *p) {
 
 
 
-static const char *lmemfind (const char *s1, size_t l1,
+static const char *lmemfind (lua_State *L, const char *s1, size_t l1,
                                const char *s2, size_t l2) {
   if (l2 == 0) return s1;  /* empty strings are everywhere */
   else if (l2 > l1) return NULL;  /* avoids a negative 'l1' */
   else {
     const char *init;  /* to search for a '*s2' inside 's1' */
+    long steps = SHRIKE_CHECK_STEPS;
     l2--;  /* 1st char will be checked by 'memchr' */
     l1 = l1-l2;  /* 's2' cannot be found after that */
     while (l1 > 0 && (init = (const char *)memchr(s1, *s2, l1)) != NULL) {
+      /* a compare of up to 'l2' bytes at each candidate: O(l1 * l2) at worst */
+      shrike_charge(L, steps, 1 + (init - s1) / 64 + l2 / 16);
       init++;   /* 1st char is already checked */
       if (memcmp(init, s2+1, l2) == 0)
         return init-1;
@@ -758,6 +827,7 @@ static void prepstate (MatchState *ms, lua_State *L,
                        const char *s, size_t ls, const char *p, size_t lp) {
   ms->L = L;
   ms->matchdepth = MAXCCALLS;
+  ms->steps = SHRIKE_CHECK_STEPS;
   ms->src_init = s;
   ms->src_end = s + ls;
   ms->p_end = p + lp;
@@ -782,7 +852,7 @@ static int str_find_aux (lua_State *L, int find) {
   /* explicit request or no special characters? */
   if (find && (lua_toboolean(L, 4) || nospecials(p, lp))) {
     /* do a plain search */
-    const char *s2 = lmemfind(s + init, ls - init, p, lp);
+    const char *s2 = lmemfind(L, s + init, ls - init, p, lp);
     if (s2) {
       lua_pushinteger(L, (s2 - s) + 1);
       lua_pushinteger(L, (s2 - s) + lp);
@@ -793,6 +863,7 @@ static int str_find_aux (lua_State *L, int find) {
     MatchState ms;
     const char *s1 = s + init;
     int anchor = (*p == '^');
+    shrike_seen_pattern(p, lp);
     if (anchor) {
       p++; lp--;  /* skip anchor character */
     }
@@ -861,6 +932,7 @@ static int gmatch (lua_State *L) {
   gm = (GMatchState *)lua_newuserdatauv(L, sizeof(GMatchState), 0);
   if (init > ls)  /* start after string's end? */
     init = ls + 1;  /* avoid overflows in 's + init' */
+  shrike_seen_pattern(p, lp);
   prepstate(&gm->ms, L, s, ls, p, lp);
   gm->src = s + init; gm->p = p; gm->lastmatch = NULL;
   lua_pushcclosure(L, gmatch_aux, 3);
@@ -955,6 +1027,7 @@ static int str_gsub (lua_State *L) {
                    tr == LUA_TFUNCTION || tr == LUA_TTABLE, 3,
                       "string/function/table");
   luaL_buffinit(L, &b);
+  shrike_seen_pattern(p, lp);
   if (anchor) {
     p++; lp--;  /* skip anchor character */
   }
