@@ -680,3 +680,58 @@ fn classifier_learning_survives_kill9() {
         "the restored model knows the ham stream: {symbols}"
     );
 }
+
+#[test]
+fn a_stuck_worker_is_replaced_and_capacity_comes_back() {
+    // One worker, and a rule that never ends on one message (its budgets are set out of
+    // reach): the worker is held by it. Its client gets 503 at the scan timeout; past
+    // `stuck_worker_ms` a fresh worker takes over, so the next message is answered.
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(
+        rules.join("stuck.lua"),
+        "rule { name = 'STUCK', score = 1, check = function(msg)\n\
+           if msg:subject() == 'hold the worker' then while true do end end end }\n\
+         rule { name = 'FINE', score = 0.5, check = function(msg) return true end }\n",
+    )
+    .unwrap();
+    let mut d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(
+                "[server]\nscan_timeout_ms = 500\nstuck_worker_ms = 1500\n\n\
+                 [engine]\nrule_cpu_ms = 3600000\nmessage_cpu_ms = 3600000\n"
+                    .into(),
+            ),
+            rules: Some(rules),
+            workers: Some(1),
+            ..Options::default()
+        },
+    );
+    let ham = read(HAM);
+    // Normal work is not mistaken for a stuck worker.
+    assert_eq!(d.post("/checkv2", &[], &ham).status, 200);
+    let stuck = String::from_utf8_lossy(&ham)
+        .replacen("Subject:", "Subject: hold the worker\r\nX-Old-Subject:", 1)
+        .into_bytes();
+    let r = d.post("/checkv2", &[], &stuck);
+    assert_eq!(r.status, 503, "{}", r.text());
+    wait_until("the stuck worker replaced", 30, || {
+        d.metric("shrike_workers_replaced_total") == 1
+    });
+    let r = d.post("/checkv2", &[], &ham);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["symbols"]["FINE"].is_object(), "{}", r.text());
+    let health = d.get("/health").json();
+    assert_eq!(health["workers"], "degraded", "{health}");
+    assert_eq!(health["stuck_workers"], 1, "{health}");
+    assert_eq!(d.metric("shrike_workers_stuck"), 1);
+    // Replaced once: the fresh worker serving normal mail is not replaced in turn.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(d.post("/checkv2", &[], &ham).status, 200);
+    assert_eq!(d.metric("shrike_workers_replaced_total"), 1);
+    // Shutdown does not wait for the stuck thread.
+    let log = d.stop();
+    assert!(log.contains("replaced by a fresh one"), "{log}");
+}
