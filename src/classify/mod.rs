@@ -13,12 +13,14 @@ pub mod features;
 pub mod journal;
 pub mod passes;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+
+use crate::store::persist::disk;
 
 pub use features::{extract, learns_symbol, Features, FEATURE_VERSION};
 
@@ -413,19 +415,53 @@ impl Classifier {
         key: Option<u64>,
     ) -> std::io::Result<bool> {
         let mut journal = self.journal.lock();
-        let trained = self.train(features, class, key);
-        if let (true, Some(j)) = (trained, journal.as_mut()) {
+        let Some(j) = journal.as_mut() else {
+            return Ok(self.train(features, class, key));
+        };
+        // A journal that cannot take the learn refuses it untrained.
+        j.ready()?;
+        if self.train(features, class, key) {
             j.append(class, key, features)?;
+            Ok(true)
+        } else {
+            // A message learned before, sent again (a client retrying a refused learn): it is
+            // acknowledged once its record, left over from a failed write, is written too.
+            j.flush()?;
+            Ok(false)
         }
-        Ok(trained)
     }
 
-    /// fsyncs the journal's appends (the `every_second` policy's tick).
+    /// Writes what failed journal writes left over and fsyncs the journal's appends (the
+    /// `every_second` policy's tick).
     pub fn sync_journal(&self) -> std::io::Result<()> {
         self.journal
             .lock()
             .as_mut()
             .map_or(Ok(()), journal::Journal::sync)
+    }
+
+    /// Writes what failed journal writes left over, without an fsync.
+    pub fn flush_journal(&self) -> std::io::Result<()> {
+        self.journal
+            .lock()
+            .as_mut()
+            .map_or(Ok(()), journal::Journal::flush)
+    }
+
+    /// Err when a user's learn would be refused before training (see `Journal::ready`).
+    pub fn journal_ready(&self) -> std::io::Result<()> {
+        self.journal
+            .lock()
+            .as_ref()
+            .map_or(Ok(()), journal::Journal::ready)
+    }
+
+    /// Whether learns wait for a snapshot (the journal's fsync failed): save now.
+    pub fn journal_needs_snapshot(&self) -> bool {
+        self.journal
+            .lock()
+            .as_ref()
+            .is_some_and(journal::Journal::needs_snapshot)
     }
 
     /// The checksum `save` wrote at the end of a snapshot file (what a journal marker names).
@@ -471,20 +507,28 @@ impl Classifier {
         let crc = crc32c::crc32c(&buf);
         buf.extend_from_slice(&crc.to_le_bytes());
         let tmp = path.with_extension("tmp");
-        let mut file = std::fs::File::create(&tmp).map_err(io)?;
-        file.write_all(&buf).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        drop(file);
-        // The marker first: a kill before the rename leaves the old snapshot and every learn.
-        if let Some(j) = journal.as_mut() {
-            j.mark(crc).map_err(io)?;
-        }
-        std::fs::rename(&tmp, path).map_err(io)?;
-        if let Some(dir) = path.parent() {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
+        let written = (|| {
+            let mut file = disk::create(&tmp)?;
+            disk::write_all(&mut file, &tmp, &buf)?;
+            disk::sync(&file, &tmp, true)?;
+            drop(file);
+            // The marker first: a kill before the rename leaves the old snapshot and every
+            // learn.
+            if let Some(j) = journal.as_mut() {
+                j.mark(crc)?;
             }
+            disk::rename(&tmp, path)
+        })();
+        if let Err(e) = written {
+            let _ = disk::remove(&tmp);
+            return Err(io(e));
         }
+        // Until the rename is on disk the journal's learns are still needed.
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        disk::sync_dir(dir).map_err(io)?;
         if let Some(j) = journal.as_mut() {
             j.clear().map_err(io)?;
         }
