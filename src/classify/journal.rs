@@ -376,6 +376,66 @@ mod tests {
         }
     }
 
+    /// The keys of the learns in the file, read without opening the journal (which would cut
+    /// a torn tail the live one is about to complete).
+    fn keys(path: &Path) -> Vec<Option<u64>> {
+        let (records, _) = read_records(&std::fs::read(path).unwrap());
+        records
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Learn(l) => Some(l.key),
+                Record::Marker(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_torn_append_is_completed_and_the_learns_after_it_are_kept() {
+        use crate::store::persist::disk::{inject, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let (mut j, _) = Journal::open(&path, None, false).unwrap();
+        j.append(Class::Spam, Some(1), &features(1)).unwrap();
+        // 10 bytes of the next record reach the file, then the disk is full.
+        let fault = inject(dir.path(), Fault::DiskFull { room: 10 });
+        assert!(j.append(Class::Spam, Some(2), &features(2)).is_err());
+        assert!(j.flush().is_err());
+        assert_eq!(keys(&path), [Some(1)], "a torn tail, cut when read");
+        drop(fault);
+        j.append(Class::Ham, Some(3), &features(3)).unwrap();
+        assert_eq!(keys(&path), [Some(1), Some(2), Some(3)]);
+        j.append(Class::Ham, Some(4), &features(4)).unwrap();
+        drop(j);
+        assert_eq!(keys(&path), [Some(1), Some(2), Some(3), Some(4)]);
+    }
+
+    #[test]
+    fn after_a_failed_fsync_learns_wait_for_a_snapshot() {
+        use crate::store::persist::disk::{inject, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let (mut j, _) = Journal::open(&path, None, true).unwrap();
+        let health = Arc::new(PersistHealth::default());
+        j.report_to(health.clone());
+        j.append(Class::Spam, Some(1), &features(1)).unwrap();
+        let fault = inject(dir.path(), Fault::Fsync);
+        assert!(j.append(Class::Spam, Some(2), &features(2)).is_err());
+        drop(fault);
+        assert!(j.needs_snapshot());
+        assert!(
+            j.ready().is_err(),
+            "a later fsync would not tell what was lost"
+        );
+        assert!(health
+            .degraded()
+            .unwrap()
+            .starts_with("classifier journal: "));
+        j.mark(7).unwrap();
+        j.clear().unwrap();
+        assert!(j.ready().is_ok());
+        assert_eq!(health.degraded(), None);
+    }
+
     #[test]
     fn arbitrary_bytes_are_read_without_panicking() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;

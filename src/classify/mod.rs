@@ -638,6 +638,79 @@ mod tests {
         }
     }
 
+    /// A classifier with a learn journal in `dir`.
+    fn journaled(dir: &Path) -> Classifier {
+        let model = Classifier::new(&config());
+        let (journal, _) = journal::Journal::open(&dir.join("j"), None, false).unwrap();
+        model.attach_journal(journal);
+        model
+    }
+
+    #[test]
+    fn a_refused_learn_sent_again_is_acknowledged_only_once_written() {
+        use crate::store::persist::disk::{inject, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let model = journaled(dir.path());
+        let fault = inject(dir.path(), Fault::DiskFull { room: 0 });
+        assert!(model
+            .learn(&example(1, true), Class::Spam, Some(1))
+            .is_err());
+        // Trained already (it stays so), but its record is not written: the retry is refused
+        // too, not taken as a duplicate that was acknowledged before.
+        assert!(model
+            .learn(&example(1, true), Class::Spam, Some(1))
+            .is_err());
+        drop(fault);
+        assert!(!model
+            .learn(&example(1, true), Class::Spam, Some(1))
+            .unwrap());
+        assert_eq!(model.learned(), (1, 0), "trained once");
+        let (_, learns) = journal::Journal::open(&dir.path().join("j"), None, false).unwrap();
+        assert_eq!(learns.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_save_leaves_the_journal_whole_and_no_temporary_file() {
+        use crate::store::persist::disk::{inject, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let model = journaled(dir.path());
+        for i in 0..3 {
+            model
+                .learn(&example(i, true), Class::Spam, Some(i))
+                .unwrap();
+        }
+        for fault in [Fault::Rename, Fault::Fsync, Fault::DiskFull { room: 100 }] {
+            let guard = inject(dir.path(), fault);
+            assert!(model.save(&path).is_err(), "{fault:?}");
+            drop(guard);
+            assert!(
+                !path.exists() && !path.with_extension("tmp").exists(),
+                "{fault:?}"
+            );
+        }
+        assert!(!model.journal_needs_snapshot());
+        // The journal's own fsync (the marker's) fails: learns wait for a snapshot.
+        let guard = inject(&dir.path().join("j"), Fault::Fsync);
+        assert!(model.save(&path).is_err());
+        drop(guard);
+        assert!(!path.exists() && !path.with_extension("tmp").exists());
+        assert!(model.journal_needs_snapshot());
+        assert!(model
+            .learn(&example(9, true), Class::Spam, Some(9))
+            .is_err());
+        model.save(&path).unwrap();
+        assert!(!model.journal_needs_snapshot());
+        model
+            .learn(&example(9, true), Class::Spam, Some(9))
+            .unwrap();
+        let crc = Classifier::file_crc(&path);
+        let (_, after) = journal::Journal::open(&dir.path().join("j"), crc, false).unwrap();
+        assert_eq!(after.len(), 1, "only the learn after the snapshot");
+        let loaded = Classifier::load(&config(), &path).unwrap();
+        assert_eq!(loaded.learned(), (3, 0));
+    }
+
     /// A synthetic two-class stream: each class draws tokens mostly from its own vocabulary,
     /// with a shared one mixed in.
     fn example(i: u64, spam: bool) -> Features {

@@ -29,7 +29,7 @@ pub(super) fn wal_path(dir: &Path, generation: u64) -> PathBuf {
 
 /// The most a WAL keeps in memory while its writes fail (~50,000 messages' records); past it
 /// the records are given up and a snapshot has to make up for them.
-pub(super) const MAX_PENDING: usize = 64 << 20;
+const MAX_PENDING: usize = 64 << 20;
 
 /// The WAL file being appended to.
 pub(super) struct WalWriter {
@@ -40,6 +40,8 @@ pub(super) struct WalWriter {
     /// Records taken from the store that the file does not have yet (a write that failed part
     /// way, and what came after it).
     pending: Vec<u8>,
+    /// `MAX_PENDING` (a test sets less).
+    pub(super) max_pending: usize,
     /// The file's length, and its length when it last ended on a whole record.
     len: u64,
     header_len: u64,
@@ -98,6 +100,7 @@ impl WalWriter {
             path,
             file,
             pending: Vec::new(),
+            max_pending: MAX_PENDING,
             len: header.len() as u64,
             header_len: header.len() as u64,
             whole: header.len() as u64,
@@ -114,6 +117,7 @@ impl WalWriter {
         let mut next =
             WalWriter::create(&self.dir, self.generation + 1, store, self.health.clone())?;
         next.unsaved = self.unsaved;
+        next.max_pending = self.max_pending;
         Ok(next)
     }
 
@@ -152,7 +156,7 @@ impl WalWriter {
         }
         if self.pending.is_empty() {
             self.whole = self.len;
-        } else if self.pending.len() > MAX_PENDING {
+        } else if self.pending.len() > self.max_pending {
             tracing::error!(
                 file = %self.path.display(),
                 bytes = self.pending.len(),
