@@ -520,11 +520,17 @@ fn a_full_disk_loses_no_acknowledged_learn() {
     let mut d = daemon::Daemon::start(dir.path(), fault_options(extra, None));
     let ports = Some((d.http, d.milter));
     assert_eq!(persistence_word(&d), "ok");
+    // Learns before the disk fills: the journal's and the WAL's last pages are partly used,
+    // so the appends that fill them are cut short.
+    let mut acked = Vec::new();
+    for i in 0..5 {
+        assert_eq!(d.post("/learnspam", &[], &spam(i)).status, 200);
+        acked.push(i);
+    }
     fs.fill("filler");
 
-    let mut acked = Vec::new();
     let mut refused = Vec::new();
-    let mut next = 0;
+    let mut next = 5;
     while refused.len() < 3 {
         assert!(
             next < 5_000,
@@ -627,13 +633,12 @@ fn snapshots_resume_once_a_full_disk_has_room_again() {
     let snapshots_while_full = files_ending(&fs.path, ".bin");
 
     fs.free("filler");
-    let mut health = String::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while persistence_word(&d) != "ok" {
-        health = d.get("/health").text();
         assert!(
             std::time::Instant::now() < deadline,
-            "persistence not ok 60 s after the space came back: {health}\n{}",
+            "persistence not ok 60 s after the space came back: {}\n{}",
+            d.get("/health").text(),
             d.log_text()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -710,4 +715,85 @@ fn a_read_only_data_directory_is_refused_and_then_used_as_it_was() {
     let d = daemon::Daemon::start(dir.path(), fault_options("", ports));
     assert_eq!((classifier_spam(&d), complaints(&d)), (10, 10));
     assert_eq!(files_ending(&fs.path, ".tmp"), Vec::<String>::new());
+}
+
+/// A data directory whose entries cannot change while the daemon runs (`chattr +i` on ext4:
+/// no file can be created, renamed or removed in it, as on a filesystem gone read-only for
+/// new files, while the files already open still take appends): learns go on, snapshots fail
+/// and say so in `/health`, and resume once the directory is writable again; nothing
+/// acknowledged is lost across a `kill -9`.
+#[test]
+fn snapshots_wait_while_the_directory_cannot_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let extra = "[persist]\nsnapshot_secs = 1\n\n[history]\nenabled = false\n";
+    let mut d = daemon::Daemon::start(dir.path(), fault_options(extra, None));
+    let ports = Some((d.http, d.milter));
+    for i in 0..10 {
+        assert_eq!(d.post("/learnspam", &[], &spam(i)).status, 200);
+    }
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&d.data)
+            .output()
+    };
+    /// Makes the directory changeable again however the test ends (its removal needs it).
+    struct Mutable(std::path::PathBuf);
+    impl Drop for Mutable {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _mutable = Mutable(d.data.clone());
+    match chattr("+i") {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            eprintln!(
+                "SKIPPED snapshots_wait_while_the_directory_cannot_change: chattr +i: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            eprintln!("SKIPPED snapshots_wait_while_the_directory_cannot_change: chattr: {e}");
+            return;
+        }
+    }
+    let mut i = 10;
+    daemon::wait_until("persistence degraded", 60, || {
+        let r = d.post("/learnspam", &[], &spam(i));
+        assert_eq!(
+            r.status,
+            200,
+            "the open WAL and journal take learns: {}",
+            r.text()
+        );
+        i += 1;
+        persistence_word(&d) == "degraded"
+    });
+    let health = d.get("/health").json();
+    assert!(
+        health["persistence_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("snapshot")),
+        "{health}"
+    );
+    let snapshots_meanwhile = files_ending(&d.data, ".bin");
+    assert!(chattr("-i").expect("chattr -i").status.success());
+    daemon::wait_until("persistence ok again", 60, || persistence_word(&d) == "ok");
+    daemon::wait_until("a store snapshot after the fault", 60, || {
+        files_ending(&d.data, ".bin")
+            .iter()
+            .any(|n| n.starts_with("snapshot-") && !snapshots_meanwhile.contains(n))
+    });
+    let learned = classifier_spam(&d);
+    assert_eq!(learned, i as u64);
+    assert_eq!(complaints(&d), i as u64);
+    d.kill9();
+    let d = daemon::Daemon::start(dir.path(), fault_options(extra, ports));
+    assert_eq!((classifier_spam(&d), complaints(&d)), (learned, learned));
+    assert_eq!(files_ending(&d.data, ".tmp"), Vec::<String>::new());
 }
