@@ -207,6 +207,23 @@ mod tests {
     }
 
     #[test]
+    fn opening_removes_the_temporary_files_of_interrupted_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default();
+        config.server.data_dir = dir.path().join("data");
+        drop(open(&config, false).unwrap());
+        let data = &config.server.data_dir;
+        for tmp in ["classifier.tmp", "snapshot-0000000000000005.tmp"] {
+            std::fs::write(data.join(tmp), b"half").unwrap();
+        }
+        let _open = open(&config, false).unwrap();
+        for tmp in ["classifier.tmp", "snapshot-0000000000000005.tmp"] {
+            assert!(!data.join(tmp).exists(), "{tmp}");
+        }
+        assert!(data.join(JOURNAL_FILE).exists(), "nothing else removed");
+    }
+
+    #[test]
     fn open_twice_is_refused_while_the_first_is_open() {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::default();

@@ -306,8 +306,11 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     drop(classifier_snapshots);
     let saved = classifier.save(&classifier_path);
     report_classifier_save(&persist_health, &saved);
+    // The store's final snapshot is taken even when the classifier's failed (a full disk):
+    // each stands alone, and the journal keeps the classifier's learns meanwhile.
+    let closed = durable.close();
     saved.map_err(ServeError::SaveClassifier)?;
-    durable.close().map_err(ServeError::CloseData)?;
+    closed.map_err(ServeError::CloseData)?;
     tracing::info!(keys = store_keys, "state saved; bye");
     served
 }

@@ -268,7 +268,9 @@ impl Committer {
         }
     }
 
-    /// Writes (and fsyncs by policy) everything recorded before this call.
+    /// Writes (and fsyncs by policy) everything recorded before this call. Fails while the
+    /// write (or fsync) fails, and while the WAL lacks records the store holds (a failed fsync,
+    /// records given up) until a snapshot has been written.
     pub fn commit(&self) -> Result<(), PersistError> {
         let ticket = self.tickets.taken.fetch_add(1, Ordering::SeqCst) + 1;
         let mut w = self.wal.lock();
