@@ -89,8 +89,17 @@ pub fn open(config: &Config, salvage: bool) -> Result<DataDir, DataDirError> {
         "reputation state loaded"
     );
     let classifier_path = dir.join(CLASSIFIER_FILE);
+    // What a kill in the middle of a classifier snapshot leaves (a failed one removes its own).
+    let unfinished = classifier_path.with_extension("tmp");
+    if unfinished.exists() {
+        tracing::warn!(file = %unfinished.display(), "removing an unfinished classifier snapshot");
+        std::fs::remove_file(&unfinished).map_err(DataDirError::io(format!(
+            "removing {}",
+            unfinished.display()
+        )))?;
+    }
     let classifier = Arc::new(load_classifier(config, &classifier_path, salvage)?);
-    open_learn_journal(config, &classifier, &classifier_path)?;
+    open_learn_journal(config, &classifier, &classifier_path, &durable)?;
     Ok(DataDir {
         durable,
         recovery,
@@ -106,13 +115,15 @@ fn open_learn_journal(
     config: &Config,
     classifier: &Classifier,
     snapshot: &Path,
+    durable: &Durable,
 ) -> Result<(), DataDirError> {
     let path = snapshot.with_file_name(JOURNAL_FILE);
     let crc = Classifier::file_crc(snapshot);
     let sync_each = config.persist.fsync == crate::store::FsyncPolicy::Always;
-    let (journal, learns) = Journal::open(&path, crc, sync_each).map_err(DataDirError::io(
+    let (mut journal, learns) = Journal::open(&path, crc, sync_each).map_err(DataDirError::io(
         format!("opening the classifier journal {}", path.display()),
     ))?;
+    journal.report_to(durable.health());
     let mut trained = 0;
     for l in &learns {
         trained += usize::from(classifier.train(&l.features, l.class, l.key));
@@ -193,6 +204,23 @@ mod tests {
         assert!(err.contains("in use by another shrike"), "{err}");
         drop(first);
         assert!(lock(dir.path()).is_ok());
+    }
+
+    #[test]
+    fn opening_removes_the_temporary_files_of_interrupted_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default();
+        config.server.data_dir = dir.path().join("data");
+        drop(open(&config, false).unwrap());
+        let data = &config.server.data_dir;
+        for tmp in ["classifier.tmp", "snapshot-0000000000000005.tmp"] {
+            std::fs::write(data.join(tmp), b"half").unwrap();
+        }
+        let _open = open(&config, false).unwrap();
+        for tmp in ["classifier.tmp", "snapshot-0000000000000005.tmp"] {
+            assert!(!data.join(tmp).exists(), "{tmp}");
+        }
+        assert!(data.join(JOURNAL_FILE).exists(), "nothing else removed");
     }
 
     #[test]

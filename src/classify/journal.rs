@@ -11,17 +11,29 @@
 //! learns before it (they are in the snapshot); if it died before the rename, the marker names
 //! no snapshot on disk and every learn is trained again. A torn last record (a write cut by the
 //! kill) is dropped; a bad record before the end stops the read there, with a warning.
+//!
+//! A write that fails (a full disk) keeps what it could not write and writes it first next
+//! time, so the file is always a prefix of the records: a torn append is completed, never
+//! followed by another record. A learn is acknowledged only once nothing is left over. After a
+//! failed fsync what was written since may not be on disk whatever later fsyncs say (Linux
+//! reports a writeback error once), so learns are refused until a snapshot has emptied the
+//! journal.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::{Class, Features};
+use crate::store::persist::{disk, Part, PersistHealth};
 
 const LEARN: u8 = 1;
 const MARKER: u8 = 2;
 /// Largest payload read back (a message has a few thousand features at most).
 const MAX_PAYLOAD: usize = 1 << 24;
+/// The most the journal keeps in memory while its writes fail; past it learns are refused
+/// before they train (a bulk learn against a full disk).
+const MAX_PENDING: usize = 16 << 20;
 
 /// One learn read back from the journal.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +51,11 @@ pub struct Journal {
     /// fsync each append (`persist.fsync = "always"`); else `sync` does, once a second.
     sync_each: bool,
     dirty: bool,
+    /// Records the file does not have yet: a write that failed part way, and what came after.
+    pending: Vec<u8>,
+    /// An fsync failed since the journal was last emptied.
+    unsynced: bool,
+    health: Option<Arc<PersistHealth>>,
 }
 
 impl Journal {
@@ -75,29 +92,51 @@ impl Journal {
                 Record::Marker(_) => None,
             })
             .collect();
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)?;
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
         file.set_len(valid as u64)?;
-        let mut journal = Journal {
+        let journal = Journal {
             path: path.to_path_buf(),
             file,
             sync_each,
             dirty: false,
+            pending: Vec::new(),
+            unsynced: false,
+            health: None,
         };
-        journal.seek_end()?;
         Ok((journal, learns))
+    }
+
+    /// Reports failed and recovered writes to `health` (the data directory's).
+    pub fn report_to(&mut self, health: Arc<PersistHealth>) {
+        self.health = Some(health);
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    fn seek_end(&mut self) -> std::io::Result<()> {
-        use std::io::Seek;
-        self.file.seek(std::io::SeekFrom::End(0)).map(|_| ())
+    /// Err when a learn is to be refused before it trains: records left over from failed
+    /// writes past `MAX_PENDING`, or a failed fsync not yet made up for by a snapshot.
+    pub fn ready(&self) -> std::io::Result<()> {
+        if self.unsynced {
+            return Err(std::io::Error::other(format!(
+                "{}: an fsync failed; learns wait for the classifier's next snapshot",
+                self.path.display()
+            )));
+        }
+        if self.pending.len() > MAX_PENDING {
+            return Err(std::io::Error::other(format!(
+                "{}: {} bytes of learns not written yet",
+                self.path.display(),
+                self.pending.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether a snapshot is needed before learns are taken again (a failed fsync).
+    pub fn needs_snapshot(&self) -> bool {
+        self.unsynced
     }
 
     /// Appends one learn: written to the OS (and fsynced when `sync_each`) when it returns.
@@ -133,36 +172,80 @@ impl Journal {
         self.sync()
     }
 
-    /// Empties the journal (after a snapshot holds everything in it).
+    /// Empties the journal (after a snapshot holds everything in it, and the marker naming that
+    /// snapshot is on disk: from then on the records before it are not needed, whatever an
+    /// earlier failed fsync lost of them).
     pub fn clear(&mut self) -> std::io::Result<()> {
-        self.file.set_len(0)?;
-        self.seek_end()?;
-        self.file.sync_data()?;
+        self.unsynced = false;
+        // `mark` wrote everything before the marker; nothing is left over here.
+        self.pending.clear();
+        let result = disk::truncate(&self.file, &self.path, 0)
+            .and_then(|()| disk::sync(&self.file, &self.path, false));
+        self.report(&result);
+        result?;
         self.dirty = false;
         Ok(())
     }
 
-    /// fsyncs what was appended since the last sync.
+    /// Writes what failed writes left over, without an fsync.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        let result = self.write_pending();
+        self.report(&result);
+        result
+    }
+
+    /// Writes what failed writes left over and fsyncs what was appended since the last sync.
     pub fn sync(&mut self) -> std::io::Result<()> {
-        if self.dirty {
-            self.file.sync_data()?;
-            self.dirty = false;
-        }
-        Ok(())
+        let result = self.write_pending().and_then(|()| {
+            if self.dirty {
+                if let Err(e) = disk::sync(&self.file, &self.path, false) {
+                    self.unsynced = true;
+                    return Err(e);
+                }
+                self.dirty = false;
+            }
+            Ok(())
+        });
+        self.report(&result);
+        result
     }
 
     fn write_record(&mut self, payload: &[u8]) -> std::io::Result<()> {
-        let mut frame = Vec::with_capacity(8 + payload.len());
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
-        frame.extend_from_slice(payload);
-        // One write: a kill leaves a whole record or a torn tail, never a gap.
-        self.file.write_all(&frame)?;
-        self.dirty = true;
+        self.pending
+            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.pending
+            .extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+        self.pending.extend_from_slice(payload);
         if self.sync_each {
-            self.sync()?;
+            self.sync()
+        } else {
+            self.flush()
         }
-        Ok(())
+    }
+
+    /// Writes `pending` (one write when it holds one record: a kill leaves a whole record or a
+    /// torn tail); what a failure leaves stays for the next time.
+    fn write_pending(&mut self) -> std::io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let (done, result) = disk::write(&mut self.file, &self.path, &self.pending);
+        if done > 0 {
+            self.dirty = true;
+            self.pending.drain(..done);
+        }
+        result
+    }
+
+    fn report(&self, result: &std::io::Result<()>) {
+        let Some(health) = &self.health else {
+            return;
+        };
+        match result {
+            Err(e) => health.failed(Part::Journal, &format_args!("{}: {e}", self.path.display())),
+            Ok(()) if !self.unsynced => health.ok(Part::Journal),
+            Ok(()) => {}
+        }
     }
 }
 
@@ -291,6 +374,66 @@ mod tests {
             j.append(Class::Spam, Some(1), &features(1)).unwrap();
             j.append(Class::Spam, Some(2), &features(2)).unwrap();
         }
+    }
+
+    /// The keys of the learns in the file, read without opening the journal (which would cut
+    /// a torn tail the live one is about to complete).
+    fn keys(path: &Path) -> Vec<Option<u64>> {
+        let (records, _) = read_records(&std::fs::read(path).unwrap());
+        records
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Learn(l) => Some(l.key),
+                Record::Marker(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_torn_append_is_completed_and_the_learns_after_it_are_kept() {
+        use crate::store::persist::disk::{inject, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let (mut j, _) = Journal::open(&path, None, false).unwrap();
+        j.append(Class::Spam, Some(1), &features(1)).unwrap();
+        // 10 bytes of the next record reach the file, then the disk is full.
+        let fault = inject(dir.path(), Fault::DiskFull { room: 10 });
+        assert!(j.append(Class::Spam, Some(2), &features(2)).is_err());
+        assert!(j.flush().is_err());
+        assert_eq!(keys(&path), [Some(1)], "a torn tail, cut when read");
+        drop(fault);
+        j.append(Class::Ham, Some(3), &features(3)).unwrap();
+        assert_eq!(keys(&path), [Some(1), Some(2), Some(3)]);
+        j.append(Class::Ham, Some(4), &features(4)).unwrap();
+        drop(j);
+        assert_eq!(keys(&path), [Some(1), Some(2), Some(3), Some(4)]);
+    }
+
+    #[test]
+    fn after_a_failed_fsync_learns_wait_for_a_snapshot() {
+        use crate::store::persist::disk::{inject, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let (mut j, _) = Journal::open(&path, None, true).unwrap();
+        let health = Arc::new(PersistHealth::default());
+        j.report_to(health.clone());
+        j.append(Class::Spam, Some(1), &features(1)).unwrap();
+        let fault = inject(dir.path(), Fault::Fsync);
+        assert!(j.append(Class::Spam, Some(2), &features(2)).is_err());
+        drop(fault);
+        assert!(j.needs_snapshot());
+        assert!(
+            j.ready().is_err(),
+            "a later fsync would not tell what was lost"
+        );
+        assert!(health
+            .degraded()
+            .unwrap()
+            .starts_with("classifier journal: "));
+        j.mark(7).unwrap();
+        j.clear().unwrap();
+        assert!(j.ready().is_ok());
+        assert_eq!(health.degraded(), None);
     }
 
     #[test]

@@ -13,12 +13,14 @@ pub mod features;
 pub mod journal;
 pub mod passes;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+
+use crate::store::persist::disk;
 
 pub use features::{extract, learns_symbol, Features, FEATURE_VERSION};
 
@@ -413,19 +415,53 @@ impl Classifier {
         key: Option<u64>,
     ) -> std::io::Result<bool> {
         let mut journal = self.journal.lock();
-        let trained = self.train(features, class, key);
-        if let (true, Some(j)) = (trained, journal.as_mut()) {
+        let Some(j) = journal.as_mut() else {
+            return Ok(self.train(features, class, key));
+        };
+        // A journal that cannot take the learn refuses it untrained.
+        j.ready()?;
+        if self.train(features, class, key) {
             j.append(class, key, features)?;
+            Ok(true)
+        } else {
+            // A message learned before, sent again (a client retrying a refused learn): it is
+            // acknowledged once its record, left over from a failed write, is written too.
+            j.flush()?;
+            Ok(false)
         }
-        Ok(trained)
     }
 
-    /// fsyncs the journal's appends (the `every_second` policy's tick).
+    /// Writes what failed journal writes left over and fsyncs the journal's appends (the
+    /// `every_second` policy's tick).
     pub fn sync_journal(&self) -> std::io::Result<()> {
         self.journal
             .lock()
             .as_mut()
             .map_or(Ok(()), journal::Journal::sync)
+    }
+
+    /// Writes what failed journal writes left over, without an fsync.
+    pub fn flush_journal(&self) -> std::io::Result<()> {
+        self.journal
+            .lock()
+            .as_mut()
+            .map_or(Ok(()), journal::Journal::flush)
+    }
+
+    /// Err when a user's learn would be refused before training (see `Journal::ready`).
+    pub fn journal_ready(&self) -> std::io::Result<()> {
+        self.journal
+            .lock()
+            .as_ref()
+            .map_or(Ok(()), journal::Journal::ready)
+    }
+
+    /// Whether learns wait for a snapshot (the journal's fsync failed): save now.
+    pub fn journal_needs_snapshot(&self) -> bool {
+        self.journal
+            .lock()
+            .as_ref()
+            .is_some_and(journal::Journal::needs_snapshot)
     }
 
     /// The checksum `save` wrote at the end of a snapshot file (what a journal marker names).
@@ -471,20 +507,28 @@ impl Classifier {
         let crc = crc32c::crc32c(&buf);
         buf.extend_from_slice(&crc.to_le_bytes());
         let tmp = path.with_extension("tmp");
-        let mut file = std::fs::File::create(&tmp).map_err(io)?;
-        file.write_all(&buf).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        drop(file);
-        // The marker first: a kill before the rename leaves the old snapshot and every learn.
-        if let Some(j) = journal.as_mut() {
-            j.mark(crc).map_err(io)?;
-        }
-        std::fs::rename(&tmp, path).map_err(io)?;
-        if let Some(dir) = path.parent() {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
+        let written = (|| {
+            let mut file = disk::create(&tmp)?;
+            disk::write_all(&mut file, &tmp, &buf)?;
+            disk::sync(&file, &tmp, true)?;
+            drop(file);
+            // The marker first: a kill before the rename leaves the old snapshot and every
+            // learn.
+            if let Some(j) = journal.as_mut() {
+                j.mark(crc)?;
             }
+            disk::rename(&tmp, path)
+        })();
+        if let Err(e) = written {
+            let _ = disk::remove(&tmp);
+            return Err(io(e));
         }
+        // Until the rename is on disk the journal's learns are still needed.
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        disk::sync_dir(dir).map_err(io)?;
         if let Some(j) = journal.as_mut() {
             j.clear().map_err(io)?;
         }
@@ -592,6 +636,79 @@ mod tests {
             min_learned: 5,
             ..ClassifierConfig::default()
         }
+    }
+
+    /// A classifier with a learn journal in `dir`.
+    fn journaled(dir: &Path) -> Classifier {
+        let model = Classifier::new(&config());
+        let (journal, _) = journal::Journal::open(&dir.join("j"), None, false).unwrap();
+        model.attach_journal(journal);
+        model
+    }
+
+    #[test]
+    fn a_refused_learn_sent_again_is_acknowledged_only_once_written() {
+        use crate::store::persist::disk::{inject, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let model = journaled(dir.path());
+        let fault = inject(dir.path(), Fault::DiskFull { room: 0 });
+        assert!(model
+            .learn(&example(1, true), Class::Spam, Some(1))
+            .is_err());
+        // Trained already (it stays so), but its record is not written: the retry is refused
+        // too, not taken as a duplicate that was acknowledged before.
+        assert!(model
+            .learn(&example(1, true), Class::Spam, Some(1))
+            .is_err());
+        drop(fault);
+        assert!(!model
+            .learn(&example(1, true), Class::Spam, Some(1))
+            .unwrap());
+        assert_eq!(model.learned(), (1, 0), "trained once");
+        let (_, learns) = journal::Journal::open(&dir.path().join("j"), None, false).unwrap();
+        assert_eq!(learns.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_save_leaves_the_journal_whole_and_no_temporary_file() {
+        use crate::store::persist::disk::{inject, Fault};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let model = journaled(dir.path());
+        for i in 0..3 {
+            model
+                .learn(&example(i, true), Class::Spam, Some(i))
+                .unwrap();
+        }
+        for fault in [Fault::Rename, Fault::Fsync, Fault::DiskFull { room: 100 }] {
+            let guard = inject(dir.path(), fault);
+            assert!(model.save(&path).is_err(), "{fault:?}");
+            drop(guard);
+            assert!(
+                !path.exists() && !path.with_extension("tmp").exists(),
+                "{fault:?}"
+            );
+        }
+        assert!(!model.journal_needs_snapshot());
+        // The journal's own fsync (the marker's) fails: learns wait for a snapshot.
+        let guard = inject(&dir.path().join("j"), Fault::Fsync);
+        assert!(model.save(&path).is_err());
+        drop(guard);
+        assert!(!path.exists() && !path.with_extension("tmp").exists());
+        assert!(model.journal_needs_snapshot());
+        assert!(model
+            .learn(&example(9, true), Class::Spam, Some(9))
+            .is_err());
+        model.save(&path).unwrap();
+        assert!(!model.journal_needs_snapshot());
+        model
+            .learn(&example(9, true), Class::Spam, Some(9))
+            .unwrap();
+        let crc = Classifier::file_crc(&path);
+        let (_, after) = journal::Journal::open(&dir.path().join("j"), crc, false).unwrap();
+        assert_eq!(after.len(), 1, "only the learn after the snapshot");
+        let loaded = Classifier::load(&config(), &path).unwrap();
+        assert_eq!(loaded.learned(), (3, 0));
     }
 
     /// A synthetic two-class stream: each class draws tokens mostly from its own vocabulary,

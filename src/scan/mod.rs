@@ -657,6 +657,17 @@ impl ScanWorker {
         // learn it does not take (a shared store out of reach) is refused whole, untrained.
         let fresh =
             !sc.classifier.config().enabled || !sc.classifier.knows(class, training_key(&scanned));
+        // A journal that cannot take the learn (failing writes) refuses it before anything is
+        // counted, so the client's retry does not count it twice.
+        if let (Some(_), Err(e)) = (counter, sc.classifier.journal_ready()) {
+            return Learned {
+                keys: 0,
+                message_id: scanned.analysis.entities.message_id.clone(),
+                trained: false,
+                journal_error: Some(e.to_string()),
+                store_error: None,
+            };
+        }
         let keys = match counter {
             Some(c) if fresh => match sc.try_learn(&scanned.analysis, c) {
                 Ok(keys) => keys,

@@ -421,8 +421,10 @@ async fn learn(
         return error(StatusCode::SERVICE_UNAVAILABLE, e);
     }
     if let Err(e) = durable(daemon, &l).await {
-        tracing::error!(error = %e, "learn not made durable");
-        return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string());
+        // The data directory's health logs the failure (at most once per 10 s); a full disk
+        // would otherwise log every learn.
+        tracing::debug!(error = %e, "learn not made durable");
+        return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
     }
     daemon.record_learn("http", counter, &envelope, size, &l, start);
     json(
@@ -508,6 +510,7 @@ async fn reload(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> R
 fn health(daemon: &Daemon) -> Reply {
     let ready = daemon.ready.load(Relaxed);
     let engine = daemon.scanner.engine().health();
+    let persistence_error = daemon.persist_health.degraded();
     let body = serde_json::json!({
         "ready": ready,
         "generation": engine.generation,
@@ -529,6 +532,10 @@ fn health(daemon: &Daemon) -> Reply {
             if s.degraded { "degraded" } else { "ok" }
         }),
         "store_error": daemon.scanner.store().status().filter(|s| s.degraded).map(|s| s.detail),
+        // The data directory: "degraded" while a write there fails (learns are refused until
+        // they can be written; snapshots are tried again).
+        "persistence": if persistence_error.is_some() { "degraded" } else { "ok" },
+        "persistence_error": persistence_error,
     });
     let status = if ready {
         StatusCode::OK
@@ -614,6 +621,21 @@ fn metrics(daemon: &Daemon) -> String {
     if let Some(c) = daemon.pool.checker() {
         c.render_metrics(&mut out);
     }
+    {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "# HELP shrike_persist_errors_total Failed writes to the data directory (WAL, snapshots, classifier journal).\n\
+             # TYPE shrike_persist_errors_total counter\nshrike_persist_errors_total {}",
+            daemon.persist_health.errors()
+        );
+    }
+    gauge(
+        &mut out,
+        "shrike_persist_degraded",
+        "1 while a write to the data directory fails (learns are refused meanwhile).",
+        u8::from(daemon.persist_health.degraded().is_some()),
+    );
     gauge(
         &mut out,
         "shrike_queue_depth",

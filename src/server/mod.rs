@@ -157,6 +157,8 @@ pub struct Daemon {
     pub store: Arc<Store>,
     /// Writes a learn's increments to the WAL before it is acknowledged.
     pub committer: Committer,
+    /// Whether the data directory takes the writes (`/health`'s `persistence`).
+    pub persist_health: Arc<crate::store::PersistHealth>,
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
     /// The decision history (does nothing when `[history]` is off).
@@ -263,11 +265,13 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     let scanner =
         Scanner::with_classifier(&config.scan_settings(), rules, shared, classifier.clone())
             .map_err(ServeError::Rules)?;
+    let persist_health = durable.health();
     let classifier_snapshots = ClassifierSnapshots::spawn(
         classifier.clone(),
         classifier_path.clone(),
         config.persist.snapshot_secs,
         config.persist.fsync,
+        persist_health.clone(),
     )?;
     let watcher = crate::engine::watch::watch(scanner.engine()).map_err(ServeError::Watch)?;
     let metrics = Arc::new(Metrics::default());
@@ -292,6 +296,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         scanner,
         store,
         committer: durable.committer(),
+        persist_health: persist_health.clone(),
         pool,
         metrics,
         history,
@@ -318,17 +323,22 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     // The last batch of the history goes to disk.
     drop(history_writer);
     drop(classifier_snapshots);
-    classifier
-        .save(&classifier_path)
-        .map_err(ServeError::SaveClassifier)?;
-    durable.close().map_err(ServeError::CloseData)?;
+    let saved = classifier.save(&classifier_path);
+    report_classifier_save(&persist_health, &saved);
+    // The store's final snapshot is taken even when the classifier's failed (a full disk):
+    // each stands alone, and the journal keeps the classifier's learns meanwhile.
+    let closed = durable.close();
+    saved.map_err(ServeError::SaveClassifier)?;
+    closed.map_err(ServeError::CloseData)?;
     tracing::info!(keys = store_keys, "state saved; bye");
     served
 }
 
 /// Saves the classifier every `persist.snapshot_secs` (with the store's snapshots) when it has
-/// learned since the last save, which empties its learn journal; under `fsync = "every_second"`
-/// it also fsyncs the journal once a second. Stops when dropped.
+/// learned since the last save, which empties its learn journal, and at once when its journal
+/// needs a snapshot (a failed fsync). Once a second it writes what failed journal writes left
+/// over, and under `fsync = "every_second"` fsyncs the journal. A failed save is tried again
+/// after 1 s, then 2, 4 … up to the snapshot interval (at most a minute). Stops when dropped.
 struct ClassifierSnapshots(Option<(crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>)>);
 
 impl ClassifierSnapshots {
@@ -337,43 +347,71 @@ impl ClassifierSnapshots {
         path: std::path::PathBuf,
         every_secs: u64,
         fsync: crate::store::FsyncPolicy,
+        health: Arc<crate::store::PersistHealth>,
     ) -> Result<ClassifierSnapshots, ServeError> {
         if !classifier.config().enabled {
             return Ok(ClassifierSnapshots(None));
         }
+        let every = Duration::from_secs(every_secs);
+        let max_backoff = every.clamp(Duration::from_secs(1), Duration::from_secs(60));
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let thread = std::thread::Builder::new()
             .name("shrike-clf-snap".into())
             .spawn(move || {
                 let mut saved = classifier.learned();
                 let mut last_save = Instant::now();
+                let mut retry_at: Option<Instant> = None;
+                let mut backoff = Duration::from_secs(1);
                 while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(Duration::from_secs(1))
                 {
-                    if fsync == crate::store::FsyncPolicy::EverySecond {
-                        if let Err(e) = classifier.sync_journal() {
-                            tracing::error!(error = %e, "classifier journal fsync failed");
-                        }
-                    }
-                    if every_secs == 0 || last_save.elapsed() < Duration::from_secs(every_secs) {
+                    // The journal reports its failures (log, /health) itself.
+                    let _ = if fsync == crate::store::FsyncPolicy::EverySecond {
+                        classifier.sync_journal()
+                    } else {
+                        classifier.flush_journal()
+                    };
+                    let learned = classifier.learned();
+                    let due = classifier.journal_needs_snapshot()
+                        || match retry_at {
+                            Some(at) => Instant::now() >= at,
+                            None => {
+                                every_secs > 0 && last_save.elapsed() >= every && learned != saved
+                            }
+                        };
+                    if !due {
                         continue;
                     }
                     last_save = Instant::now();
-                    let learned = classifier.learned();
-                    if learned == saved {
-                        continue;
-                    }
-                    match classifier.save(&path) {
+                    let result = classifier.save(&path);
+                    report_classifier_save(&health, &result);
+                    match result {
                         Ok(()) => {
                             saved = learned;
+                            retry_at = None;
+                            backoff = Duration::from_secs(1);
                             tracing::debug!(spam = learned.0, ham = learned.1, "classifier saved");
                         }
-                        Err(e) => tracing::error!(error = %e, "classifier snapshot failed"),
+                        Err(_) => {
+                            retry_at = Some(Instant::now() + backoff);
+                            backoff = (backoff * 2).min(max_backoff);
+                        }
                     }
                 }
             })
             .map_err(ServeError::io("starting the classifier snapshots"))?;
         Ok(ClassifierSnapshots(Some((stop, thread))))
+    }
+}
+
+fn report_classifier_save(
+    health: &crate::store::PersistHealth,
+    result: &Result<(), crate::classify::SnapshotError>,
+) {
+    use crate::store::persist::Part;
+    match result {
+        Ok(()) => health.ok(Part::ClassifierSnapshot),
+        Err(e) => health.failed(Part::ClassifierSnapshot, e),
     }
 }
 

@@ -284,8 +284,9 @@ async fn learn(
             (Exit::TempFail, e.to_string())
         })?;
     if let Err(e) = durable(daemon, &learned).await {
-        tracing::error!(error = %e, "spamd: learn not made durable");
-        return Err((Exit::Software, e.to_string()));
+        // Logged by the data directory's health, at most once per 10 s.
+        tracing::debug!(error = %e, "spamd: learn not made durable");
+        return Err((Exit::TempFail, e.to_string()));
     }
     daemon.record_learn(
         "spamd",

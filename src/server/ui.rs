@@ -544,8 +544,9 @@ async fn learn(req: Request<Incoming>, daemon: &Daemon) -> Reply {
         Err(e) => return pool_error(e),
     };
     if let Err(e) = super::http::durable(daemon, &learned).await {
-        tracing::error!(error = %e, "learn not made durable");
-        return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string());
+        // Logged by the data directory's health, at most once per 10 s.
+        tracing::debug!(error = %e, "learn not made durable");
+        return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
     }
     daemon.record_learn("ui", counter, &envelope, size, &learned, start);
     json(

@@ -51,7 +51,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use keys::StoreKey;
 use keys::{key_hash, matches, table_hash};
 pub use layout::{Layout, Resolution};
-pub use persist::{Committer, Durable, FsyncPolicy, PersistConfig, PersistError, Recovery};
+pub use persist::{
+    Committer, Durable, FsyncPolicy, PersistConfig, PersistError, PersistHealth, Recovery,
+};
 pub use rate::RateResult;
 use shards::{Shard, Slot};
 pub use sums::{WindowSums, INLINE_WINDOWS};

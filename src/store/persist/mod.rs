@@ -18,12 +18,20 @@
 //!
 //! Rate counters are not persisted: they cover minutes and restart empty.
 //!
+//! Faults in the directory (a full disk, a failed fsync or rename, a read-only filesystem)
+//! lose nothing acknowledged: a WAL write that fails is kept and tried again, a commit fails
+//! while its records are not on disk, a failed snapshot removes its temporary file and is tried
+//! again until one goes through, and `PersistHealth` says which part is failing meanwhile.
+//!
 //! The parts: the byte format, with no I/O (`format.rs`); the WAL file, the flusher thread and
 //! group commit (`wal.rs`); writing snapshots (`snapshot.rs`); loading them and replaying WALs
-//! at startup (`recover.rs`). This file holds the options, the errors, `Durable` and the file
-//! helpers the parts share.
+//! at startup (`recover.rs`); the file operations that can fail under a running daemon, with
+//! the tests' fault seam (`disk.rs`); the directory's write health (`health.rs`). This file
+//! holds the options, the errors, `Durable` and the file helpers the parts share.
 
+pub(crate) mod disk;
 mod format;
+mod health;
 mod recover;
 mod snapshot;
 mod wal;
@@ -31,7 +39,6 @@ mod wal;
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -40,9 +47,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Clock, Store, StoreConfig, StoreError};
 pub(crate) use format::{begin_record, encode_group, encode_shard_block, finish_record};
+pub use health::{Part, PersistHealth};
 pub use recover::Recovery;
 pub use wal::Committer;
-use wal::WalWriter;
+use wal::{Stop, WalWriter};
 
 /// When the WAL is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +105,8 @@ pub enum PersistError {
     Incompatible { path: PathBuf, what: String },
     #[error(transparent)]
     Config(#[from] StoreError),
+    #[error("a failed WAL write or fsync left records off the disk; waiting for a snapshot to hold them")]
+    NotSaved,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PersistError + '_ {
@@ -136,10 +146,13 @@ fn list(dir: &Path, prefix: &str, suffix: &str) -> Result<Vec<(u64, PathBuf)>, P
     Ok(out)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), PersistError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
+/// Removes the temporary files of snapshots a kill interrupted (a failed one removes its own).
+fn remove_temporary_files(dir: &Path) -> Result<(), PersistError> {
+    for (_, path) in list(dir, "snapshot-", ".tmp")? {
+        tracing::warn!(file = %path.display(), "removing an unfinished snapshot");
+        fs::remove_file(&path).map_err(io_err(&path))?;
+    }
+    Ok(())
 }
 
 fn move_aside(path: &Path) -> Result<(), PersistError> {
@@ -161,9 +174,10 @@ pub struct Durable {
     store: Arc<Store>,
     dir: PathBuf,
     wal: Arc<Mutex<WalWriter>>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     flusher: Option<JoinHandle<()>>,
     committer: Committer,
+    health: Arc<PersistHealth>,
 }
 
 impl Durable {
@@ -179,10 +193,12 @@ impl Durable {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let store = Arc::new(Store::new(config, clock)?);
         let (recovery, next_generation) = recover::recover(dir, &store, salvage)?;
-        let wal = WalWriter::create(dir, next_generation, &store)?;
+        remove_temporary_files(dir)?;
+        let health = Arc::new(PersistHealth::default());
+        let wal = WalWriter::create(dir, next_generation, &store, health.clone())?;
         store.enable_log();
         let wal = Arc::new(Mutex::new(wal));
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Stop::default());
         let flusher = {
             let (store, wal, stop) = (store.clone(), wal.clone(), stop.clone());
             let (thread_dir, persist) = (dir.to_path_buf(), persist.clone());
@@ -200,6 +216,7 @@ impl Durable {
                 stop,
                 flusher: Some(flusher),
                 committer,
+                health,
             },
             recovery,
         ))
@@ -207,6 +224,12 @@ impl Durable {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Whether the data directory takes the writes (shared with the classifier's journal and
+    /// snapshots, read by `/health` and `/metrics`).
+    pub fn health(&self) -> Arc<PersistHealth> {
+        self.health.clone()
     }
 
     /// The handle that makes acknowledged increments durable (see `Committer`).
@@ -219,7 +242,8 @@ impl Durable {
     pub fn sync(&self) -> Result<(), PersistError> {
         let mut wal = self.wal.lock();
         wal.flush(&self.store)?;
-        wal.sync()
+        wal.sync()?;
+        wal.check_saved()
     }
 
     /// Rotates the WAL, writes a snapshot, and removes the files it makes redundant.
@@ -230,12 +254,13 @@ impl Durable {
     /// Flushes, fsyncs and writes a final snapshot (graceful shutdown).
     pub fn close(mut self) -> Result<(), PersistError> {
         self.stop_flusher();
-        self.sync()?;
+        // The snapshot flushes and fsyncs the WAL first, and holds what a failed write left
+        // off it.
         self.snapshot().map(|_| ())
     }
 
     fn stop_flusher(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.stop();
         if let Some(handle) = self.flusher.take() {
             let _ = handle.join();
         }

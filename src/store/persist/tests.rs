@@ -320,3 +320,249 @@ mod props {
         }
     }
 }
+
+// ---- faults in the data directory (disk.rs's seam; a full disk on a real tmpfs is in
+// tests/persistence.rs) --------------------------------------------------------------------------
+
+use super::disk::{inject, Fault};
+
+/// Waits until `f` holds; panics naming `what` after a minute (a hang, not a slow machine).
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn open_always(dir: &Path, clock: &Arc<ManualClock>) -> Durable {
+    let always = PersistConfig {
+        fsync: FsyncPolicy::Always,
+        flush_ms: 3_600_000,
+        ..persist()
+    };
+    Durable::open(dir, &config(), &always, clock.clone(), false)
+        .unwrap()
+        .0
+}
+
+fn files(dir: &Path, suffix: &str) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(suffix))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn after_a_failed_fsync_nothing_is_acknowledged_until_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let d = open_always(dir.path(), &clock);
+    let health = d.health();
+    write_some(&d, &clock, 50);
+    d.committer().commit().unwrap();
+    let fault = inject(dir.path(), Fault::Fsync);
+    write_some(&d, &clock, 50);
+    assert!(d.committer().commit().is_err(), "the fsync failed");
+    assert!(
+        health.degraded().unwrap().starts_with("WAL: "),
+        "{health:?}"
+    );
+    drop(fault);
+    // Linux reports a writeback error once: a later fsync that succeeds does not mean the
+    // pages written before the failed one reached the disk.
+    write_some(&d, &clock, 10);
+    let err = d.committer().commit().unwrap_err();
+    assert!(matches!(err, PersistError::NotSaved), "{err}");
+    assert!(d.sync().is_err(), "sync promises durability too");
+    assert!(health.degraded().is_some());
+    d.snapshot().unwrap();
+    assert_eq!(
+        health.degraded(),
+        None,
+        "the snapshot holds what the WAL may have lost"
+    );
+    write_some(&d, &clock, 10);
+    d.committer().commit().unwrap();
+    let before = load(&d, 50);
+    kill(d);
+    let (d, _) = open(dir.path(), &clock, false).unwrap();
+    assert_eq!(load(&d, 50), before);
+}
+
+#[test]
+fn a_failed_rename_keeps_the_old_snapshot_and_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let (d, _) = open(dir.path(), &clock, false).unwrap();
+    let health = d.health();
+    write_some(&d, &clock, 100);
+    let first = d.snapshot().unwrap();
+    write_some(&d, &clock, 100);
+    let fault = inject(dir.path(), Fault::Rename);
+    assert!(d.snapshot().is_err());
+    assert!(
+        d.snapshot().is_err(),
+        "again, without a new WAL for each try"
+    );
+    assert_eq!(files(dir.path(), ".tmp"), Vec::<String>::new());
+    assert_eq!(
+        files(dir.path(), ".log").len(),
+        2,
+        "the first try's rotation only"
+    );
+    assert!(first.exists());
+    assert!(health.degraded().unwrap().starts_with("store snapshot: "));
+    // Learns go on meanwhile: the WAL takes them.
+    write_some(&d, &clock, 10);
+    d.committer().commit().unwrap();
+    drop(fault);
+    let second = d.snapshot().unwrap();
+    assert_eq!(health.degraded(), None);
+    assert!(!first.exists(), "the new snapshot replaced it");
+    let before = load(&d, 50);
+    kill(d);
+    let (d, recovery) = open(dir.path(), &clock, false).unwrap();
+    assert_eq!(recovery.snapshot, Some(second));
+    assert_eq!(load(&d, 50), before);
+}
+
+#[test]
+fn a_read_only_directory_refuses_commits_and_loses_nothing_once_writable() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let d = open_commit_only(dir.path(), &clock);
+    let health = d.health();
+    write_some(&d, &clock, 100);
+    d.committer().commit().unwrap();
+    let fault = inject(dir.path(), Fault::ReadOnly);
+    write_some(&d, &clock, 100);
+    for _ in 0..3 {
+        assert!(d.committer().commit().is_err());
+        assert!(d.snapshot().is_err());
+    }
+    let degraded = health.degraded().unwrap();
+    assert!(
+        degraded.contains("WAL: ") && degraded.contains("store snapshot: "),
+        "{degraded}"
+    );
+    assert!(health.errors() >= 6);
+    drop(fault);
+    d.committer().commit().unwrap();
+    assert!(health.degraded().unwrap().starts_with("store snapshot: "));
+    d.snapshot().unwrap();
+    assert_eq!(health.degraded(), None);
+    write_some(&d, &clock, 10);
+    d.committer().commit().unwrap();
+    let before = load(&d, 50);
+    kill(d);
+    let (d, _) = open(dir.path(), &clock, false).unwrap();
+    assert_eq!(load(&d, 50), before);
+}
+
+#[test]
+fn a_write_cut_short_is_completed_before_the_records_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let d = open_commit_only(dir.path(), &clock);
+    write_some(&d, &clock, 20);
+    d.committer().commit().unwrap();
+    // 5 bytes of the next record reach the file, then the disk is full.
+    let fault = inject(dir.path(), Fault::DiskFull { room: 5 });
+    write_some(&d, &clock, 20);
+    assert!(d.committer().commit().is_err());
+    write_some(&d, &clock, 20);
+    assert!(d.committer().commit().is_err());
+    drop(fault);
+    write_some(&d, &clock, 20);
+    d.committer().commit().unwrap();
+    let before = load(&d, 50);
+    kill(d);
+    let (d, recovery) = open(dir.path(), &clock, false).unwrap();
+    assert!(!recovery.truncated_tail, "no torn record: {recovery:?}");
+    assert_eq!(load(&d, 50), before);
+}
+
+#[test]
+fn records_given_up_past_the_bound_are_made_up_for_by_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let d = open_commit_only(dir.path(), &clock);
+    d.wal.lock().max_pending = 4096;
+    write_some(&d, &clock, 20);
+    d.committer().commit().unwrap();
+    let fault = inject(dir.path(), Fault::DiskFull { room: 100 });
+    write_some(&d, &clock, 500);
+    assert!(d.committer().commit().is_err(), "the disk is full");
+    assert!(
+        d.wal.lock().unsaved.is_some(),
+        "past 4 KiB the records were given up"
+    );
+    drop(fault);
+    // The WAL is cut back to its last whole record and takes records again, but it lacks
+    // those given up: no commit succeeds before a snapshot.
+    write_some(&d, &clock, 5);
+    assert!(matches!(
+        d.committer().commit().unwrap_err(),
+        PersistError::NotSaved
+    ));
+    assert!(d.health().degraded().unwrap().starts_with("WAL: "));
+    d.snapshot().unwrap();
+    d.committer().commit().unwrap();
+    assert_eq!(d.health().degraded(), None);
+    write_some(&d, &clock, 5);
+    d.committer().commit().unwrap();
+    let before = load(&d, 50);
+    kill(d);
+    let (d, recovery) = open(dir.path(), &clock, false).unwrap();
+    assert!(!recovery.truncated_tail, "{recovery:?}");
+    assert_eq!(load(&d, 50), before);
+}
+
+#[test]
+fn the_flusher_takes_snapshots_again_once_a_fault_clears() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let every_second = PersistConfig {
+        flush_ms: 20,
+        snapshot_secs: 1,
+        ..persist()
+    };
+    let (d, _) = Durable::open(dir.path(), &config(), &every_second, clock.clone(), false).unwrap();
+    let health = d.health();
+    write_some(&d, &clock, 50);
+    let fault = inject(dir.path(), Fault::Rename);
+    wait_for("a failed periodic snapshot", || health.degraded().is_some());
+    assert!(health.degraded().unwrap().starts_with("store snapshot: "));
+    drop(fault);
+    // The next try (a second after the failure) goes through.
+    wait_for("a periodic snapshot after the fault", || {
+        health.degraded().is_none() && !files(dir.path(), ".bin").is_empty()
+    });
+    assert_eq!(files(dir.path(), ".tmp"), Vec::<String>::new());
+    drop(d);
+    let (_, recovery) = open(dir.path(), &clock, false).unwrap();
+    assert!(recovery.snapshot.is_some());
+}
+
+#[test]
+fn startup_removes_unfinished_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let (d, _) = open(dir.path(), &clock, false).unwrap();
+    write_some(&d, &clock, 50);
+    d.snapshot().unwrap();
+    let before = load(&d, 50);
+    drop(d);
+    fs::write(dir.path().join("snapshot-0000000000000007.tmp"), b"cut").unwrap();
+    let (d, recovery) = open(dir.path(), &clock, false).unwrap();
+    assert_eq!(files(dir.path(), ".tmp"), Vec::<String>::new());
+    assert!(recovery.snapshot.is_some());
+    assert_eq!(load(&d, 50), before);
+}
