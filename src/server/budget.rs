@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
 use super::listen::LogThrottle;
 use super::metrics::{counter_header, gauge};
 
@@ -57,6 +59,8 @@ pub struct Budget {
     used: AtomicUsize,
     refused: [AtomicU64; Protocol::ALL.len()],
     log: LogThrottle,
+    /// Decompressions running at once.
+    inflating: Arc<Semaphore>,
 }
 
 /// Message bytes granted to one request; given back when dropped.
@@ -72,13 +76,29 @@ pub struct Reservation {
 pub struct OverBudget;
 
 impl Budget {
-    pub fn new(limit: usize) -> Arc<Budget> {
+    /// A budget of `limit` bytes, with `inflations` decompressions at most at once.
+    pub fn new(limit: usize, inflations: usize) -> Arc<Budget> {
         Arc::new(Budget {
             limit: limit.max(1),
             used: AtomicUsize::new(0),
             refused: Default::default(),
             log: LogThrottle::new(Duration::from_secs(10)),
+            inflating: Arc::new(Semaphore::new(inflations.max(1))),
         })
+    }
+
+    /// Waits for a turn to decompress a body (on a blocking thread, the permit moved there).
+    /// Decompression is CPU work: more at once than cores only share them. And each thread
+    /// keeps the memory it freed in its allocator heap until it allocates again: 300 bombs
+    /// inflated on 300 blocking threads at once left the outputs of the refused ones resident,
+    /// 2 GiB over a 2 GiB budget, where a few threads taking turns reuse what they freed.
+    pub async fn inflation_turn(&self) -> OwnedSemaphorePermit {
+        loop {
+            // (never closed)
+            if let Ok(permit) = self.inflating.clone().acquire_owned().await {
+                return permit;
+            }
+        }
     }
 
     /// The bound, in bytes.
@@ -291,7 +311,7 @@ mod tests {
 
     #[test]
     fn reservations_are_granted_within_the_limit_and_given_back_on_drop() {
-        let b = Budget::new(1000);
+        let b = Budget::new(1000, 1);
         let mut a = b.reserve(600).unwrap();
         assert_eq!(b.used(), 600);
         assert_eq!(b.reserve(401).unwrap_err(), OverBudget);
@@ -314,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_forced_charge_passes_the_limit_and_blocks_new_work_until_it_is_given_back() {
-        let b = Budget::new(1000);
+        let b = Budget::new(1000, 1);
         let mut job = b.reserve(400).unwrap();
         job.force(1600);
         assert_eq!(b.used(), 1600);
@@ -327,7 +347,7 @@ mod tests {
 
     #[test]
     fn growth_is_charged_before_it_is_allocated_with_the_old_block_during_the_move() {
-        let b = Budget::new(1 << 20);
+        let b = Budget::new(1 << 20, 1);
         let mut held = b.none();
         let mut buf = Vec::new();
         grow(&mut buf, &mut held, 1000, 1 << 20).unwrap();
@@ -339,7 +359,7 @@ mod tests {
         assert_eq!(b.used(), 2000);
         // Doubling to 4000 needs 2000 + 4000 for the moment of the move: with 5000 left of a
         // 6000 budget (1000 held elsewhere) it is refused, and nothing changed.
-        let small = Budget::new(6000);
+        let small = Budget::new(6000, 1);
         let _other = small.reserve(1000).unwrap();
         let mut held = small.reserve(2000).unwrap();
         let mut buf = vec![0u8; 2000];

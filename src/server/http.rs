@@ -254,9 +254,11 @@ async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<(Vec<u8>, Reser
     }
     let max = daemon.config.http.max_body_bytes;
     let budget = daemon.budget.clone();
+    let turn = budget.inflation_turn().await;
     // Off the runtime's threads: 50 MB take tens of milliseconds to decompress. A client that
-    // goes away meanwhile does not stop it; its reservation is given back when it ends.
+    // goes away meanwhile does not stop it; its turn and reservation are given back when it ends.
     let inflated = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         let mut out = budget.none();
         let result = unzstd(&packed, max, &mut |total| out.resize(total).is_ok());
         // The compressed body and its share go back as soon as it is read.

@@ -304,14 +304,17 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         Some(checker) => pool.with_checker(Arc::new(checker)),
         None => pool,
     };
-    let budget = budget::Budget::new(match s.inflight_bytes {
-        0 => budget::default_limit(largest_message(
-            &config.http,
-            &config.spamd,
-            config.limits.max_message_bytes,
-        )),
-        n => n,
-    });
+    let budget = budget::Budget::new(
+        match s.inflight_bytes {
+            0 => budget::default_limit(largest_message(
+                &config.http,
+                &config.spamd,
+                config.limits.max_message_bytes,
+            )),
+            n => n,
+        },
+        cores,
+    );
     let daemon = Arc::new(Daemon {
         thresholds: config.verdict.thresholds(),
         budget,

@@ -291,8 +291,10 @@ async fn decompressed(
     }
     let max = daemon.config.spamd.max_body_bytes;
     let budget = daemon.budget.clone();
+    let turn = budget.inflation_turn().await;
     // Off the runtime's threads: a large message takes milliseconds to inflate.
     let inflated = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         let mut out = budget.none();
         let result = unzlib(&body, max, &mut |total| out.resize(total).is_ok());
         // The compressed form and its share go back once it is read.
