@@ -169,6 +169,7 @@ fn a_huge_declared_spamd_length_costs_nothing_until_its_bytes_arrive() {
     );
     let size_before = status_bytes(d.pid(), "VmSize");
     let rss_before = status_bytes(d.pid(), "VmRSS");
+    let hwm_before = status_bytes(d.pid(), "VmHWM");
     let mut clients: Vec<TcpStream> = (0..4)
         .map(|_| {
             let mut s = TcpStream::connect(("127.0.0.1", d.http)).unwrap();
@@ -202,6 +203,12 @@ fn a_huge_declared_spamd_length_costs_nothing_until_its_bytes_arrive() {
         rss < rss_before + 64 * MIB,
         "resident memory grew by {} MiB",
         (rss.saturating_sub(rss_before)) / MIB
+    );
+    let hwm = status_bytes(d.pid(), "VmHWM");
+    assert!(
+        hwm < hwm_before + 64 * MIB,
+        "peak resident memory grew by {} MiB",
+        (hwm - hwm_before) / MIB
     );
     // The clients give up: each connection ends cleanly (no reply, no reset).
     for s in &mut clients {
