@@ -2,8 +2,9 @@
 //! a `ScanWorker` (and so its own Lua state). Jobs carry a tokio oneshot for the reply; a
 //! worker answers first and applies the message's store updates after, off the reply path.
 //!
-//! Owns: job submission (refused at once when the queue is full: never unbounded memory),
-//! the worker threads, their restart after a panic, and the drain at shutdown.
+//! Owns: job submission (refused at once when the queue is full: never unbounded memory; each
+//! job carries its body's share of the byte budget, `budget.rs`, until the worker is done with
+//! it), the worker threads, their restart after a panic, and the drain at shutdown.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;

@@ -112,9 +112,9 @@ where
         let (capacity, next) = (decoder.capacity(), decoder.next_capacity());
         // Both blocks are live while the bytes move to the larger one.
         if next > capacity && held.resize(capacity + next).is_err() {
-            daemon.budget.refused(budget::Protocol::Spamd);
+            let (exit, text) = over_budget(daemon);
             daemon.metrics.spamd_errors.fetch_add(1, Relaxed);
-            return refuse(io, &over_budget_reply()).await;
+            return refuse(io, &error_reply(exit, &text)).await;
         }
         let buffer = decoder.buffer();
         held.force(buffer.capacity());
@@ -170,24 +170,19 @@ where
     Ok(())
 }
 
-/// What a request refused over the byte budget gets: `EX_TEMPFAIL`, as a full queue.
-fn over_budget_reply() -> Vec<u8> {
-    error_reply(Exit::TempFail, OVER_BUDGET)
-}
-
-const OVER_BUDGET: &str = "Service busy (memory budget full); try again later";
-
-/// Counts a refusal over the byte budget; its reply.
+/// Counts a request refused over the byte budget; its reply: `EX_TEMPFAIL`, as a full queue's.
 fn over_budget(daemon: &Daemon) -> Refusal {
     daemon.budget.refused(budget::Protocol::Spamd);
-    (Exit::TempFail, OVER_BUDGET.into())
+    (
+        Exit::TempFail,
+        "Service busy (memory budget full); try again later".into(),
+    )
 }
 
 /// An error reply's code and text.
 type Refusal = (Exit, String);
 
-/// The reply to a whole request.
-/// `held` is the request body's share of the byte budget.
+/// The reply to a whole request; `held` is its body's share of the byte budget.
 async fn answer(
     request: Request,
     held: Reservation,
