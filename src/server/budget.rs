@@ -92,13 +92,12 @@ impl Budget {
     /// keeps the memory it freed in its allocator heap until it allocates again: 300 bombs
     /// inflated on 300 blocking threads at once left the outputs of the refused ones resident,
     /// 2 GiB over a 2 GiB budget, where a few threads taking turns reuse what they freed.
-    pub async fn inflation_turn(&self) -> OwnedSemaphorePermit {
-        loop {
-            // (never closed)
-            if let Ok(permit) = self.inflating.clone().acquire_owned().await {
-                return permit;
-            }
-        }
+    /// `None` after `wait`: a client is not kept in line for ever behind a flood of bombs.
+    pub async fn inflation_turn(&self, wait: Duration) -> Option<OwnedSemaphorePermit> {
+        tokio::time::timeout(wait, self.inflating.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()
     }
 
     /// The bound, in bytes.

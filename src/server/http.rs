@@ -254,7 +254,10 @@ async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<(Vec<u8>, Reser
     }
     let max = daemon.config.http.max_body_bytes;
     let budget = daemon.budget.clone();
-    let turn = budget.inflation_turn().await;
+    let Some(turn) = budget.inflation_turn(daemon.scan_timeout()).await else {
+        daemon.metrics.not_scanned(&PoolError::Timeout);
+        return Err(pool_error(PoolError::Timeout));
+    };
     // Off the runtime's threads: 50 MB take tens of milliseconds to decompress. A client that
     // goes away meanwhile does not stop it; its turn and reservation are given back when it ends.
     let inflated = tokio::task::spawn_blocking(move || {

@@ -17,7 +17,7 @@ use tokio::sync::{watch, Semaphore};
 use super::budget::{self, Reservation};
 use super::http::durable;
 use super::listen::{accept_loop, Listener, LogThrottle, Stream};
-use super::pool::ScanRequest;
+use super::pool::{PoolError, ScanRequest};
 use super::Daemon;
 use crate::message::Envelope;
 use crate::proto::compress::{unzlib, Inflate};
@@ -286,7 +286,10 @@ async fn decompressed(
     }
     let max = daemon.config.spamd.max_body_bytes;
     let budget = daemon.budget.clone();
-    let turn = budget.inflation_turn().await;
+    let Some(turn) = budget.inflation_turn(daemon.scan_timeout()).await else {
+        daemon.metrics.not_scanned(&PoolError::Timeout);
+        return Err((Exit::TempFail, PoolError::Timeout.to_string()));
+    };
     // Off the runtime's threads: a large message takes milliseconds to inflate.
     let inflated = tokio::task::spawn_blocking(move || {
         let _turn = turn;
