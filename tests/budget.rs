@@ -103,7 +103,13 @@ fn concurrent_zstd_bombs_are_answered_within_the_budget() {
             .filter(|(w, r)| *w == within && r.status == code)
             .count()
     };
-    let refused: Vec<_> = replies.iter().filter(|(_, r)| r.status == 503).collect();
+    // 503s over the budget; on a slow machine others may have waited out the scan timeout
+    // for a turn to decompress.
+    let unavailable: Vec<_> = replies.iter().filter(|(_, r)| r.status == 503).collect();
+    let refused: Vec<_> = unavailable
+        .iter()
+        .filter(|(_, r)| r.text().contains("memory budget"))
+        .collect();
     for (within, r) in &replies {
         match (within, r.status) {
             (true, 200 | 503) | (false, 413 | 503) => {}
@@ -117,9 +123,13 @@ fn concurrent_zstd_bombs_are_answered_within_the_budget() {
         "a body within the limit was called too large"
     );
     assert!(!refused.is_empty(), "nothing refused with a 64 MiB budget");
-    for (_, r) in &refused {
+    for (_, r) in &unavailable {
         assert_eq!(r.header("retry-after"), Some("1"), "{}", r.text());
-        assert!(r.text().contains("memory budget"), "{}", r.text());
+        assert!(
+            r.text().contains("memory budget") || r.text().contains("scan timeout"),
+            "{}",
+            r.text()
+        );
     }
     assert_eq!(
         d.metric("shrike_budget_refused_total{protocol=\"http\"}"),
