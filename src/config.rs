@@ -143,8 +143,14 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.scan_settings().validate().map_err(ConfigError::Scan)?;
         self.store.validate().map_err(ConfigError::Store)?;
-        crate::server::validate(&self.server, &self.http, &self.milter)
-            .map_err(ConfigError::Server)?;
+        crate::server::validate(
+            &self.server,
+            &self.http,
+            &self.milter,
+            &self.spamd,
+            self.limits.max_message_bytes,
+        )
+        .map_err(ConfigError::Server)?;
         self.dns.validate().map_err(ConfigError::Dns)?;
         crate::dnsbl::resolve_all(&self.dnsbl).map_err(ConfigError::Dnsbl)?;
         self.auth.validate().map_err(ConfigError::Auth)?;
@@ -234,6 +240,11 @@ mod tests {
             ("[store]\nshards = 3", "store.shards must be 0 or a power of two"),
             ("[server]\nscan_timeout_ms = 0", "server.scan_timeout_ms must be greater than 0"),
             ("[http]\nmax_body_bytes = 0", "http.max_body_bytes must be greater than 0"),
+            (
+                "[server]\ninflight_bytes = 1000\n[http]\nmax_body_bytes = 600",
+                "server.inflight_bytes (1000) must hold two messages of the largest size accepted \
+                 (52428800 bytes: http.max_body_bytes, spamd.max_body_bytes, limits.max_message_bytes)",
+            ),
             (
                 "[milter]\nreject_reply = \"450 no\"",
                 "milter.reject_reply must be one line starting with a 5xx SMTP code, got \"450 no\"",

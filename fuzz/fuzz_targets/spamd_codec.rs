@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 mod split;
 
 use libfuzzer_sys::fuzz_target;
-use shrike::proto::compress::{unzlib, unzstd};
+use shrike::proto::compress::{unzlib, unzstd, Inflate};
 use shrike::proto::rspamd::CheckRequest;
 use shrike::proto::spamd::{
     client_score, legacy_reply, rewrite_reply, sniff, verdict_reply, Decoder, Method, Protocol,
@@ -82,11 +82,33 @@ fuzz_target!(|data: &[u8]| {
         let _ = request.compression();
         let _ = request.tell();
         let _ = CheckRequest::from_headers(&request.headers);
-        let _ = unzlib(&request.body, 4096);
-        let _ = unzstd(&request.body, 4096);
+        inflate(&request.body);
         replies(request.method, request.minor, &request.body);
     }
 });
+
+/// Bounded decompression under a grant of 64 KiB: the output never passes its limit, and
+/// nothing is held past what was granted.
+fn inflate(body: &[u8]) {
+    type Inflater = fn(&[u8], usize, &mut dyn FnMut(usize) -> bool) -> Result<Vec<u8>, Inflate>;
+    for inflater in [unzlib as Inflater, unzstd] {
+        let mut held = 0;
+        let out = inflater(body, 4096, &mut |total| {
+            if total > 64 * 1024 {
+                return false;
+            }
+            held = total;
+            true
+        });
+        match out {
+            Ok(out) => {
+                assert!(out.len() <= 4096);
+                assert_eq!(held, out.capacity(), "ends holding the output alone");
+            }
+            Err(Inflate::TooLarge(_) | Inflate::Refused | Inflate::Invalid(..)) => {}
+        }
+    }
+}
 
 fn replies(method: Method, minor: u32, body: &[u8]) {
     let mut symbols = BTreeMap::new();

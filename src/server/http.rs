@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
+use super::budget::{grow, Protocol, Reservation};
 use super::listen::{accept_loop, Listener, LogThrottle, Stream};
 use super::metrics::{counter_header, gauge, label};
 use super::pool::{PoolError, ScanRequest};
@@ -218,9 +219,10 @@ async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Re
     r
 }
 
-/// Reads the whole body within the size and time limits.
-async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<Vec<u8>, Reply> {
-    let c = &daemon.config.http;
+/// Reads the whole body within the size, time and memory limits; a zstd body (`Compression:
+/// zstd`) is inflated, as far as the budget grants. The body comes with its share of the
+/// budget.
+async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<(Vec<u8>, Reservation), Reply> {
     let zstd = match compressed(req.headers()) {
         None => false,
         Some(encoding) if encoding == "zstd" => {
@@ -246,52 +248,111 @@ async fn body(req: Request<Incoming>, daemon: &Daemon) -> Result<Vec<u8>, Reply>
             ))
         }
     };
+    let (packed, held) = read_body(req, daemon).await?;
+    if !zstd {
+        return Ok((packed, held));
+    }
+    let max = daemon.config.http.max_body_bytes;
+    let budget = daemon.budget.clone();
+    let Some(turn) = budget.inflation_turn(daemon.scan_timeout()).await else {
+        daemon.metrics.not_scanned(&PoolError::Timeout);
+        return Err(pool_error(PoolError::Timeout));
+    };
+    // Off the runtime's threads: 50 MB take tens of milliseconds to decompress. A client that
+    // goes away meanwhile does not stop it; its turn and reservation are given back when it ends.
+    let inflated = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        let mut out = budget.none();
+        let result = unzstd(&packed, max, &mut |total| out.resize(total).is_ok());
+        // The compressed body and its share go back as soon as it is read.
+        drop((packed, held));
+        result.map(|raw| (raw, out))
+    })
+    .await;
+    match inflated {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(Inflate::TooLarge(_))) => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("message larger than {max} bytes once decompressed"),
+        )),
+        Ok(Err(Inflate::Refused)) => Err(over_budget(daemon)),
+        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, &e.to_string())),
+        Err(e) => Err(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("decompressing the body: {e}"),
+        )),
+    }
+}
+
+/// Reads a request's body as sent, at most `http.max_body_bytes` (beyond: 413) within
+/// `body_read_timeout_secs` (beyond: 408), each byte granted by the budget before it is
+/// allocated (refused: 503): a declared `Content-Length` is reserved whole before the first
+/// byte is read, a chunked body's reservation grows as it arrives.
+pub(super) async fn read_body(
+    req: Request<Incoming>,
+    daemon: &Daemon,
+) -> Result<(Vec<u8>, Reservation), Reply> {
+    let c = &daemon.config.http;
+    let max = c.max_body_bytes;
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("message larger than {max} bytes"),
+        )
+    };
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > c.max_body_bytes as u64) {
-        return Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("message larger than {} bytes", c.max_body_bytes),
-        ));
-    }
-    let limited = Limited::new(req.into_body(), c.max_body_bytes);
-    let timeout = Duration::from_secs(c.body_read_timeout_secs.max(1));
-    match tokio::time::timeout(timeout, limited.collect()).await {
-        // Unique, single-chunk bodies move into the Vec without a copy.
-        Ok(Ok(collected)) if !zstd => Ok(Vec::from(collected.to_bytes())),
-        Ok(Ok(collected)) => {
-            let max = c.max_body_bytes;
-            let compressed = collected.to_bytes();
-            // Off the runtime's threads: 50 MB take tens of milliseconds to decompress.
-            match tokio::task::spawn_blocking(move || unzstd(&compressed, max)).await {
-                Ok(Ok(raw)) => Ok(raw),
-                Ok(Err(Inflate::TooLarge(_))) => Err(error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("message larger than {max} bytes once decompressed"),
-                )),
-                Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, &e.to_string())),
-                Err(e) => Err(error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &format!("decompressing the body: {e}"),
-                )),
+    let mut held = match declared {
+        Some(n) if n > max as u64 => return Err(too_large()),
+        Some(n) => daemon
+            .budget
+            .reserve(n as usize)
+            .map_err(|_| over_budget(daemon))?,
+        None => daemon.budget.none(),
+    };
+    let mut buf = Vec::with_capacity(held.bytes());
+    let mut incoming = req.into_body();
+    let read = async {
+        while let Some(frame) = incoming.frame().await {
+            let frame = frame
+                .map_err(|e| error(StatusCode::BAD_REQUEST, &format!("reading the body: {e}")))?;
+            // (trailers carry no message bytes)
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if buf.len() + data.len() > max {
+                return Err(too_large());
             }
+            grow(&mut buf, &mut held, data.len(), max).map_err(|_| over_budget(daemon))?;
+            buf.extend_from_slice(&data);
         }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("message larger than {} bytes", c.max_body_bytes),
-        )),
-        Ok(Err(e)) => Err(error(
-            StatusCode::BAD_REQUEST,
-            &format!("reading the body: {e}"),
-        )),
+        Ok(())
+    };
+    let timeout = Duration::from_secs(c.body_read_timeout_secs.max(1));
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(())) => Ok((buf, held)),
+        Ok(Err(r)) => Err(r),
         Err(_) => Err(error(
             StatusCode::REQUEST_TIMEOUT,
             "the body did not arrive in time",
         )),
     }
+}
+
+/// The answer to a message refused because the bytes in flight fill the budget: 503 with
+/// Retry-After, as a full queue gets; counted and logged (at most once per 10 s) by the budget.
+pub(super) fn over_budget(daemon: &Daemon) -> Reply {
+    daemon.budget.refused(Protocol::Http);
+    let mut r = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the messages in flight fill the memory budget; retry later",
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 fn pool_error(e: PoolError) -> Reply {
@@ -307,12 +368,13 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
     for (header, value) in &request.ignored {
         tracing::debug!(header, value, "ignored an unusable request header");
     }
-    let raw = match body(req, daemon).await {
+    let (raw, held) = match body(req, daemon).await {
         Ok(b) => b,
         Err(r) => return r,
     };
     let scan = ScanRequest {
         raw,
+        held,
         envelope: request.envelope,
         lists: true,
         checks: None,
@@ -402,12 +464,16 @@ async fn learn(
     }
     let start = Instant::now();
     let envelope = CheckRequest::from_headers(req.headers()).envelope;
-    let raw = match body(req, daemon).await {
+    let (raw, held) = match body(req, daemon).await {
         Ok(b) => b,
         Err(r) => return r,
     };
     let size = raw.len();
-    let l = match daemon.pool.learn(raw, counter, daemon.scan_timeout()).await {
+    let l = match daemon
+        .pool
+        .learn(raw, held, counter, daemon.scan_timeout())
+        .await
+    {
         Ok(l) => l,
         Err(e) => {
             if e == PoolError::Busy {
@@ -602,6 +668,7 @@ fn stat(daemon: &Daemon) -> String {
 fn metrics(daemon: &Daemon) -> String {
     let mut out = String::with_capacity(16 * 1024);
     daemon.metrics.render(&mut out);
+    daemon.budget.render(&mut out);
     if let Some(status) = daemon.scanner.store().status() {
         gauge(
             &mut out,

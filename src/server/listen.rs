@@ -189,6 +189,7 @@ async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Lets an event that can repeat thousands of times a second under overload (a refused
 /// connection, a 503) reach the log once per interval, counting the ones held back between.
+#[derive(Debug)]
 pub struct LogThrottle {
     start: Instant,
     interval_ms: u64,

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
+use super::budget::Protocol;
 use super::listen::{accept_loop, Listener, Stream};
 use super::pool::ScanRequest;
 use super::Daemon;
@@ -190,6 +191,8 @@ where
     // Our Authentication-Results (and the removal of forged ones), when configured.
     let authserv_id = (daemon.config.auth.milter_header).then(|| daemon.config.auth.authserv_id());
     let mut session = Session::default();
+    // The session's message buffers' share of the byte budget, granted before each growth.
+    let mut held = daemon.budget.none();
     let mut out = Vec::with_capacity(512);
     let mut buf = vec![0u8; 64 * 1024];
     let mut stopping = *stop.borrow();
@@ -202,10 +205,23 @@ where
                 Err(e) => return Err(ConnectionError::Packet(e)),
             };
             let end_of_headers = matches!(cmd, Command::EndOfHeaders);
+            let peak = session.peak(&cmd, limit);
+            if peak > held.bytes() && held.resize(peak).is_err() {
+                // No memory for this message: the rest of it is read and dropped, and its end
+                // gets the fallback, as a full queue would.
+                daemon.budget.refused(Protocol::Milter);
+                session.give_up();
+            }
             let step = session
                 .command(cmd, limit)
                 .map_err(ConnectionError::Negotiation)?;
-            if end_of_headers {
+            // What the buffers hold now, and the message handed over at its end.
+            let message = match &step {
+                Step::Scan(collected) => collected.raw.capacity(),
+                _ => 0,
+            };
+            held.force(session.held() + message);
+            if end_of_headers && !session.given_up() {
                 // The lookups start now and run while the body arrives.
                 if let Some(checker) = daemon.pool.checker() {
                     checker.prefetch(session.head(), &session.envelope());
@@ -220,6 +236,13 @@ where
                     }
                     return Ok(());
                 }
+                Step::Unscanned => {
+                    daemon.metrics.milter_messages.fetch_add(1, Relaxed);
+                    daemon.metrics.milter_fallbacks.fetch_add(1, Relaxed);
+                    for r in session.verdict(None, &policy, daemon.config.verdict.add_header) {
+                        encode(&r, &mut out);
+                    }
+                }
                 Step::Scan(collected) => {
                     let queue_id = session.queue_id().map(str::to_owned);
                     let sender = (
@@ -228,6 +251,7 @@ where
                     );
                     // The milter needs no URL or address lists (those are for rspamd's reply).
                     let request = ScanRequest {
+                        held: held.split(message),
                         raw: collected.raw,
                         envelope: collected.envelope,
                         lists: false,

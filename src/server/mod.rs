@@ -8,6 +8,7 @@
 //! (`proto`), scoring (`scan`).
 
 pub mod activity;
+pub mod budget;
 pub mod http;
 pub mod listen;
 pub mod metrics;
@@ -47,6 +48,10 @@ pub struct ServerConfig {
     pub io_threads: usize,
     /// Messages waiting for a worker before new ones are refused (0: 64 per worker).
     pub queue: usize,
+    /// Message bytes held at once by every listener together (bodies being read or inflated,
+    /// queued, in the workers); beyond, new messages are refused (0: sized for the machine,
+    /// `budget::default_limit`).
+    pub inflight_bytes: usize,
     /// A scan not answered within this many milliseconds gets the fallback (milter) or 503.
     pub scan_timeout_ms: u64,
     /// A worker busy on one job this long is replaced by a fresh one (0: twice
@@ -69,15 +74,23 @@ pub enum SettingsError {
     ScanTimeout,
     #[error("http.max_body_bytes must be greater than 0")]
     MaxBody,
+    #[error(
+        "server.inflight_bytes ({budget}) must hold two messages of the largest size accepted \
+         ({largest} bytes: http.max_body_bytes, spamd.max_body_bytes, limits.max_message_bytes)"
+    )]
+    Budget { budget: usize, largest: usize },
     #[error(transparent)]
     Milter(#[from] milter::MilterConfigError),
 }
 
-/// Checks the daemon's sections: values that parse but make no sense.
+/// Checks the daemon's sections: values that parse but make no sense. `max_message_bytes`
+/// (`[limits]`) bounds what a milter session collects.
 pub fn validate(
     server: &ServerConfig,
     http: &http::HttpConfig,
     milter: &milter::MilterConfig,
+    spamd: &spamd::SpamdConfig,
+    max_message_bytes: usize,
 ) -> Result<(), SettingsError> {
     if server.scan_timeout_ms == 0 {
         return Err(SettingsError::ScanTimeout);
@@ -85,8 +98,29 @@ pub fn validate(
     if http.max_body_bytes == 0 {
         return Err(SettingsError::MaxBody);
     }
+    // A message briefly needs twice its size (a compressed body beside what it inflates to, a
+    // milter message beside the parts it is built from): a smaller budget would refuse the
+    // largest messages for ever, as busy rather than too large.
+    let largest = largest_message(http, spamd, max_message_bytes);
+    if server.inflight_bytes != 0 && server.inflight_bytes < largest.saturating_mul(2) {
+        return Err(SettingsError::Budget {
+            budget: server.inflight_bytes,
+            largest,
+        });
+    }
     milter.validate()?;
     Ok(())
+}
+
+/// The largest message a listener accepts.
+fn largest_message(
+    http: &http::HttpConfig,
+    spamd: &spamd::SpamdConfig,
+    max_message_bytes: usize,
+) -> usize {
+    http.max_body_bytes
+        .max(spamd.max_body_bytes)
+        .max(max_message_bytes)
 }
 
 /// Why the daemon could not start, or could not save its state at shutdown. Each message says
@@ -140,6 +174,7 @@ impl Default for ServerConfig {
             workers: 0,
             io_threads: 0,
             queue: 0,
+            inflight_bytes: 0,
             scan_timeout_ms: 10_000,
             stuck_worker_ms: 0,
             data_dir: PathBuf::from("shrike-data"),
@@ -160,6 +195,8 @@ pub struct Daemon {
     /// Whether the data directory takes the writes (`/health`'s `persistence`).
     pub persist_health: Arc<crate::store::PersistHealth>,
     pub pool: Pool,
+    /// The message bytes every listener may hold at once.
+    pub budget: Arc<budget::Budget>,
     pub metrics: Arc<Metrics>,
     /// The decision history (does nothing when `[history]` is off).
     pub history: crate::history::Recorder,
@@ -290,8 +327,20 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         Some(checker) => pool.with_checker(Arc::new(checker)),
         None => pool,
     };
+    let budget = budget::Budget::new(
+        match s.inflight_bytes {
+            0 => budget::default_limit(largest_message(
+                &config.http,
+                &config.spamd,
+                config.limits.max_message_bytes,
+            )),
+            n => n,
+        },
+        cores,
+    );
     let daemon = Arc::new(Daemon {
         thresholds: config.verdict.thresholds(),
+        budget,
         config,
         scanner,
         store,
@@ -491,6 +540,7 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
         milter = ?milter_listen,
         spamd = ?spamd_listen,
         workers = daemon.pool.workers(),
+        inflight_bytes = daemon.budget.limit(),
         generation = daemon.scanner.engine().generation().id,
         "shrike serving"
     );

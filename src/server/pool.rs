@@ -2,8 +2,9 @@
 //! a `ScanWorker` (and so its own Lua state). Jobs carry a tokio oneshot for the reply; a
 //! worker answers first and applies the message's store updates after, off the reply path.
 //!
-//! Owns: job submission (refused at once when the queue is full: never unbounded memory),
-//! the worker threads, their restart after a panic, their replacement when stuck, and the
+//! Owns: job submission (refused at once when the queue is full: never unbounded memory; each
+//! job carries its body's share of the byte budget, `budget.rs`, until the worker is done with
+//! it), the worker threads, their restart after a panic, their replacement when stuck, and the
 //! drain at shutdown.
 //!
 //! A worker stuck on one job (longer than `stuck_after`, by default twice the scan timeout:
@@ -23,6 +24,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendErro
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use super::budget::{Reservation, ANALYSIS_FACTOR};
 use super::listen::LogThrottle;
 use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
@@ -32,9 +34,12 @@ use crate::store::Counter;
 use crate::verdict::Verdict;
 
 /// A message to scan.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub struct ScanRequest {
     pub raw: Vec<u8>,
+    /// `raw`'s share of the byte budget: held while the request waits and while a worker
+    /// scans it, given back with the job.
+    pub held: Reservation,
     pub envelope: Envelope,
     /// Whether the reply carries the message's distinct URLs and addresses (the HTTP reply's
     /// extras; the milter has no use for them).
@@ -85,6 +90,7 @@ enum Job {
     },
     Learn {
         raw: Vec<u8>,
+        held: Reservation,
         counter: Counter,
         reply: oneshot::Sender<LearnReply>,
         span: tracing::Span,
@@ -314,12 +320,14 @@ impl Pool {
     pub async fn learn(
         &self,
         raw: Vec<u8>,
+        held: Reservation,
         counter: Counter,
         timeout: Duration,
     ) -> Result<LearnReply, PoolError> {
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Learn {
             raw,
+            held,
             counter,
             reply,
             span: tracing::Span::current(),
@@ -464,10 +472,21 @@ fn worker_loop(pool: &Workers, slot: &WorkerSlot, warm: Option<std::sync::mpsc::
     worker.rules().flush_counters();
 }
 
+/// Charges a job's analysis to the budget on top of its body, for as long as the worker holds
+/// it: forced, as a message already admitted is scanned whatever arrives meanwhile; new ones
+/// are refused until the charge is given back.
+fn charge_analysis(held: &mut Reservation, raw: &[u8], limit: usize) {
+    let analysed = raw.len().min(limit);
+    held.force(
+        held.bytes()
+            .saturating_add(analysed.saturating_mul(ANALYSIS_FACTOR)),
+    );
+}
+
 fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
     match job {
         Job::Scan {
-            request,
+            mut request,
             enqueued,
             reply,
             span,
@@ -488,6 +507,8 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let queued = enqueued.elapsed();
             let start = Instant::now();
             let scanner = worker.scanner().clone();
+            let limit = scanner.limits().max_message_bytes;
+            charge_analysis(&mut request.held, &request.raw, limit);
             let input = prepare(&request.raw, scanner.limits());
             let mut scanned =
                 worker.scan_with(&input, &request.envelope, request.checks.as_deref());
@@ -541,11 +562,14 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
         }
         Job::Learn {
             raw,
+            mut held,
             counter,
             reply,
             span,
         } => {
             let _entered = tracing::info_span!(parent: &span, "learn", ?counter).entered();
+            let limit = worker.scanner().limits().max_message_bytes;
+            charge_analysis(&mut held, &raw, limit);
             let learned = worker.learn(&raw, counter);
             let counted = match counter {
                 Counter::Rescue => &metrics.learned_ham,
@@ -560,10 +584,12 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 store_error: learned.store_error,
             });
         }
-        Job::Test { request, reply } => {
+        Job::Test { mut request, reply } => {
             if reply.is_closed() {
                 return;
             }
+            let limit = worker.scanner().limits().max_message_bytes;
+            charge_analysis(&mut request.held, &request.raw, limit);
             let input = prepare(&request.raw, worker.scanner().limits());
             let scanned = worker.trial(&input, &request.envelope, request.checks.as_deref());
             // The report borrows the analysis: serialized here, on the worker.

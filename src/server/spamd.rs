@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
+use super::budget::{self, Reservation};
 use super::http::durable;
 use super::listen::{accept_loop, Listener, LogThrottle, Stream};
-use super::pool::ScanRequest;
+use super::pool::{PoolError, ScanRequest};
 use super::Daemon;
 use crate::message::Envelope;
 use crate::proto::compress::{unzlib, Inflate};
@@ -93,6 +94,8 @@ where
 {
     let c = &daemon.config.spamd;
     let mut decoder = Decoder::new(MAX_HEAD_BYTES, c.max_body_bytes);
+    // The decoder's buffer: its share of the byte budget, granted before each growth.
+    let mut held = daemon.budget.none();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(c.read_timeout_secs.max(1));
     let request = loop {
         match decoder.request() {
@@ -103,19 +106,19 @@ where
                     tracing::warn!(error = %e, since_last_line = held, "spamd: bad request");
                 }
                 daemon.metrics.spamd_errors.fetch_add(1, Relaxed);
-                io.write_all(&e.reply()).await?;
-                io.shutdown().await?;
-                // The client may still be sending the message: read and drop it for a moment,
-                // so that closing with unread bytes does not reset the reply away.
-                let mut sink = vec![0u8; 16 * 1024];
-                let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                    while matches!(io.read(&mut sink).await, Ok(n) if n > 0) {}
-                })
-                .await;
-                return Ok(());
+                return refuse(io, &e.reply()).await;
             }
         }
-        let n = match tokio::time::timeout_at(deadline, io.read_buf(decoder.buffer())).await {
+        let (capacity, next) = (decoder.capacity(), decoder.next_capacity());
+        // Both blocks are live while the bytes move to the larger one.
+        if next > capacity && held.resize(capacity + next).is_err() {
+            let (exit, text) = over_budget(daemon);
+            daemon.metrics.spamd_errors.fetch_add(1, Relaxed);
+            return refuse(io, &error_reply(exit, &text)).await;
+        }
+        let buffer = decoder.buffer();
+        held.force(buffer.capacity());
+        let n = match tokio::time::timeout_at(deadline, io.read_buf(buffer)).await {
             Ok(read) => read?,
             Err(_) => {
                 tracing::debug!("spamd: request not complete before the read timeout");
@@ -139,7 +142,7 @@ where
     if request.protocol == Protocol::Rspamc {
         daemon.metrics.spamd_legacy_requests.fetch_add(1, Relaxed);
     }
-    let reply = match answer(request, daemon, local).await {
+    let reply = match answer(request, held, daemon, local).await {
         Ok(reply) => reply,
         Err((exit, text)) => {
             daemon.metrics.spamd_errors.fetch_add(1, Relaxed);
@@ -150,11 +153,42 @@ where
     io.shutdown().await
 }
 
+/// Answers `reply` before the request was read whole, and closes. The client may still be
+/// sending its message: it is read and dropped for a moment (a read's worth at a time), so
+/// that closing with unread bytes does not reset the reply away.
+async fn refuse<S>(mut io: S, reply: &[u8]) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    io.write_all(reply).await?;
+    io.shutdown().await?;
+    let mut sink = vec![0u8; 16 * 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while matches!(io.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    Ok(())
+}
+
+/// Counts a request refused over the byte budget; its reply: `EX_TEMPFAIL`, as a full queue's.
+fn over_budget(daemon: &Daemon) -> Refusal {
+    daemon.budget.refused(budget::Protocol::Spamd);
+    (
+        Exit::TempFail,
+        "Service busy (memory budget full); try again later".into(),
+    )
+}
+
 /// An error reply's code and text.
 type Refusal = (Exit, String);
 
-/// The reply to a whole request.
-async fn answer(request: Request, daemon: &Daemon, local: bool) -> Result<Vec<u8>, Refusal> {
+/// The reply to a whole request; `held` is its body's share of the byte budget.
+async fn answer(
+    request: Request,
+    held: Reservation,
+    daemon: &Daemon,
+    local: bool,
+) -> Result<Vec<u8>, Refusal> {
     let threshold = daemon.config.verdict.add_header;
     let method = request.method;
     match method {
@@ -185,14 +219,25 @@ async fn answer(request: Request, daemon: &Daemon, local: bool) -> Result<Vec<u8
     };
     let (protocol, minor) = (request.protocol, request.minor);
     let coding = request.compression();
-    let message = decompressed(request.body, coding, daemon.config.spamd.max_body_bytes).await?;
+    let (message, held) = decompressed(request.body, held, coding, daemon).await?;
     if let Some(tell) = tell {
-        return learn(message, tell, minor, daemon).await;
+        return learn(message, held, tell, minor, daemon).await;
     }
+    // PROCESS and HEADERS answer with the message: a copy kept beside the one scanned.
     let rewrite = matches!(method, Method::Process | Method::Headers);
-    let original = rewrite.then(|| message.clone());
+    let original = match rewrite {
+        true => {
+            let copy_held = daemon
+                .budget
+                .reserve(message.len())
+                .map_err(|_| over_budget(daemon))?;
+            Some((message.clone(), copy_held))
+        }
+        false => None,
+    };
     let scan = ScanRequest {
         raw: message,
+        held,
         envelope,
         lists: false,
         checks: None,
@@ -211,7 +256,7 @@ async fn answer(request: Request, daemon: &Daemon, local: bool) -> Result<Vec<u8
     let verdict = &answer.verdict;
     Ok(match (protocol, original) {
         (Protocol::Rspamc, _) => legacy_reply(verdict, threshold),
-        (Protocol::Spamc, Some(original)) => rewrite_reply(
+        (Protocol::Spamc, Some((original, _held))) => rewrite_reply(
             method == Method::Headers,
             minor,
             verdict,
@@ -222,14 +267,16 @@ async fn answer(request: Request, daemon: &Daemon, local: bool) -> Result<Vec<u8
     })
 }
 
-/// The message, decompressed under the body limit when the client sent `Compress: zlib`.
+/// The message, decompressed under the body limit (and as far as the byte budget grants) when
+/// the client sent `Compress: zlib`; with its share of the budget.
 async fn decompressed(
     body: Vec<u8>,
+    held: Reservation,
     coding: Option<String>,
-    max: usize,
-) -> Result<Vec<u8>, Refusal> {
+    daemon: &Daemon,
+) -> Result<(Vec<u8>, Reservation), Refusal> {
     let Some(coding) = coding else {
-        return Ok(body);
+        return Ok((body, held));
     };
     if coding != "zlib" {
         return Err((
@@ -237,10 +284,25 @@ async fn decompressed(
             format!("Unsupported Compress: {coding} (zlib only)"),
         ));
     }
-    let packed = body;
+    let max = daemon.config.spamd.max_body_bytes;
+    let budget = daemon.budget.clone();
+    let Some(turn) = budget.inflation_turn(daemon.scan_timeout()).await else {
+        daemon.metrics.not_scanned(&PoolError::Timeout);
+        return Err((Exit::TempFail, PoolError::Timeout.to_string()));
+    };
     // Off the runtime's threads: a large message takes milliseconds to inflate.
-    match tokio::task::spawn_blocking(move || unzlib(&packed, max)).await {
-        Ok(Ok(raw)) => Ok(raw),
+    let inflated = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        let mut out = budget.none();
+        let result = unzlib(&body, max, &mut |total| out.resize(total).is_ok());
+        // The compressed form and its share go back once it is read.
+        drop((body, held));
+        result.map(|raw| (raw, out))
+    })
+    .await;
+    match inflated {
+        Ok(Ok(message)) => Ok(message),
+        Ok(Err(Inflate::Refused)) => Err(over_budget(daemon)),
         Ok(Err(e @ Inflate::TooLarge(_))) => {
             tracing::warn!(error = %e, "spamd: compressed message refused");
             Err((Exit::DataErr, "Message too big".into()))
@@ -258,6 +320,7 @@ async fn decompressed(
 /// take a learn back; learning the other class corrects one.
 async fn learn(
     message: Vec<u8>,
+    held: Reservation,
     tell: Tell,
     minor: u32,
     daemon: &Daemon,
@@ -276,7 +339,7 @@ async fn learn(
     let (size, start) = (message.len(), std::time::Instant::now());
     let learned = daemon
         .pool
-        .learn(message, counter, daemon.scan_timeout())
+        .learn(message, held, counter, daemon.scan_timeout())
         .await
         .map_err(|e| {
             daemon.metrics.not_scanned(&e);

@@ -472,31 +472,20 @@ fn rules(daemon: &Daemon) -> serde_json::Value {
     })
 }
 
-/// Reads a message body for the Test page or a learn (the HTTP listener's size limit).
-async fn message(req: Request<Incoming>, daemon: &Daemon) -> Result<Vec<u8>, Reply> {
-    let max = daemon.config.http.max_body_bytes;
-    let timeout = Duration::from_secs(daemon.config.http.body_read_timeout_secs.max(1));
-    match tokio::time::timeout(timeout, Limited::new(req.into_body(), max).collect()).await {
-        Ok(Ok(b)) => {
-            let b = b.to_bytes();
-            if b.is_empty() {
-                Err(error(
-                    StatusCode::BAD_REQUEST,
-                    "no message: paste or upload one",
-                ))
-            } else {
-                Ok(Vec::from(b))
-            }
-        }
-        Ok(Err(_)) => Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("message larger than {max} bytes"),
-        )),
-        Err(_) => Err(error(
-            StatusCode::REQUEST_TIMEOUT,
-            "the message did not arrive in time",
-        )),
+/// Reads a message body for the Test page or a learn (the HTTP listener's size, time and
+/// memory limits), with its share of the byte budget.
+async fn message(
+    req: Request<Incoming>,
+    daemon: &Daemon,
+) -> Result<(Vec<u8>, super::budget::Reservation), Reply> {
+    let (raw, held) = super::http::read_body(req, daemon).await?;
+    if raw.is_empty() {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "no message: paste or upload one",
+        ));
     }
+    Ok((raw, held))
 }
 
 fn pool_error(e: PoolError) -> Reply {
@@ -506,12 +495,13 @@ fn pool_error(e: PoolError) -> Reply {
 /// `POST /ui/api/test`: a trial scan through the worker pool; nothing counted or recorded.
 async fn test(req: Request<Incoming>, daemon: &Daemon) -> Reply {
     let envelope = CheckRequest::from_headers(req.headers()).envelope;
-    let raw = match message(req, daemon).await {
-        Ok(raw) => raw,
+    let (raw, held) = match message(req, daemon).await {
+        Ok(m) => m,
         Err(r) => return r,
     };
     let request = ScanRequest {
         raw,
+        held,
         envelope,
         lists: false,
         checks: None,
@@ -534,12 +524,16 @@ async fn learn(req: Request<Incoming>, daemon: &Daemon) -> Reply {
         _ => return error(StatusCode::BAD_REQUEST, "need ?class=spam or ?class=ham"),
     };
     let envelope = CheckRequest::from_headers(req.headers()).envelope;
-    let raw = match message(req, daemon).await {
-        Ok(raw) => raw,
+    let (raw, held) = match message(req, daemon).await {
+        Ok(m) => m,
         Err(r) => return r,
     };
     let size = raw.len();
-    let learned = match daemon.pool.learn(raw, counter, daemon.scan_timeout()).await {
+    let learned = match daemon
+        .pool
+        .learn(raw, held, counter, daemon.scan_timeout())
+        .await
+    {
         Ok(l) => l,
         Err(e) => return pool_error(e),
     };

@@ -156,6 +156,9 @@ pub enum Step {
     Reply(Reply),
     /// End of message: scan this, then call `Session::verdict`.
     Scan(Collected),
+    /// End of a message that was given up ([`Session::give_up`]): answer it with
+    /// `Session::verdict(None, ..)`, the fallback.
+    Unscanned,
     /// The MTA said goodbye.
     Close,
 }
@@ -183,6 +186,8 @@ pub struct Session {
     body: Vec<u8>,
     /// Bytes dropped beyond the message size limit.
     dropped: u64,
+    /// The message is not being collected ([`Session::give_up`]).
+    given_up: bool,
     in_message: bool,
     /// Queue id (macro `i`), for the log.
     queue_id: Option<String>,
@@ -283,24 +288,107 @@ impl Session {
         self.auth_results.clear();
         self.auth_header = None;
         self.subject = None;
-        self.body.clear();
         self.dropped = 0;
+        self.given_up = false;
         self.in_message = false;
+        self.release_buffers();
+    }
+
+    /// Empties the head and body buffers, keeping their allocations for the next message up
+    /// to `KEEP_CAPACITY` each.
+    fn release_buffers(&mut self) {
+        for buf in [&mut self.head, &mut self.body] {
+            buf.clear();
+            if buf.capacity() > KEEP_CAPACITY {
+                *buf = Vec::new();
+            }
+        }
+    }
+
+    /// Stops collecting the current message (the daemon cannot spare the memory for it): its
+    /// bytes so far are freed, the rest is dropped as it arrives, and its end of message is
+    /// [`Step::Unscanned`].
+    pub fn give_up(&mut self) {
+        self.given_up = true;
+        self.head = Vec::new();
+        self.body = Vec::new();
+    }
+
+    /// Whether the current message was given up.
+    pub fn given_up(&self) -> bool {
+        self.given_up
+    }
+
+    /// Bytes the session's message buffers hold (their capacity) between commands.
+    pub fn held(&self) -> usize {
+        self.head.capacity() + self.body.capacity()
+    }
+
+    /// The most the message buffers can hold while `cmd` is handled: [`Session::held`], plus
+    /// the larger block a growing buffer moves to (both are live during the move), plus at
+    /// end of message the message built from them. A caller that accounts for memory grants
+    /// this before calling [`Session::command`].
+    pub fn peak(&self, cmd: &Command, limit: usize) -> usize {
+        let held = self.held();
+        if self.given_up {
+            return held;
+        }
+        let (part, more, end) = match cmd {
+            Command::Header { name, value } => (
+                Part::Head,
+                name.len() + self.separator().len() + value.len() + 2,
+                false,
+            ),
+            Command::Body(chunk) => (Part::Body, chunk.len(), false),
+            Command::EndOfMessage(chunk) => (Part::Body, chunk.len(), true),
+            _ => return held,
+        };
+        let kept = self.head.len() + self.body.len();
+        let take = more.min(limit.saturating_sub(kept));
+        let buf = match part {
+            Part::Head => &self.head,
+            Part::Body => &self.body,
+        };
+        let grown = grown(buf, take, limit);
+        let moving = if grown > buf.capacity() { grown } else { 0 };
+        let message = if end { kept + take + 2 } else { 0 };
+        held + moving + message
+    }
+
+    /// What separates a header's name from its value as the session rebuilds it.
+    fn separator(&self) -> &'static [u8] {
+        if self.has_protocol(protocol::HDR_LEADSPC) {
+            b":"
+        } else {
+            b": "
+        }
     }
 
     /// Appends `pieces` to the head or body, up to `limit` bytes per message in all; the rest
-    /// is counted as dropped.
+    /// is counted as dropped (all of it when the message was given up).
     fn keep(&mut self, which: Part, pieces: &[&[u8]], limit: usize) {
-        for bytes in pieces {
-            let held = self.head.len() + self.body.len();
-            let take = bytes.len().min(limit.saturating_sub(held));
-            let target = match which {
-                Part::Head => &mut self.head,
-                Part::Body => &mut self.body,
-            };
-            target.extend_from_slice(&bytes[..take]);
-            self.dropped += (bytes.len() - take) as u64;
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let kept = self.head.len() + self.body.len();
+        let take = match self.given_up {
+            true => 0,
+            false => total.min(limit.saturating_sub(kept)),
+        };
+        let target = match which {
+            Part::Head => &mut self.head,
+            Part::Body => &mut self.body,
+        };
+        // Grown as `peak` said it would be.
+        let capacity = grown(target, take, limit);
+        if capacity > target.capacity() {
+            target.reserve_exact(capacity - target.len());
         }
+        let mut left = take;
+        for bytes in pieces {
+            let n = bytes.len().min(left);
+            target.extend_from_slice(&bytes[..n]);
+            left -= n;
+        }
+        self.dropped += (total - take) as u64;
     }
 
     /// Handles one command. `limit` bounds the bytes kept per message.
@@ -395,7 +483,7 @@ impl Session {
                     };
                     self.subject = Some(lossy(v));
                 }
-                let separator: &[u8] = if leadspc { b":" } else { b": " };
+                let separator = self.separator();
                 self.keep(Part::Head, &[&name, separator, &value, b"\r\n"], limit);
                 self.cont(protocol::NR_HDR)
             }
@@ -412,6 +500,9 @@ impl Session {
             }
             Command::EndOfMessage(chunk) => {
                 self.keep(Part::Body, &[&chunk], limit);
+                if self.given_up {
+                    return Ok(Step::Unscanned);
+                }
                 if self.dropped > 0 {
                     tracing::debug!(
                         queue_id = self.queue_id.as_deref(),
@@ -425,12 +516,7 @@ impl Session {
                 raw.extend_from_slice(&self.head);
                 raw.extend_from_slice(b"\r\n");
                 raw.extend_from_slice(&self.body);
-                for buf in [&mut self.head, &mut self.body] {
-                    buf.clear();
-                    if buf.capacity() > KEEP_CAPACITY {
-                        *buf = Vec::new();
-                    }
-                }
+                self.release_buffers();
                 Step::Scan(Collected {
                     raw,
                     envelope: self.envelope(),
@@ -573,6 +659,18 @@ impl Session {
 enum Part {
     Head,
     Body,
+}
+
+/// The capacity `buf` grows to for `more` bytes: unchanged when they fit, else doubled (at most
+/// to `limit`), and at least what is needed.
+fn grown(buf: &Vec<u8>, more: usize, limit: usize) -> usize {
+    let need = buf.len() + more;
+    let capacity = buf.capacity();
+    if need <= capacity {
+        capacity
+    } else {
+        capacity.saturating_mul(2).min(limit).max(need)
+    }
 }
 
 #[cfg(test)]
@@ -837,6 +935,7 @@ mod tests {
                         encode(&r, &mut out);
                     }
                 }
+                Step::Unscanned => unreachable!("nothing gives a message up here"),
                 Step::Close => break,
             }
         }
@@ -1026,5 +1125,102 @@ mod tests {
             s.command(Command::OptNeg(old), 100).unwrap_err(),
             MilterError::VersionTooOld(1)
         );
+    }
+
+    /// A message as an MTA streams it: headers, body chunks, end of message.
+    fn message_commands(body_chunks: usize, chunk: usize) -> Vec<Command> {
+        let mut cmds = vec![
+            Command::Mail(vec![b"<a@b.example>".to_vec()]),
+            Command::Rcpt(vec![b"<c@d.example>".to_vec()]),
+        ];
+        for i in 0..40 {
+            cmds.push(Command::Header {
+                name: format!("X-Header-{i}").into_bytes(),
+                value: vec![b'v'; 300],
+            });
+        }
+        cmds.push(Command::EndOfHeaders);
+        for i in 0..body_chunks {
+            cmds.push(Command::Body(vec![b'a' + (i % 26) as u8; chunk]));
+        }
+        cmds.push(Command::EndOfMessage(b"end\r\n".to_vec()));
+        cmds
+    }
+
+    #[test]
+    fn peak_covers_every_allocation_of_a_message() {
+        let limit = 1 << 20;
+        let mut s = Session::default();
+        s.command(Command::OptNeg(OFFER), limit).unwrap();
+        // Within the limit, and past it (the rest dropped).
+        for chunks in [3, 40] {
+            let mut scanned = false;
+            for cmd in message_commands(chunks, 65_535) {
+                let (before, peak) = (s.held(), s.peak(&cmd, limit));
+                assert!(peak >= before);
+                let step = s.command(cmd, limit).unwrap();
+                assert!(s.held() <= peak, "{} > {peak}", s.held());
+                if let Step::Scan(c) = step {
+                    assert!(s.held() + c.raw.capacity() <= peak);
+                    assert_eq!(c.raw.capacity(), c.raw.len(), "built in one allocation");
+                    assert!(c.raw.len() <= limit + 2);
+                    scanned = true;
+                    s.verdict(Some(&Verdict::default()), &Policy::default(), 6.0);
+                }
+            }
+            assert!(scanned);
+            assert!(s.held() <= 2 * KEEP_CAPACITY, "{}", s.held());
+        }
+    }
+
+    #[test]
+    fn a_message_given_up_frees_its_bytes_drops_the_rest_and_gets_the_fallback() {
+        let limit = 1 << 20;
+        let mut s = Session::default();
+        s.command(Command::OptNeg(OFFER), limit).unwrap();
+        let cmds = message_commands(10, 65_535);
+        let mut steps = Vec::new();
+        for (i, cmd) in cmds.into_iter().enumerate() {
+            if i == 45 {
+                assert!(s.held() > 64 * 1024);
+                s.give_up();
+                assert!(s.given_up());
+                assert_eq!(s.held(), 0, "freed at once");
+            }
+            let peak = s.peak(&cmd, limit);
+            steps.push(s.command(cmd, limit).unwrap());
+            if i >= 45 {
+                assert_eq!((s.held(), peak), (0, 0), "nothing kept after giving up");
+            }
+        }
+        assert!(matches!(steps.last(), Some(Step::Unscanned)), "{steps:?}");
+        assert!(!steps.iter().any(|s| matches!(s, Step::Scan(_))));
+        let replies = s.verdict(None, &Policy::default(), 6.0);
+        assert!(matches!(&replies[..], [Reply::ReplyCode(t)] if t.starts_with("451 ")));
+        // The next message on the connection is collected and scanned as usual.
+        assert!(!s.given_up());
+        let last = message_commands(2, 1000)
+            .into_iter()
+            .map(|c| s.command(c, limit).unwrap())
+            .last();
+        let Some(Step::Scan(c)) = last else {
+            panic!("the next message was not scanned: {last:?}")
+        };
+        assert!(c.raw.ends_with(b"end\r\n"));
+    }
+
+    #[test]
+    fn an_aborted_large_message_does_not_keep_its_buffers() {
+        let limit = 4 << 20;
+        let mut s = Session::default();
+        s.command(Command::OptNeg(OFFER), limit).unwrap();
+        let mut cmds = message_commands(20, 65_535);
+        cmds.pop();
+        for cmd in cmds {
+            s.command(cmd, limit).unwrap();
+        }
+        assert!(s.held() > 1 << 20);
+        s.command(Command::Abort, limit).unwrap();
+        assert!(s.held() <= 2 * KEEP_CAPACITY, "{}", s.held());
     }
 }

@@ -42,22 +42,52 @@ impl Decoder {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// The buffer bytes are read into: a reader appends to it directly (`read_buf`), then calls
-    /// [`Decoder::request`]. Once the head is parsed it has room reserved for the whole body,
-    /// so a message is read without a copy and without regrowing.
+    /// The buffer bytes are read into: a reader appends to it directly (`read_buf`, which
+    /// fills only the room there is), then calls [`Decoder::request`]. Its capacity is first
+    /// grown to [`Decoder::next_capacity`], so a caller that accounts for memory knows each
+    /// allocation before it happens.
     pub fn buffer(&mut self) -> &mut Vec<u8> {
-        let want = match &self.head {
+        let want = self.next_capacity();
+        if want > self.buf.capacity() {
+            self.buf.reserve_exact(want - self.buf.len());
+        }
+        &mut self.buf
+    }
+
+    /// The buffer's capacity now.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// The capacity [`Decoder::buffer`] gives the buffer: room for a read's worth past what
+    /// has arrived, doubling what is held as more arrives, never more than the request can
+    /// still need. Nothing is set aside for bytes that have not arrived: a `Content-length`
+    /// of 50 MB followed by ten bytes holds a read's worth, not 50 MB.
+    pub fn next_capacity(&self) -> usize {
+        const READ: usize = 16 * 1024;
+        let (len, cap) = (self.buf.len(), self.buf.capacity());
+        // The most the request can still need, one byte past a limit so that passing it shows.
+        let bound = match &self.head {
             Some(Head {
                 length: Some(n),
                 start,
                 ..
-            }) => (start + n).saturating_sub(self.buf.len()),
-            _ => 0,
+            }) => start.saturating_add(*n),
+            Some(Head {
+                length: None,
+                start,
+                ..
+            }) => start.saturating_add(self.max_body).saturating_add(1),
+            None => self.max_head.saturating_add(1),
         };
-        // At least a read's worth, at most what the limits allow.
-        let room = want.max(16 * 1024).min(self.max_head + self.max_body);
-        self.buf.reserve(room);
-        &mut self.buf
+        let room = READ.min(bound.saturating_sub(len)).max(1);
+        if cap.saturating_sub(len) >= room {
+            return cap;
+        }
+        len.saturating_add(READ)
+            .max(cap.saturating_mul(2))
+            .min(bound)
+            .max(len + 1)
     }
 
     /// The request once it has all arrived; `Ok(None)` while more is needed. An error is final.

@@ -517,3 +517,87 @@ fn sniffing_tells_spamd_methods_from_http_methods_in_a_few_bytes() {
     assert_eq!(sniff(b""), None);
     assert_eq!(sniff(b"REPORTX"), Some(false));
 }
+
+/// Appends up to `n` bytes of `from` the way a socket read does: into the room `buffer()`
+/// made, never past it.
+fn read_into(d: &mut Decoder, from: &mut &[u8]) -> usize {
+    let buf = d.buffer();
+    let n = (buf.capacity() - buf.len()).min(from.len());
+    buf.extend_from_slice(&from[..n]);
+    *from = &from[n..];
+    n
+}
+
+#[test]
+fn a_declared_length_is_not_allocated_before_its_bytes_arrive() {
+    let max = 100 << 20;
+    let mut d = Decoder::new(64 * 1024, max);
+    let mut wire: &[u8] = b"CHECK SPAMC/1.5\r\nContent-length: 104857600\r\n\r\n0123456789";
+    while !wire.is_empty() {
+        read_into(&mut d, &mut wire);
+        assert_eq!(d.request(), Ok(None));
+    }
+    // The head and ten bytes of a declared 100 MiB: a read's worth is held, not 100 MiB.
+    assert!(d.capacity() <= 64 * 1024, "{}", d.capacity());
+    assert!(d.next_capacity() <= 64 * 1024, "{}", d.next_capacity());
+    // As the body arrives the buffer doubles with it: never more than twice what arrived
+    // and a read.
+    let body = vec![b'x'; 3 << 20];
+    let mut rest: &[u8] = &body;
+    let mut arrived = 56;
+    while !rest.is_empty() {
+        let before = d.capacity();
+        let next = d.next_capacity();
+        arrived += read_into(&mut d, &mut rest);
+        assert!(
+            d.capacity() == before || d.capacity() == next,
+            "{} {before} {next}",
+            d.capacity()
+        );
+        assert!(
+            d.capacity() <= 2 * arrived + 32 * 1024,
+            "{} {arrived}",
+            d.capacity()
+        );
+        assert_eq!(d.request(), Ok(None));
+    }
+}
+
+#[test]
+fn the_buffer_never_passes_what_the_request_needs() {
+    let mut d = Decoder::new(MAX_HEAD, MAX_BODY);
+    let request = with_length(b"CHECK SPAMC/1.5\r\n", &[b'y'; 3000]);
+    let mut wire: &[u8] = &request;
+    let mut got = None;
+    while got.is_none() {
+        assert!(read_into(&mut d, &mut wire) > 0);
+        assert!(
+            d.capacity() <= request.len().max(16 * 1024),
+            "{}",
+            d.capacity()
+        );
+        got = d.request().unwrap();
+    }
+    assert_eq!(got.unwrap().body, vec![b'y'; 3000]);
+    // A stream without a length (SPAMC/1.1) is bounded by the body limit, one byte past it.
+    let mut d = Decoder::new(MAX_HEAD, MAX_BODY);
+    let mut wire: &[u8] = b"CHECK SPAMC/1.1\r\n";
+    read_into(&mut d, &mut wire);
+    assert_eq!(d.request(), Ok(None));
+    let big = vec![b'z'; 2 * MAX_BODY];
+    let mut rest: &[u8] = &big;
+    loop {
+        read_into(&mut d, &mut rest);
+        assert!(d.capacity() <= 17 + MAX_BODY + 1, "{}", d.capacity());
+        if d.request().is_err() {
+            break;
+        }
+    }
+}
+
+fn with_length(head: &[u8], body: &[u8]) -> Vec<u8> {
+    let mut r = head.to_vec();
+    r.extend_from_slice(format!("Content-length: {}\r\n\r\n", body.len()).as_bytes());
+    r.extend_from_slice(body);
+    r
+}
