@@ -122,14 +122,20 @@ pub fn private_dir(dir: &Path) -> io::Result<DirState> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    match std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)?;
+    }
+    // Not recursive: a directory that appeared since the check above is told from ours.
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         // Another process made it meanwhile: theirs, left as it is.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+            return Ok(DirState::Existing(mode));
+        }
         Err(e) => return Err(e),
     }
     // The mode given to mkdir passes through the umask, which may take the owner's bits too.
