@@ -19,6 +19,7 @@ use crate::engine::{EngineConfig, OverrideError, Overrides, RulesConfig};
 use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::message::Limits;
 use crate::scan::{ScanSettings, TrafficConfig};
+use crate::secrets::{redact, redact_all, MASK};
 use crate::server::http::HttpConfig;
 use crate::server::milter::MilterConfig;
 use crate::server::spamd::SpamdConfig;
@@ -80,11 +81,10 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("invalid config {path}: {source}")]
-    Parse {
-        path: PathBuf,
-        source: toml::de::Error,
-    },
+    /// `message` names the line and column; it does not quote the file, which may hold
+    /// passwords.
+    #[error("invalid config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
     #[error("invalid config: {0}")]
     Scan(crate::scan::SettingsError),
     #[error("invalid config: {0}")]
@@ -110,14 +110,28 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut config: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        let mut config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            source,
+            message: parse_message(&text, &e),
         })?;
         config.actions.apply(&mut config.verdict);
         config.source = Some(path.to_path_buf());
         config.validate()?;
         Ok(config)
+    }
+
+    /// This configuration as `shrike config check` prints it: every password `***` and every
+    /// URL's password masked, so that the output can go into a ticket or a log.
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        for password in [&mut c.http.password, &mut c.store.redis.password]
+            .into_iter()
+            .flatten()
+        {
+            *password = MASK.to_string();
+        }
+        c.store.redis.urls = redact_all(&c.store.redis.urls);
+        c
     }
 
     /// The `[scores]` and `[rules]` changes to the rule set.
@@ -158,6 +172,20 @@ impl Config {
         self.overrides()?;
         Ok(())
     }
+}
+
+/// A TOML error as `line L, column C: what`, without the excerpt of the file `toml` quotes (the
+/// line may set a password), and with any URL's password in the message masked (serde quotes
+/// a value of the wrong type).
+fn parse_message(text: &str, e: &toml::de::Error) -> String {
+    let what = redact(e.message().trim()).into_owned();
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
+        return what;
+    };
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: {what}")
 }
 
 #[cfg(test)]
@@ -246,6 +274,10 @@ mod tests {
                  (52428800 bytes: http.max_body_bytes, spamd.max_body_bytes, limits.max_message_bytes)",
             ),
             (
+                "[http]\npassword = \"\"",
+                "http.password is empty: it would let in whoever sends an empty Password header; remove the line for no password",
+            ),
+            (
                 "[milter]\nreject_reply = \"450 no\"",
                 "milter.reject_reply must be one line starting with a 5xx SMTP code, got \"450 no\"",
             ),
@@ -261,5 +293,51 @@ mod tests {
             let e = c.validate().expect_err(toml).to_string();
             assert_eq!(e, format!("invalid config: {message}"), "{toml}");
         }
+    }
+
+    #[test]
+    fn parse_errors_name_the_place_without_quoting_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shrike.toml");
+        for (text, place, secret) in [
+            (
+                "[http]\nmax_headers = 5\npassword = \"s3cret\n",
+                "line 3, column",
+                "s3cret",
+            ),
+            (
+                "[store.redis]\nurls = \"redis://u:pw9@h:1\"\n",
+                "line 2, column 8",
+                "pw9",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = Config::from_file(&path).unwrap_err().to_string();
+            assert!(e.contains(place), "{e}");
+            assert!(!e.contains(secret), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_printed_configuration_masks_every_password() {
+        let c: Config = toml::from_str(
+            "[http]\npassword = \"h-pw\"\n[store.redis]\npassword = \"r-pw\"\nusername = \"shrike\"\n\
+             urls = [\"redis://shrike:u-pw@10.0.0.5:6379\", \"redis://10.0.0.6:6379\"]\n",
+        )
+        .unwrap();
+        let text = toml::to_string(&c.redacted()).unwrap();
+        for secret in ["h-pw", "r-pw", "u-pw"] {
+            assert!(!text.contains(secret), "{secret} in:\n{text}");
+        }
+        for kept in [
+            "redis://shrike:***@10.0.0.5:6379",
+            "redis://10.0.0.6:6379",
+            "shrike",
+        ] {
+            assert!(text.contains(kept), "{kept} not in:\n{text}");
+        }
+        // Unset passwords stay unset.
+        let plain = Config::default().redacted();
+        assert_eq!(plain, Config::default());
     }
 }

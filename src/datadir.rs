@@ -1,7 +1,8 @@
 //! The data directory's files and lock: what `shrike serve` and the offline `shrike learn` open
 //! the same way, so state one of them leaves is the state the other finds.
 //!
-//! Owns: the directory's exclusive lock, opening the durable store (`store::Durable`), the
+//! Owns: the directory's exclusive lock and its mode (made 0700; an existing one open to other
+//! users is warned about, not changed), opening the durable store (`store::Durable`), the
 //! classifier's snapshot file and its learn journal (loading, replaying, attaching). Never
 //! touches: listeners, scanning, the store's own file formats.
 
@@ -168,11 +169,24 @@ fn load_classifier(
 
 /// Two processes appending to one WAL would corrupt it: the first holds an exclusive lock on
 /// `DIR/lock` for its lifetime (released by the OS, also on `kill -9`).
+///
+/// The directory holds the decision history (who mailed whom) and the history's hashing key:
+/// it is created for the daemon's user alone (0700). One that exists keeps its modes, which
+/// may be the operator's (a group allowed to run `shrike history`, a mount point), but if
+/// every user of the host may enter it that is said, at every start.
 pub fn lock(dir: &Path) -> Result<File, DataDirError> {
-    std::fs::create_dir_all(dir).map_err(DataDirError::io(format!(
+    let state = crate::secrets::private_dir(dir).map_err(DataDirError::io(format!(
         "creating the data directory {}",
         dir.display()
     )))?;
+    if let Some(mode) = state.open_to_others() {
+        tracing::warn!(
+            dir = %dir.display(),
+            mode = %format!("{mode:04o}"),
+            "the data directory is open to every user of this host, and holds the decision \
+             history; chmod o-rwx it (0700, or 0750 for a group allowed to read the history)"
+        );
+    }
     let path = dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()
         .create(true)

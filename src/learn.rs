@@ -7,7 +7,7 @@
 //! and the per-file error lines on stderr, the counts of the summary. Never touches: what a learn
 //! records (`scan::ScanWorker::learn`), the data directory's formats (`datadir`, `store`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use crate::datadir::DataDirError;
 use crate::engine::{LoadError, RuleLocation};
 use crate::replay::corpus::{self, Arrival, CorpusError, Item};
 use crate::scan::Scanner;
+use crate::secrets::Redacted;
 use crate::store::{Counter, PersistError, ReputationStore};
 
 /// Requests in flight at most when learning through a daemon: enough to keep two scan workers
@@ -100,10 +101,55 @@ pub enum LearnError {
     SaveClassifier(#[source] SnapshotError),
     #[error("writing the store's final snapshot")]
     CloseData(#[source] PersistError),
-    #[error("the daemon at {url} cannot be used: {why}")]
+    #[error("the daemon at {} cannot be used: {why}", Redacted(url))]
     Server { url: String, why: String },
+    #[error("--password-file {path}: {why}")]
+    PasswordFile { path: String, why: String },
     #[error("store.backend is \"redis\": learning offline would fill the data directory, not Redis; learn through a running daemon with --server URL")]
     SharedStore,
+}
+
+/// The environment variable `shrike learn --server` takes the password from when neither
+/// `--password` nor `--password-file` gives it.
+pub const PASSWORD_ENV: &str = "SHRIKE_PASSWORD";
+
+/// The password to send to the daemon: `--password` (which every user of the host sees in
+/// `ps`), else the first line of `--password-file`, else `env` (`SHRIKE_PASSWORD`'s value).
+/// An empty one is none, as for the daemon. A password file that others may read is
+/// accepted with a warning on stderr, as it may be in use already.
+pub fn password(
+    given: Option<String>,
+    file: Option<&Path>,
+    env: Option<String>,
+) -> Result<Option<String>, LearnError> {
+    let password = match (given, file) {
+        (Some(p), _) => Some(p),
+        (None, Some(path)) => Some(password_file(path)?),
+        (None, None) => env,
+    };
+    Ok(password.filter(|p| !p.is_empty()))
+}
+
+fn password_file(path: &Path) -> Result<String, LearnError> {
+    let refused = |why: String| LearnError::PasswordFile {
+        path: path.display().to_string(),
+        why,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| refused(e.to_string()))?;
+    let line = text.lines().next().unwrap_or("");
+    if line.is_empty() {
+        return Err(refused("its first line is empty".into()));
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.permissions().mode() & 0o077 != 0 {
+            eprintln!(
+                "shrike: warning: --password-file {} can be read by other users (chmod 600 it)",
+                path.display()
+            );
+        }
+    }
+    Ok(line.to_string())
 }
 
 /// One message to learn.

@@ -16,6 +16,7 @@ pub mod netcheck;
 pub mod proto;
 pub mod replay;
 pub mod scan;
+pub mod secrets;
 pub mod server;
 pub mod shingle;
 pub mod store;

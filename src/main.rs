@@ -119,7 +119,8 @@ struct HistoryArgs {
 enum ConfigCommand {
     /// Print the embedded defaults as TOML (every option).
     Defaults,
-    /// Validate the file given with --config (or the defaults) and print it as used.
+    /// Validate the file given with --config (or the defaults) and print it as used, with
+    /// every password shown as ***.
     Check,
 }
 
@@ -215,9 +216,19 @@ struct LearnArgs {
     /// http://127.0.0.1:11333.
     #[arg(long, value_name = "URL")]
     server: Option<String>,
-    /// The daemon's controller password (http.password), sent as the Password header.
-    #[arg(long, value_name = "P", requires = "server")]
+    /// The daemon's controller password (http.password), sent as the Password header. Every
+    /// user of the host sees it in `ps`: prefer --password-file or SHRIKE_PASSWORD.
+    #[arg(
+        long,
+        value_name = "P",
+        requires = "server",
+        conflicts_with = "password_file"
+    )]
     password: Option<String>,
+    /// Read the password from the first line of FILE (keep it 0600). Without this or
+    /// --password, the SHRIKE_PASSWORD environment variable gives it.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    password_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -359,7 +370,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(ConfigCommand::Check) => {
             print!(
                 "{}",
-                toml::to_string(&config).context("encoding the configuration")?
+                toml::to_string(&config.redacted()).context("encoding the configuration")?
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -446,7 +457,14 @@ fn learn(mut config: Config, args: LearnArgs) -> anyhow::Result<ExitCode> {
     let target = match args.server {
         Some(url) => Target::Server {
             url,
-            password: args.password,
+            // SHRIKE_PASSWORD is read here, not by clap: clap counts a value from the
+            // environment as given, so `requires = "server"` would refuse an offline learn in
+            // a shell that exports it.
+            password: learn::password(
+                args.password,
+                args.password_file.as_deref(),
+                std::env::var(learn::PASSWORD_ENV).ok(),
+            )?,
         },
         None => Target::Offline {
             rules: RuleArgs {
@@ -967,7 +985,10 @@ fn store_transfer(mut config: Config, cmd: StoreCommand) -> anyhow::Result<ExitC
         StoreCommand::Import { input } => {
             let store = RedisStore::new(&config.store, Arc::new(shrike::store::SystemClock))?;
             if !store.wait_connected(Duration::from_secs(10)) {
-                anyhow::bail!("cannot reach redis at {:?}", config.store.redis.urls);
+                anyhow::bail!(
+                    "cannot reach redis at {:?}",
+                    shrike::secrets::redact_all(&config.store.redis.urls)
+                );
             }
             let mut source: Box<dyn io::BufRead> = match input {
                 Some(path) => Box::new(io::BufReader::new(

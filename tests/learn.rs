@@ -283,6 +283,190 @@ fn learning_through_a_running_daemon() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// A local address that is not loopback (the route to a documentation address; no packet is
+/// sent): a client there needs the daemon's password.
+fn non_loopback_ip() -> std::net::IpAddr {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    s.connect("192.0.2.123:9").expect("a route off loopback");
+    let ip = s.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback(), "{ip}");
+    ip
+}
+
+/// `shrike learn` with `env` set (and SHRIKE_PASSWORD unset unless `env` sets it).
+fn learn_env(
+    env: &[(&str, &str)],
+    args: &[&dyn AsRef<std::ffi::OsStr>],
+) -> (Output, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shrike"));
+    cmd.env_remove("SHRIKE_PASSWORD").arg("learn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    for a in args {
+        cmd.arg(a);
+    }
+    let out = cmd.output().expect("run shrike");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    (out, stdout, stderr)
+}
+
+/// The password comes from --password-file or SHRIKE_PASSWORD (not only --password, which
+/// `ps` shows); a client off loopback without it learns nothing.
+#[test]
+fn learning_through_a_daemon_with_a_password_from_a_file_or_the_environment() {
+    const PW: &str = "learn-pw-5e1d";
+    let dir = tempfile::tempdir().unwrap();
+    let spam = spam_maildir(dir.path());
+    let ham = ham_mbox(dir.path());
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(format!("[http]\npassword = \"{PW}\"\n")),
+            http_host: Some("0.0.0.0".into()),
+            ..Options::default()
+        },
+    );
+    let url = format!("http://{}:{}", non_loopback_ip(), d.http);
+    let file = |name: &str, text: &str, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    };
+    let right = file("pw", &format!("{PW}\n"), 0o600);
+    let wrong = file("wrong", "learn-pw-5e1\n", 0o600);
+    let empty = file("empty", "\n", 0o600);
+    let loose = file("loose", &format!("{PW}\n"), 0o644);
+    let never_shown = |out: &str, err: &str| {
+        assert!(!out.contains(PW) && !err.contains(PW), "{out}\n{err}");
+    };
+
+    // No password, a wrong one from the file, or a wrong one from the environment: every
+    // message refused, nothing learned.
+    for (env, args) in [
+        (vec![], vec![]),
+        (vec![], vec!["--password-file".as_ref(), wrong.as_os_str()]),
+        (vec![("SHRIKE_PASSWORD", "learn-pw-5e1")], vec![]),
+        (vec![("SHRIKE_PASSWORD", "")], vec![]),
+    ] {
+        let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"--server", &url, &"--spam", &spam];
+        all.extend(args.iter().map(|a| a as &dyn AsRef<std::ffi::OsStr>));
+        let (o, out, err) = learn_env(&env, &all);
+        assert!(!o.status.success(), "{env:?} {args:?}: {out}");
+        assert_eq!(count(&out, "refused"), 4, "{out}");
+        assert!(err.contains("403"), "{err}");
+        never_shown(&out, &err);
+    }
+    assert_eq!(classifier_learned(&d), (0, 0));
+
+    // From the file (its line end not part of it): learned, without a warning.
+    let (o, out, err) = learn_env(
+        &[],
+        &[
+            &"--server",
+            &url,
+            &"--password-file",
+            &right,
+            &"--spam",
+            &spam,
+        ],
+    );
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(count(&out, "learned spam"), 4, "{out}");
+    assert!(!err.contains("warning"), "{err}");
+    never_shown(&out, &err);
+    // From the environment.
+    let (o, out, err) = learn_env(
+        &[("SHRIKE_PASSWORD", PW)],
+        &[&"--server", &url, &"--ham", &ham],
+    );
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(count(&out, "learned ham"), 4, "{out}");
+    never_shown(&out, &err);
+    assert_eq!(classifier_learned(&d), (4, 4));
+    // The file wins over the environment, and the command line over both (duplicates now:
+    // accepted, not refused).
+    for (env, args) in [
+        (PW, vec!["--password-file".as_ref(), wrong.as_os_str()]),
+        (
+            "learn-pw-5e1",
+            vec!["--password-file".as_ref(), right.as_os_str()],
+        ),
+        ("learn-pw-5e1", vec!["--password".as_ref(), PW.as_ref()]),
+    ] {
+        let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"--server", &url, &"--spam", &spam];
+        all.extend(args.iter().map(|a| a as &dyn AsRef<std::ffi::OsStr>));
+        let (o, out, _) = learn_env(&[("SHRIKE_PASSWORD", env)], &all);
+        let wins = args[1] != wrong.as_os_str();
+        assert_eq!(o.status.success(), wins, "{args:?}: {out}");
+        assert_eq!(
+            count(&out, "refused"),
+            if wins { 0 } else { 4 },
+            "{args:?}: {out}"
+        );
+    }
+    // A file others may read works, with a warning.
+    let (o, out, err) = learn_env(
+        &[],
+        &[
+            &"--server",
+            &url,
+            &"--password-file",
+            &loose,
+            &"--spam",
+            &spam,
+        ],
+    );
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("can be read by other users"), "{err}");
+    // An empty or missing file: an error before anything is sent.
+    for path in [empty.clone(), dir.path().join("missing")] {
+        let (o, out, err) = learn_env(
+            &[],
+            &[
+                &"--server",
+                &url,
+                &"--password-file",
+                &path,
+                &"--spam",
+                &spam,
+            ],
+        );
+        assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+        assert!(err.contains("--password-file"), "{err}");
+        assert!(out.is_empty(), "{out}");
+    }
+    // Both flags at once is a usage error.
+    let (o, _, err) = learn_env(
+        &[],
+        &[
+            &"--server",
+            &url,
+            &"--password",
+            &PW,
+            &"--password-file",
+            &right,
+            &"--spam",
+            &spam,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(classifier_learned(&d), (4, 4));
+    // An offline learn in a shell that exports SHRIKE_PASSWORD is not refused for it.
+    let data = dir.path().join("offline");
+    let (o, out, err) = learn_env(
+        &[("SHRIKE_PASSWORD", PW)],
+        &[&"--spam", &spam, &"--data", &data],
+    );
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(count(&out, "learned spam"), 4, "{out}");
+}
+
 #[test]
 fn a_progress_bar_with_rate_and_eta_on_a_terminal() {
     let dir = tempfile::tempdir().unwrap();

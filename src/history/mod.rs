@@ -337,12 +337,26 @@ impl std::fmt::Debug for Hasher {
 
 impl Hasher {
     /// The key of a history directory, made (from /dev/urandom) when `create` and absent.
+    ///
+    /// Whoever reads the key can hash every address they guess and find it in the history, so
+    /// the file is its owner's alone (0600): made so, and an existing one with looser modes
+    /// (older shrike wrote it with the umask's) tightened when `create` (the daemon's open;
+    /// `shrike history` only reads it).
     pub fn open(dir: &Path, create: bool) -> std::io::Result<Option<Hasher>> {
         let path = dir.join(KEY_FILE);
         match std::fs::read(&path) {
             Ok(bytes) if bytes.len() == 32 => {
                 let mut key = [0; 32];
                 key.copy_from_slice(&bytes);
+                if create {
+                    if let Some(mode) = crate::secrets::tighten(&path)? {
+                        tracing::warn!(
+                            file = %path.display(),
+                            was = %format!("{mode:04o}"),
+                            "the history's hashing key was readable by others; made 0600"
+                        );
+                    }
+                }
                 return Ok(Some(Hasher { key }));
             }
             Ok(_) => {
@@ -360,9 +374,7 @@ impl Hasher {
         use std::io::Read;
         let mut key = [0; 32];
         std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, key)?;
-        std::fs::rename(&tmp, &path)?;
+        crate::secrets::write_private(&path, &key)?;
         Ok(Some(Hasher { key }))
     }
 
@@ -506,7 +518,8 @@ pub fn open(
         path: dir.clone(),
         source,
     };
-    std::fs::create_dir_all(&dir).map_err(io)?;
+    // Made for the daemon's user alone, like the data directory; kept as it is if it exists.
+    crate::secrets::private_dir(&dir).map_err(io)?;
     let hasher = match config.privacy {
         Privacy::None => None,
         Privacy::Hash => Hasher::open(&dir, true).map_err(io)?,

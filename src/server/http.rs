@@ -55,8 +55,17 @@ pub struct HttpConfig {
     /// Seconds a client has to send the body.
     pub body_read_timeout_secs: u64,
     /// rspamd's controller password: with it, admin endpoints (`/reload`, `/learn*`) also
-    /// accept non-loopback clients that send it in a `Password` header.
+    /// accept non-loopback clients that send it in a `Password` header. Not empty (`validate`);
+    /// read it through `password()`.
     pub password: Option<String>,
+}
+
+impl HttpConfig {
+    /// The password clients may send, if one is set. An empty one is none: it must never let
+    /// a client in that sends an empty `Password` header (`config check` refuses it anyway).
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref().filter(|p| !p.is_empty())
+    }
 }
 
 impl Default for HttpConfig {
@@ -419,7 +428,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
 
 /// Loopback clients are trusted; others need the configured password.
 fn admin_allowed(req: &Request<Incoming>, daemon: &Daemon, local: bool) -> bool {
-    trusted(req.headers(), daemon.config.http.password.as_deref(), local)
+    trusted(req.headers(), daemon.config.http.password(), local)
 }
 
 fn trusted(headers: &hyper::HeaderMap, password: Option<&str>, local: bool) -> bool {
@@ -429,7 +438,7 @@ fn trusted(headers: &hyper::HeaderMap, password: Option<&str>, local: bool) -> b
     match password {
         Some(password) => headers
             .get("password")
-            .is_some_and(|v| v.as_bytes() == password.as_bytes()),
+            .is_some_and(|v| crate::secrets::secret_eq(v.as_bytes(), password.as_bytes())),
         None => false,
     }
 }
@@ -973,6 +982,16 @@ mod tests {
             !trusted(&h, None, false),
             "no password configured: loopback only"
         );
+        // An empty password, configured or sent, is no password.
+        h.insert("Password", HeaderValue::from_static(""));
+        assert!(!trusted(&h, None, false));
+        assert!(!trusted(&h, Some(""), false));
+        let empty = HttpConfig {
+            password: Some(String::new()),
+            ..HttpConfig::default()
+        };
+        assert_eq!(empty.password(), None);
+        assert!(!trusted(&h, empty.password(), false));
     }
 
     #[test]

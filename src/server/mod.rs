@@ -79,6 +79,8 @@ pub enum SettingsError {
          ({largest} bytes: http.max_body_bytes, spamd.max_body_bytes, limits.max_message_bytes)"
     )]
     Budget { budget: usize, largest: usize },
+    #[error("http.password is empty: it would let in whoever sends an empty Password header; remove the line for no password")]
+    EmptyPassword,
     #[error(transparent)]
     Milter(#[from] milter::MilterConfigError),
 }
@@ -107,6 +109,9 @@ pub fn validate(
             budget: server.inflight_bytes,
             largest,
         });
+    }
+    if http.password.as_deref() == Some("") {
+        return Err(SettingsError::EmptyPassword);
     }
     milter.validate()?;
     Ok(())

@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 use super::pool::{PoolError, ScanRequest};
 use super::Daemon;
 use crate::proto::rspamd::{error_body, CheckRequest};
+use crate::secrets::secret_eq;
 use crate::store::Counter;
 use crate::verdict::Action;
 
@@ -114,11 +115,6 @@ fn random_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Equal without an early exit, so the time taken does not tell how much of a guess matched.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// How a request is allowed in: the CSRF token its state-changing requests must carry
 /// (`None`: a `Password`-header client, which no other site's page can imitate).
 enum Access {
@@ -163,10 +159,10 @@ fn access(headers: &HeaderMap, daemon: &Daemon, local: bool) -> Option<Access> {
     if local && loopback_host(headers) && !daemon.ui.loopback_csrf.is_empty() {
         return Some(Access::Csrf(daemon.ui.loopback_csrf.clone()));
     }
-    let password = daemon.config.http.password.as_deref()?;
+    let password = daemon.config.http.password()?;
     headers
         .get("password")
-        .is_some_and(|v| same(v.as_bytes(), password.as_bytes()))
+        .is_some_and(|v| secret_eq(v.as_bytes(), password.as_bytes()))
         .then_some(Access::Header)
 }
 
@@ -178,7 +174,7 @@ fn csrf_ok(headers: &HeaderMap, access: &Access) -> bool {
     };
     let token_ok = headers
         .get("x-csrf-token")
-        .is_some_and(|v| same(v.as_bytes(), expected.as_bytes()));
+        .is_some_and(|v| secret_eq(v.as_bytes(), expected.as_bytes()));
     token_ok && origin_ok(headers)
 }
 
@@ -276,7 +272,7 @@ pub(super) async fn handle(
             serde_json::json!({
                 "csrf": match &access { Access::Csrf(c) => c.as_str(), Access::Header => "" },
                 "login": cookie(req.headers()).is_some_and(|t| daemon.ui.csrf(&t).is_some()),
-                "password_set": daemon.config.http.password.is_some(),
+                "password_set": daemon.config.http.password().is_some(),
             })
             .to_string(),
         ),
@@ -304,7 +300,7 @@ async fn login(req: Request<Incoming>, daemon: &Daemon) -> Reply {
     if !origin_ok(req.headers()) {
         return error(StatusCode::FORBIDDEN, "login from another site");
     }
-    let Some(password) = daemon.config.http.password.clone() else {
+    let Some(password) = daemon.config.http.password().map(str::to_owned) else {
         return error(
             StatusCode::FORBIDDEN,
             "no password is configured ([http] password): the web UI is for loopback clients only",
@@ -321,7 +317,7 @@ async fn login(req: Request<Incoming>, daemon: &Daemon) -> Reply {
         .find(|(k, _)| k == "password")
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default();
-    if !same(given.as_bytes(), password.as_bytes()) {
+    if !secret_eq(given.as_bytes(), password.as_bytes()) {
         // Slows a password guesser down to a guess a second per connection.
         tokio::time::sleep(Duration::from_secs(1)).await;
         tracing::warn!("web UI login with a wrong password");

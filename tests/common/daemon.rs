@@ -40,6 +40,8 @@ pub struct Options {
     /// Lay `rules` over the shipped set, as `serve --rules` does by default; when false, the
     /// daemon runs `rules` alone (`--no-default-rules`), the rule set most tests want.
     pub overlay: bool,
+    /// Start the daemon under this umask (through `sh`), e.g. 0o000.
+    pub umask: Option<u32>,
 }
 
 impl Daemon {
@@ -50,7 +52,16 @@ impl Daemon {
             "shrike-{}.log",
             std::process::id() ^ u32::from(http)
         ));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shrike"));
+        let mut cmd = match options.umask {
+            None => Command::new(env!("CARGO_BIN_EXE_shrike")),
+            Some(mask) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("umask {mask:03o} && exec \"$0\" \"$@\""))
+                    .arg(env!("CARGO_BIN_EXE_shrike"));
+                sh
+            }
+        };
         // `serve` checks DNS by default (the system's resolvers); tests that are not about DNS
         // turn it off so they never depend on the machine's network. Those about it say [dns].
         let mut config = options.config.clone().unwrap_or_default();

@@ -11,10 +11,21 @@ pub struct Node {
     pub dir: PathBuf,
     pub cluster: bool,
     pub child: Option<Child>,
+    /// The default user's password (`--requirepass`), which `cli` sends.
+    pub password: Option<String>,
 }
 
 impl Node {
     pub fn start(dir: &Path, port: u16, cluster: bool) -> Node {
+        Node::start_with(dir, port, cluster, None)
+    }
+
+    /// One node whose default user needs `password`.
+    pub fn start_with_password(dir: &Path, port: u16, password: &str) -> Node {
+        Node::start_with(dir, port, false, Some(password.to_string()))
+    }
+
+    fn start_with(dir: &Path, port: u16, cluster: bool, password: Option<String>) -> Node {
         let dir = dir.join(format!("redis-{port}"));
         std::fs::create_dir_all(&dir).expect("redis dir");
         let mut n = Node {
@@ -22,6 +33,7 @@ impl Node {
             dir,
             cluster,
             child: None,
+            password,
         };
         n.restart();
         n
@@ -44,6 +56,9 @@ impl Node {
             .arg("no")
             .arg("--logfile")
             .arg(self.dir.join("redis.log"));
+        if let Some(p) = &self.password {
+            cmd.arg("--requirepass").arg(p);
+        }
         if self.cluster {
             cmd.arg("--cluster-enabled")
                 .arg("yes")
@@ -85,12 +100,12 @@ impl Node {
     }
 
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .arg("-p")
-            .arg(self.port.to_string())
-            .args(args)
-            .output()
-            .expect("redis-cli");
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("-p").arg(self.port.to_string());
+        if let Some(p) = &self.password {
+            cmd.arg("--no-auth-warning").arg("-a").arg(p);
+        }
+        let out = cmd.args(args).output().expect("redis-cli");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }

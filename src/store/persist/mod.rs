@@ -190,7 +190,7 @@ impl Durable {
         clock: Arc<dyn Clock>,
         salvage: bool,
     ) -> Result<(Durable, Recovery), PersistError> {
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        crate::secrets::private_dir(dir).map_err(io_err(dir))?;
         let store = Arc::new(Store::new(config, clock)?);
         let (recovery, next_generation) = recover::recover(dir, &store, salvage)?;
         remove_temporary_files(dir)?;

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::secrets::redact;
+
 /// Which store holds the reputation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -63,6 +65,7 @@ impl Default for RedisConfig {
 pub enum RedisConfigError {
     #[error("store.redis.urls must name at least one node")]
     NoUrls,
+    /// (The URL with its password masked, as every variant that quotes one.)
     #[error("store.redis.urls: {0:?} is not a redis:// URL")]
     BadUrl(String),
     #[error("store.redis.urls: {0:?}: TLS is not built into this shrike (use a local TLS proxy such as stunnel, or plain redis:// on a private network)")]
@@ -86,10 +89,10 @@ impl RedisConfig {
         }
         for u in &self.urls {
             if u.starts_with("rediss://") || u.starts_with("valkeys://") {
-                return Err(RedisConfigError::Tls(u.clone()));
+                return Err(RedisConfigError::Tls(redact(u).into_owned()));
             }
             if !(u.starts_with("redis://") || u.starts_with("valkey://")) {
-                return Err(RedisConfigError::BadUrl(u.clone()));
+                return Err(RedisConfigError::BadUrl(redact(u).into_owned()));
             }
         }
         if self.prefix.is_empty() || self.prefix.len() > 32 || self.prefix.contains(['{', '}', ':'])
@@ -128,6 +131,17 @@ mod tests {
         assert!(with(&|c| c.urls.clear()).contains("urls"));
         assert!(with(&|c| c.urls = vec!["http://x".into()]).contains("not a redis"));
         assert!(with(&|c| c.urls = vec!["rediss://x:6379".into()]).contains("TLS"));
+        // The URL is quoted with its password masked.
+        let e = with(&|c| c.urls = vec!["rediss://shrike:pw1@x:6379".into()]);
+        assert!(
+            e.contains("rediss://shrike:***@x:6379") && !e.contains("pw1"),
+            "{e}"
+        );
+        let e = with(&|c| c.urls = vec!["http://shrike:pw1@x".into()]);
+        assert!(
+            e.contains("http://shrike:***@x") && !e.contains("pw1"),
+            "{e}"
+        );
         assert!(with(&|c| c.prefix = "a{b}".into()).contains("prefix"));
         assert!(with(&|c| c.timeout_ms = 0).contains("timeout_ms"));
         assert!(with(&|c| c.pool_size = 0).contains("pool_size"));

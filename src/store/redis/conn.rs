@@ -24,6 +24,7 @@ use redis::{Cmd, IntoConnectionInfo, Value};
 
 use super::config::RedisConfig;
 use super::health::Stats;
+use crate::secrets::{redact, redact_all, Redacted};
 
 const SLOTS: usize = 16_384;
 
@@ -60,9 +61,9 @@ pub enum Lane {
 /// Why a batch (or part of it) failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LinkError {
-    #[error("not connected to redis ({0})")]
+    #[error("not connected to redis ({})", Redacted(.0))]
     Down(String),
-    #[error("redis: {0}")]
+    #[error("redis: {}", Redacted(.0))]
     Redis(String),
 }
 
@@ -137,7 +138,7 @@ impl Link {
             let mut st = link.state.lock();
             match result {
                 Ok(Ok((conns, slots))) => {
-                    tracing::info!(nodes = ?link.cfg.urls, "redis store connected");
+                    tracing::info!(nodes = ?redact_all(&link.cfg.urls), "redis store connected");
                     st.conns = Some(Arc::new(conns));
                     st.slots = slots.map(Arc::new);
                     st.backoff = Duration::from_millis(100);
@@ -151,7 +152,14 @@ impl Link {
     }
 
     fn connect_failed(&self, st: &mut State, error: String) {
-        tracing::warn!(error = %error, retry_in_ms = st.backoff.as_millis() as u64, "redis store: cannot connect");
+        // What the client library says may quote the URL it was given.
+        let error = redact(&error).into_owned();
+        tracing::warn!(
+            nodes = ?redact_all(&self.cfg.urls),
+            error = %error,
+            retry_in_ms = st.backoff.as_millis() as u64,
+            "redis store: cannot connect"
+        );
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
         st.last_error = error;
         st.next_try = Instant::now() + st.backoff;
@@ -168,6 +176,7 @@ impl Link {
                 st.failing_since = None;
             }
             Some(e) => {
+                let e = redact(e);
                 st.last_error = e.to_string();
                 st.failures += 1;
                 let since = *st.failing_since.get_or_insert_with(Instant::now);
@@ -202,7 +211,7 @@ impl Link {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 match slot_map(&mut c).await {
                     Ok(map) => link.state.lock().slots = Some(Arc::new(map)),
-                    Err(e) => tracing::debug!(error = %e, "redis store: slot map refresh failed"),
+                    Err(e) => tracing::debug!(error = %Redacted(&e.to_string()), "redis store: slot map refresh failed"),
                 }
             }
             link.refreshing.store(false, Ordering::Release);
