@@ -735,3 +735,121 @@ fn a_stuck_worker_is_replaced_and_capacity_comes_back() {
     let log = d.stop();
     assert!(log.contains("replaced by a fresh one"), "{log}");
 }
+
+/// One request to `ip:port` with `host` as its Host header; the status.
+fn status_with_host(
+    ip: std::net::IpAddr,
+    port: u16,
+    line: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect((ip, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!(
+        "{line} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let _ = s.write_all(body);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out)
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn admin_requests_a_browser_sends_for_another_site_are_refused() {
+    // A page of another site, in a browser on the mail host (or through an admin's ssh -L
+    // tunnel), can send a "no-cors" POST of text/plain to 127.0.0.1, and a DNS-rebinding page
+    // can read from it under its own name. Loopback trust must not extend to them.
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            http_host: Some("0.0.0.0".into()),
+            workers: Some(1),
+            ..Options::default()
+        },
+    );
+    let lo: std::net::IpAddr = [127, 0, 0, 1].into();
+    let ham = read(HAM);
+    let evil = [
+        ("Origin", "https://evil.example"),
+        ("Content-Type", "text/plain"),
+    ];
+    let rep = "GET /reputation?type=subject&value=hello";
+    for (line, body) in [
+        ("POST /learnspam", ham.as_slice()),
+        ("POST /learnham", ham.as_slice()),
+        ("POST /reload", b"".as_slice()),
+    ] {
+        assert_eq!(
+            status_with_host(lo, d.http, line, "127.0.0.1", &evil, body),
+            403,
+            "{line} from another site's page"
+        );
+    }
+    for line in ["GET /history", rep] {
+        assert_eq!(
+            status_with_host(lo, d.http, line, "rebind.evil.example", &[], b""),
+            403,
+            "{line} under a rebound name"
+        );
+    }
+    // Nothing was learned by the refused requests.
+    assert_eq!(d.get("/stat").json()["learned"], 0);
+    // The same from a client that is no browser, or from this daemon's own origin: allowed.
+    let own = format!("http://127.0.0.1:{}", d.http);
+    let host = format!("127.0.0.1:{}", d.http);
+    assert_eq!(
+        status_with_host(
+            lo,
+            d.http,
+            "POST /learnspam",
+            &host,
+            &[("Origin", &own)],
+            &ham
+        ),
+        200
+    );
+    for line in ["GET /history", rep, "POST /reload"] {
+        assert_eq!(
+            status_with_host(lo, d.http, line, "localhost", &[], b""),
+            200,
+            "{line} from loopback"
+        );
+    }
+    // Who mailed whom is not for every client that can reach the port.
+    let outside = {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.connect("192.0.2.123:9").expect("a route off loopback");
+        s.local_addr().unwrap().ip()
+    };
+    assert!(!outside.is_loopback());
+    assert_eq!(
+        status_with_host(outside, d.http, rep, &outside.to_string(), &[], b""),
+        403
+    );
+    // Scanning stays open to it.
+    assert_eq!(
+        status_with_host(
+            outside,
+            d.http,
+            "POST /checkv2",
+            &outside.to_string(),
+            &[],
+            &ham
+        ),
+        200
+    );
+}

@@ -212,6 +212,11 @@ async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Re
         }
         (&Method::GET, "/health") => health(daemon),
         (&Method::POST, "/reload") => reload(&req, daemon, local).await,
+        // Who mailed whom (any sender, recipient or pair's timeline): for admins only.
+        (&Method::GET, "/reputation") if !admin_allowed(&req, daemon, local) => error(
+            StatusCode::FORBIDDEN,
+            "reputation needs a loopback client or the password",
+        ),
         (&Method::GET, "/reputation") => reputation(req.uri().query().unwrap_or(""), daemon),
         (&Method::GET, "/history") => history(&req, daemon, local).await,
         (
@@ -426,9 +431,27 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
     }
 }
 
-/// Loopback clients are trusted; others need the configured password.
+/// Loopback clients are trusted; others need the configured password. Neither when the
+/// request shows a browser sent it for a page of another site: an `Origin` naming another host
+/// (a cross-site fetch, "no-cors" ones included, which may post a message as text/plain), or,
+/// for trust by loopback, a `Host` that is no loopback address or `localhost` (a DNS-rebinding
+/// page whose own name resolves to 127.0.0.1). Clients that are not browsers send no Origin.
 fn admin_allowed(req: &Request<Incoming>, daemon: &Daemon, local: bool) -> bool {
-    trusted(req.headers(), daemon.config.http.password(), local)
+    let headers = req.headers();
+    if !super::ui::origin_ok(headers) {
+        return false;
+    }
+    let password = daemon.config.http.password();
+    let by_password = !local
+        || password.is_some_and(|p| {
+            headers
+                .get("password")
+                .is_some_and(|v| crate::secrets::secret_eq(v.as_bytes(), p.as_bytes()))
+        });
+    if !by_password && !super::ui::loopback_host(headers) {
+        return false;
+    }
+    trusted(headers, password, local)
 }
 
 fn trusted(headers: &hyper::HeaderMap, password: Option<&str>, local: bool) -> bool {

@@ -135,7 +135,7 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
 
 /// A loopback client named the daemon by a loopback address or `localhost`: anything else
 /// could be a DNS-rebinding page of another site that resolves its own name to 127.0.0.1.
-fn loopback_host(headers: &HeaderMap) -> bool {
+pub(super) fn loopback_host(headers: &HeaderMap) -> bool {
     let Some(host) = headers.get(HOST).and_then(|h| h.to_str().ok()) else {
         return true;
     };
@@ -178,7 +178,7 @@ fn csrf_ok(headers: &HeaderMap, access: &Access) -> bool {
     token_ok && origin_ok(headers)
 }
 
-fn origin_ok(headers: &HeaderMap) -> bool {
+pub(super) fn origin_ok(headers: &HeaderMap) -> bool {
     match headers.get("origin").and_then(|o| o.to_str().ok()) {
         None => true,
         Some(origin) => {
