@@ -50,6 +50,9 @@ pub enum Anomaly {
     TextTruncated,
     /// More HTML links than `max_html_links`, or more URLs than the entity limit.
     TooManyLinks,
+    /// A header block with more fields than `max_headers`; the rest were not read (but the last
+    /// of each field name the parser knows).
+    TooManyHeaders,
     /// The MIME parser panicked (a bug in it); the message was scanned as text.
     ParserPanic,
 }
@@ -83,6 +86,7 @@ impl Anomaly {
             Anomaly::TooDeep => "too_deep",
             Anomaly::TextTruncated => "text_truncated",
             Anomaly::TooManyLinks => "too_many_links",
+            Anomaly::TooManyHeaders => "too_many_headers",
             Anomaly::ParserPanic => "parser_panic",
         }
     }
