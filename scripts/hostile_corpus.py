@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the adversarial corpus: tests/data/hostile/NAME.eml.gz and tests/data/hostile/README.md.
 
-    scripts/hostile_corpus.py [--out DIR]
+    scripts/hostile_corpus.py [--out DIR] [--scale F]
 
 Each message is built to make one stage of the scan do as much work as a sender can make it do
 within what the daemon accepts (`[limits] max_message_bytes`, 50 MB; the HTTP body limit, 50 MB):
@@ -23,6 +23,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MB = 1024 * 1024
 
 MESSAGES = []
+
+# Sizes and counts are multiplied by this (`--scale`): a message whose scan costs more than
+# twice as much at twice the size grows super-linearly.
+SCALE = 1.0
+
+
+def S(n):
+    return max(1, int(n * SCALE))
 
 
 def message(name, attacks):
@@ -96,7 +104,7 @@ def b64(data):
          "pattern that tests whether an anchor text looks like an address (rule PHISHING) "
          "backtracks over it")
 def phishing_long_anchor(name):
-    anchor = "x." + "a" * 8000 + ".com/x"
+    anchor = "x." + "a" * S(8000) + ".com/x"
     html = ("<html><body><p>Dear customer, your account is on hold. Please confirm your "
             f"details:</p>\n<p><a href=\"http://login.bank-secure.example/verify\">{anchor}</a></p>"
             "\n<p>Thank you.</p></body></html>\n")
@@ -108,7 +116,7 @@ def phishing_long_anchor(name):
          "a URL host with one 10,000-character label, as text, href and anchor text (URL "
          "scanner, WHATWG parser, IDNA, public suffix lookup, anchor matching)")
 def host_label_10k(name):
-    host = "a" * 10000 + ".com"
+    host = "a" * S(10000) + ".com"
     url = f"http://{host}/path?q=1"
     text = f"Visit {url} today.\n"
     html = f"<html><body><p>Visit <a href=\"{url}\">{url}</a> today.</p></body></html>\n"
@@ -118,7 +126,7 @@ def host_label_10k(name):
 @message("host_labels_2000",
          "a URL host of 2,000 labels (`a.a.a…com`), as text, href and anchor text")
 def host_labels_2000(name):
-    host = "a." * 2000 + "com"
+    host = "a." * S(2000) + "com"
     url = f"http://{host}/x"
     text = f"Visit {url} today. Or www.{host} or user@{host}\n"
     html = f"<html><body><p>Visit <a href=\"{url}\">{host}</a> today.</p></body></html>\n"
@@ -144,7 +152,7 @@ URL_FORMS = ["http://x{}.io/", "www.w{}.io", "https://s{}.io/?a=1", "m{}@x.io"]
          "linkify, the URL and address caps")
 def urls_100k_text(name):
     lines = []
-    for i in range(0, 100_000, 10):
+    for i in range(0, S(100_000), 10):
         lines.append(" ".join(URL_FORMS[j % 4].format(j % 2000) for j in range(i, i + 10)))
     return headers(name, "Links") + b"\r\n" + crlf("\n".join(lines) + "\n")
 
@@ -154,7 +162,7 @@ def urls_100k_text(name):
          "domain-like anchor text: HTML scanner, `max_html_links`, anchor pairing")
 def urls_100k_html(name):
     out = ["<html><body>\n"]
-    for i in range(100_000):
+    for i in range(S(100_000)):
         h = i % 400
         out.append(f"<a href=\"http://h{h}.example.net/p{h}\">shop{h}.example.com</a>\n")
     out.append("</body></html>\n")
@@ -195,7 +203,7 @@ def url_scanner_tricks(name):
 def parts_10k(name):
     b = "mixed-boundary-10k"
     out = []
-    for i in range(10_000):
+    for i in range(S(10_000)):
         if i % 2 == 0:
             out.append(f"--{b}\nContent-Type: text/plain; charset=utf-8\n\nPart {i} text.\n")
         else:
@@ -211,7 +219,7 @@ def parts_10k(name):
          "multiparts nested 1,000 deep, each level with its own boundary and a text part "
          "(`max_depth`, the boundary checks of every level)")
 def nesting_1000(name):
-    depth = 1000
+    depth = S(1000)
     out = []
     for d in range(depth):
         out.append(f"--b{d}\nContent-Type: text/plain\n\nLevel {d}.\n")
@@ -227,7 +235,7 @@ def nesting_1000(name):
          "multiparts nested 1,000 deep that all share one boundary, never closed")
 def nesting_1000_same_boundary(name):
     out = []
-    for d in range(1000):
+    for d in range(S(1000)):
         out.append(f"--b\nContent-Type: multipart/mixed; boundary=\"b\"\n\n")
     out.append("--b\nContent-Type: text/plain\n\nBottom.\n")
     return headers(name, "Nested", content_type="multipart/mixed; boundary=\"b\"") + b"\r\n" \
@@ -237,7 +245,7 @@ def nesting_1000_same_boundary(name):
 @message("nesting_1000_rfc822",
          "message/rfc822 attachments nested 1,000 deep, each a whole message with headers")
 def nesting_1000_rfc822(name):
-    depth = 1000
+    depth = S(1000)
     inner = crlf("From: a@inner.example\nSubject: bottom\n\nBottom.\n")
     for d in range(depth - 1, -1, -1):
         b = f"r{d}"
@@ -278,22 +286,22 @@ VOCAB = ["free", "money", "click", "here", "now", "viagra", "winner", "account",
          "a 1 MB Subject line of spam words: decoding, normalization, subject shingles and "
          "every rule that matches the subject")
 def subject_1mb(name):
-    subject = words(MB, VOCAB, XorShift(1))
+    subject = words(S(MB), VOCAB, XorShift(1))
     return headers(name, subject) + b"\r\nHello.\r\n"
 
 
 @message("subject_punctuation_runs",
          "a Subject of 100 k `!`, 100 k `$`, 100 k spaces and 100 k `?!` around a few words")
 def subject_punctuation_runs(name):
-    subject = ("WIN " + "!" * 100_000 + " CASH " + "$" * 100_000 + " " * 100_000 + " NOW"
-               + "?!" * 50_000 + " FREE!!!")
+    subject = ("WIN " + "!" * S(100_000) + " CASH " + "$" * S(100_000) + " " * S(100_000) + " NOW"
+               + "?!" * S(50_000) + " FREE!!!")
     return headers(name, subject) + b"\r\nHello.\r\n"
 
 
 @message("header_1mb_mailer",
          "a 1 MB X-Mailer line (read by rules and hashed as the `mailer` shingle)")
 def header_1mb_mailer(name):
-    mailer = "Microsoft Outlook Express 6.00.2800.1106 " + words(MB, VOCAB, XorShift(2))
+    mailer = "Microsoft Outlook Express 6.00.2800.1106 " + words(S(MB), VOCAB, XorShift(2))
     return headers(name, "Hello", extra=[("X-Mailer", mailer)]) + b"\r\nHello.\r\n"
 
 
@@ -301,9 +309,9 @@ def header_1mb_mailer(name):
          "a 1 MB line of an unknown header, without a space, plus a 1 MB folded header of "
          "14,000 continuation lines")
 def header_1mb_unknown(name):
-    flat = "x" * MB
+    flat = "x" * S(MB)
     lines = [words(75, VOCAB, XorShift(i + 1)) for i in range(300)]
-    folded = "\r\n\t".join(lines[i % 300] for i in range(14_000))
+    folded = "\r\n\t".join(lines[i % 300] for i in range(S(14_000)))
     return headers(name, "Hello", extra=[("X-Filler", flat), ("X-Folded", folded)]) \
         + b"\r\nHello.\r\n"
 
@@ -311,7 +319,7 @@ def header_1mb_unknown(name):
 @message("headers_100k",
          "100,000 header fields (1,000 distinct names): header lookups by name")
 def headers_100k(name):
-    extra = [(f"X-H{i % 1000}", f"value {i % 1000}") for i in range(100_000)]
+    extra = [(f"X-H{i % 1000}", f"value {i % 1000}") for i in range(S(100_000))]
     return headers(name, "Hello", extra=extra) + b"\r\nHello.\r\n"
 
 
@@ -320,7 +328,7 @@ def headers_100k(name):
          "the Received chain, hop records, per-hop rules")
 def received_10k(name):
     extra = []
-    for n in range(10_000):
+    for n in range(S(10_000)):
         i = n % 200
         ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
         extra.append(("Received", f"from h{i}.relay.example (h{i}.relay.example [{ip}]) by "
@@ -333,8 +341,8 @@ def received_10k(name):
          "a 1 MB Date header: a valid date, then 1 MB of comment, 10,000 nested parentheses "
          "and zone-like words")
 def date_huge(name):
-    date = ("Thu, 01 Jan 2026 00:00:00 +0000 (" + "UTC GMT EST " * 60_000 + ")" + "(" * 10_000
-            + ")" * 10_000 + " +0100" * 20_000)
+    date = ("Thu, 01 Jan 2026 00:00:00 +0000 (" + "UTC GMT EST " * S(60_000) + ")" + "(" * S(10_000)
+            + ")" * S(10_000) + " +0100" * S(20_000))
     return headers(name, "Hello", skip=("Date",), extra=[("Date", date)]) + b"\r\nHello.\r\n"
 
 
@@ -342,8 +350,8 @@ def date_huge(name):
          "a 1 MB Message-ID (`<` + 1 MB local part + `@` + a 10,000-label domain + `>`) and "
          "a 200 KB References of 10,000 ids")
 def message_id_huge(name):
-    mid = "<" + "a" * MB + "@" + "b." * 10_000 + "example>"
-    refs = " ".join(f"<r{i}@sender.example>" for i in range(10_000))
+    mid = "<" + "a" * S(MB) + "@" + "b." * S(10_000) + "example>"
+    refs = " ".join(f"<r{i}@sender.example>" for i in range(S(10_000)))
     return headers(name, "Hello", skip=("Message-ID",),
                    extra=[("Message-ID", mid), ("References", refs)]) + b"\r\nHello.\r\n"
 
@@ -355,10 +363,10 @@ def message_id_huge(name):
 def recipients_50k(name):
     def addrs(start):
         return ",\r\n ".join(f"\"User {i % 600}\" <user{i % 600}@d{i % 600 % 97}.example>"
-                             for i in range(start, start + 25_000))
+                             for i in range(start, start + S(25_000)))
 
     return headers(name, "Hello", skip=("To",),
-                   extra=[("To", addrs(0)), ("Cc", addrs(25_000))]) + b"\r\nHello.\r\n"
+                   extra=[("To", addrs(0)), ("Cc", addrs(S(25_000)))]) + b"\r\nHello.\r\n"
 
 
 # ---- charsets and encodings ----
@@ -382,8 +390,8 @@ def encoded_words_broken(name):
         "=?utf-8*en?Q?=E2=80=8B?=",
     ]
     rng = XorShift(3)
-    subject = " ".join(forms[rng.below(len(forms))] for _ in range(20_000))
-    sender = " ".join(forms[rng.below(len(forms))] for _ in range(2_000)) + " <a@sender.example>"
+    subject = " ".join(forms[rng.below(len(forms))] for _ in range(S(20_000)))
+    sender = " ".join(forms[rng.below(len(forms))] for _ in range(S(2_000))) + " <a@sender.example>"
     return headers(name, subject, skip=("From",), extra=[("From", sender)]) + b"\r\nHello.\r\n"
 
 
@@ -396,7 +404,7 @@ def charsets_invalid(name):
     bodies = [
         ("x-unknown-{i}", b"Hello unknown charset \xe9\xe8\xff\r\n"),
         ("", b"Empty charset \xc3\x28\r\n"),
-        ("c" * 5000, b"Huge charset name\r\n"),
+        ("c" * S(5000), b"Huge charset name\r\n"),
         ("utf-16", b"\xff\xfeH\x00e\x00l\x00l\x00o\x00\x00\xd8!"),
         ("utf-8", b"Invalid \xc3\x28 \xa0\xa1 \xe2\x28\xa1 \xf0\x28\x8c\x28 \xed\xa0\x80\r\n"),
         ("iso-2022-jp", b"\x1b$B$3$s\x1b(B \x1b$B\x1b$B\x1b$B$\r\n"),
@@ -424,7 +432,7 @@ def base64_one_line(name):
     # a block of a multiple of 3 bytes keeps the base64 periodic (and the file small)
     block = words(12 * 1024, VOCAB, XorShift(4)).encode()
     block += b" " * (-len(block) % 3)
-    text = block * (750 * 1024 // len(block))
+    text = block * (S(750 * 1024) // len(block))
     return headers(name, "Hello", cte="base64") + b"\r\n" + b64(text).encode() + b"\r\n"
 
 
@@ -432,8 +440,8 @@ def base64_one_line(name):
          "1 MB declared base64 where `=` is everywhere: `QQ==` groups, runs of `=`, `=` "
          "between every character")
 def base64_padding_everywhere(name):
-    body = ("QQ==" * 40_000 + "\r\n" + "=" * 200_000 + "\r\n" + "Q=" * 100_000 + "\r\n"
-            + "====QUJD" * 40_000 + "\r\n")
+    body = ("QQ==" * S(40_000) + "\r\n" + "=" * S(200_000) + "\r\n" + "Q=" * S(100_000) + "\r\n"
+            + "====QUJD" * S(40_000) + "\r\n")
     return headers(name, "Hello", cte="base64") + b"\r\n" + wrap_lines(body).encode() + b"\r\n"
 
 
@@ -445,7 +453,7 @@ def base64_garbage(name):
     block = bytes(rng.below(256) for _ in range(8 * 1024)).replace(b"\r", b"").replace(b"\n", b"")
     # whole lines a block, so the wrapped output repeats with the block
     block = block[:len(block) // 76 * 76]
-    junk = block * (512 * 1024 // len(block))
+    junk = block * (S(512 * 1024) // len(block))
     junk = b"\r\n".join(junk[i:i + 76] for i in range(0, len(junk), 76))
     b = "b64-garbage"
     return headers(name, "Hello", content_type=f"multipart/mixed; boundary=\"{b}\"") + b"\r\n" \
@@ -457,7 +465,7 @@ def base64_garbage(name):
 @message("qp_soft_breaks",
          "1 MB quoted-printable with a soft line break after every character")
 def qp_soft_breaks(name):
-    text = words(340 * 1024, VOCAB, XorShift(6), block=4 * 1024)
+    text = words(S(340 * 1024), VOCAB, XorShift(6), block=4 * 1024)
     body = "".join(c + "=\r\n" for c in text)
     return headers(name, "Hello", cte="quoted-printable") + b"\r\n" + body.encode() + b"\r\n"
 
@@ -466,8 +474,8 @@ def qp_soft_breaks(name):
          "1 MB quoted-printable of `=` runs, `=3D` runs, invalid escapes (`=ZZ`, `=\\xff`) "
          "and a trailing `=`, as text/plain and text/html")
 def qp_equals_runs(name):
-    body = ("=" * 200_000 + "\r\n" + "=3D" * 70_000 + "\r\n" + "=ZZ=G1=\xff=" * 20_000
-            + "\r\n" + "a=\r\n=\r\n=" * 30_000 + "\r\n=")
+    body = ("=" * S(200_000) + "\r\n" + "=3D" * S(70_000) + "\r\n" + "=ZZ=G1=\xff=" * S(20_000)
+            + "\r\n" + "a=\r\n=\r\n=" * S(30_000) + "\r\n=")
     b = "qp-eq"
     return headers(name, "Hello", content_type=f"multipart/alternative; boundary=\"{b}\"") \
         + b"\r\n" + (f"--{b}\r\nContent-Type: text/plain\r\nContent-Transfer-Encoding: "
@@ -486,8 +494,8 @@ def html_message(name, subject, html):
          "1 MB of HTML: 100,000 unclosed nested `<div><b><a href=…>` and `<table><tr><td>` "
          "(an HTML scanner that keeps a stack)")
 def html_unclosed_nesting(name):
-    html = ("<html><body>" + "<div><b><i>" * 40_000 + "<table><tr><td>" * 20_000
-            + "<a href=\"http://deep.example.com/\">" * 10_000 + "deep text</body></html>\n")
+    html = ("<html><body>" + "<div><b><i>" * S(40_000) + "<table><tr><td>" * S(20_000)
+            + "<a href=\"http://deep.example.com/\">" * S(10_000) + "deep text</body></html>\n")
     return html_message(name, "Deep", html)
 
 
@@ -496,9 +504,9 @@ def html_unclosed_nesting(name):
          "`href` value")
 def html_attributes(name):
     tag = "<span a=1 b='2' c=\"3\" d e=f style=\"color:red\" data-x=\"&amp;&lt;\">"
-    many = "<img " + " ".join(f"a{i}=\"{i % 1000}\"" for i in range(50_000)) + ">"
-    href = "<a href=\"http://long.example.com/" + "p" * MB + "\">click</a>"
-    return html_message(name, "Attrs", "<html><body>" + tag * 15_000 + many + href
+    many = "<img " + " ".join(f"a{i}=\"{i % 1000}\"" for i in range(S(50_000))) + ">"
+    href = "<a href=\"http://long.example.com/" + "p" * S(MB) + "\">click</a>"
+    return html_message(name, "Attrs", "<html><body>" + tag * S(15_000) + many + href
                         + "</body></html>\n")
 
 
@@ -508,17 +516,17 @@ def html_attributes(name):
 def html_entities(name):
     unit = ("&amp;&lt;&gt;&nbsp;&#65;&#x41;&#0;&#xFFFFFFFF;&#99999999999;&notanentity;&amp"
             "&#x;&#;& &AElig&zwnj;&#x200B;&#8238;")
-    return html_message(name, "Entities", "<html><body><p>" + unit * 8_000 + "</p></body></html>\n")
+    return html_message(name, "Entities", "<html><body><p>" + unit * S(8_000) + "</p></body></html>\n")
 
 
 @message("html_open_constructs",
          "HTML whose comments, CDATA, `<script>`, `<style>`, attribute quotes and tags never "
          "close, repeated over 1 MB, and 100,000 empty comments")
 def html_open_constructs(name):
-    html = ("<html><body>" + "<!---->" * 100_000 + "<p>text</p>"
-            + "<!-- <a href=http://c.example>" * 10_000 + "<![CDATA[ " * 10_000
-            + "<script>" * 10_000 + "<style>" * 10_000 + "<a href=\"http://q.example/" * 10_000
-            + "<" * 100_000 + "</" * 50_000 + "\n")
+    html = ("<html><body>" + "<!---->" * S(100_000) + "<p>text</p>"
+            + "<!-- <a href=http://c.example>" * S(10_000) + "<![CDATA[ " * S(10_000)
+            + "<script>" * S(10_000) + "<style>" * S(10_000) + "<a href=\"http://q.example/" * S(10_000)
+            + "<" * S(100_000) + "</" * S(50_000) + "\n")
     return html_message(name, "Open", html)
 
 
@@ -529,7 +537,7 @@ def html_hidden_text(name):
     unit = ("<span style=\"display:none\">hidden bank words</span>"
             "<font size=0 color=#ffffff>paypal verify</font>"
             "<a href=\"http://t{i}.track.example/c\">Click\u200b\u200chere</a>\n")
-    html = "<html><body>" + "".join(unit.replace("{i}", str(i % 500)) for i in range(8_000)) \
+    html = "<html><body>" + "".join(unit.replace("{i}", str(i % 500)) for i in range(S(8_000))) \
         + "</body></html>\n"
     return html_message(name, "Hidden", html)
 
@@ -571,7 +579,7 @@ def confusables_1mb(name):
         size += len(w.encode()) + 1
     subject = " ".join(subject_words)
     block = "\n".join(" ".join(body_words[i:i + 12]) for i in range(0, len(body_words), 12))
-    return headers(name, subject) + b"\r\n" + crlf(repeat(block, MB, "\n") + "\n")
+    return headers(name, subject) + b"\r\n" + crlf(repeat(block, S(MB), "\n") + "\n")
 
 
 @message("unicode_invisibles",
@@ -583,7 +591,7 @@ def unicode_invisibles(name):
     rng = XorShift(8)
     text = words(5 * 1024, VOCAB, rng)
     block = "".join(c + marks[rng.below(len(marks))] for c in text)
-    out = repeat(block, MB, "\n")
+    out = repeat(block, S(MB), "\n")
     return headers(name, "Z\u200be\u200br\u200bo \u202eeerf") + b"\r\n" + crlf(out + "\n")
 
 
@@ -627,5 +635,13 @@ release build (the target: at most 50 ms each, BENCHMARKS.md).
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "hostile"))
-    build(ap.parse_args().out)
+    ap.add_argument("--out", default=None,
+                    help="output directory (default tests/data/hostile; required with --scale)")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="multiply sizes and counts, to see how a scan's cost grows "
+                         "(SHRIKE_HOSTILE_DIR=DIR scripts/bench_hostile.sh)")
+    args = ap.parse_args()
+    if args.scale != 1.0 and args.out is None:
+        ap.error("--scale writes a corpus of other sizes: give --out")
+    SCALE = args.scale
+    build(args.out or os.path.join(ROOT, "tests", "data", "hostile"))

@@ -21,7 +21,7 @@ use shrike::scan::Scanner;
 
 #[test]
 fn every_hostile_message_is_judged_by_every_rule() {
-    let corpus = hostile::load();
+    let corpus = hostile::load("");
     assert!(
         corpus.len() >= 30,
         "the corpus has its messages: {} in {}",

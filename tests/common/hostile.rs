@@ -17,17 +17,25 @@ pub struct Hostile {
     pub raw: Vec<u8>,
 }
 
+/// tests/data/hostile, or `$SHRIKE_HOSTILE_DIR` (a corpus written with `--scale`, to see how
+/// a scan's cost grows with the message).
 pub fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/hostile")
+    std::env::var_os("SHRIKE_HOSTILE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/hostile"))
 }
 
-/// Every `*.eml.gz` of the corpus, by name. Panics when the directory is missing or a file does
-/// not inflate: the corpus is committed, so either is a broken checkout.
-pub fn load() -> Vec<Hostile> {
+/// Every `*.eml.gz` of the corpus whose name contains `filter`, by name. Panics when the
+/// directory is missing or a file does not inflate: the corpus is committed, so either is a
+/// broken checkout.
+pub fn load(filter: &str) -> Vec<Hostile> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir())
         .expect("tests/data/hostile exists")
         .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.to_string_lossy().ends_with(".eml.gz"))
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.ends_with(".eml.gz") && name.contains(filter)
+        })
         .collect();
     paths.sort();
     paths
