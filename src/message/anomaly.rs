@@ -42,6 +42,8 @@ pub enum Anomaly {
     MixedScript,
     /// The message exceeded `max_message_bytes`.
     MessageTruncated,
+    /// A header field exceeded `max_header_bytes`; the rest of it was not read.
+    HeaderTruncated,
     /// The message exceeded `max_parts`.
     TooManyParts,
     /// Multiparts or attached messages nested beyond `max_depth`.
@@ -82,6 +84,7 @@ impl Anomaly {
             Anomaly::InvalidUtf8 => "invalid_utf8",
             Anomaly::MixedScript => "mixed_script",
             Anomaly::MessageTruncated => "message_truncated",
+            Anomaly::HeaderTruncated => "header_truncated",
             Anomaly::TooManyParts => "too_many_parts",
             Anomaly::TooDeep => "too_deep",
             Anomaly::TextTruncated => "text_truncated",

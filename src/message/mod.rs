@@ -39,6 +39,12 @@ pub struct Limits {
     pub max_text_bytes: usize,
     /// Link targets collected from HTML (`too_many_links`).
     pub max_html_links: usize,
+    /// Bytes of one field of the message's header block (name, value and folds) that are read;
+    /// the rest of the field is dropped before parsing (`header_truncated`), as Postfix's
+    /// `header_size_limit` (the same default) drops it. Rules read header values whole, so a
+    /// field as long as the message (a 20 MB Subject) would otherwise cost each of them
+    /// its budget.
+    pub max_header_bytes: usize,
     /// Header fields read in one header block (the message's, a part's, an attached
     /// message's): past it only the last field of each name mail-parser knows (Subject,
     /// From, Content-Type, …) is kept (`too_many_headers`).
@@ -53,6 +59,7 @@ impl Default for Limits {
             max_depth: 16,
             max_text_bytes: 2 * 1024 * 1024,
             max_html_links: 2_000,
+            max_header_bytes: 102_400,
             max_headers: 1_000,
         }
     }
@@ -149,7 +156,7 @@ static PARSER: LazyLock<MessageParser> = LazyLock::new(|| {
 });
 
 /// Raw input made ready for parsing: cut at `max_message_bytes`, without an mbox separator
-/// line, and with CRLF line ends. mail-parser is at home in the SMTP wire form; with bare LF its
+/// line, with CRLF line ends, and each field of the header block cut at `max_header_bytes`. mail-parser is at home in the SMTP wire form; with bare LF its
 /// date parser swallows the line end after a short obsolete zone ("UT") and reads the body as
 /// headers. Borrows the input when it needs no change (CRLF mail, as MTAs deliver it).
 #[derive(Debug)]
@@ -202,7 +209,80 @@ pub fn prepare<'a>(input: &'a [u8], limits: &Limits) -> Prepared<'a> {
     } else {
         Cow::Borrowed(raw)
     };
+    let cuts = long_header_fields(&bytes, limits.max_header_bytes);
+    let bytes = if cuts.is_empty() {
+        bytes
+    } else {
+        anomalies.add(Anomaly::HeaderTruncated);
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut last = 0;
+        for cut in cuts {
+            out.extend_from_slice(&bytes[last..cut.start]);
+            last = cut.end;
+        }
+        out.extend_from_slice(&bytes[last..]);
+        Cow::Owned(out)
+    };
     Prepared { bytes, anomalies }
+}
+
+/// The excess of each field of the header block longer than `max` bytes (CRLF input): from
+/// the cut to the end of the field's last line, its final CRLF kept. The cut falls on a
+/// character boundary and never just after a line end, so the kept part cannot end the header
+/// block early. The block ends at the first line that is neither a field (a name, a colon) nor
+/// the fold of one: a message without headers keeps all its text.
+fn long_header_fields(bytes: &[u8], max: usize) -> Vec<std::ops::Range<usize>> {
+    let mut cuts = Vec::new();
+    // (start of the current field, end of its last line before the CRLF)
+    let mut field: Option<(usize, usize)> = None;
+    let close = |field: Option<(usize, usize)>, cuts: &mut Vec<_>| {
+        if let Some((start, end)) = field {
+            if end - start > max {
+                let mut cut = start + max;
+                while cut > start && bytes[cut] & 0xc0 == 0x80 {
+                    cut -= 1;
+                }
+                while cut > start && matches!(bytes[cut - 1], b'\r' | b'\n') {
+                    cut -= 1;
+                }
+                cuts.push(cut..end);
+            }
+        }
+    };
+    let mut line = 0;
+    while line < bytes.len() {
+        let next = memchr::memchr(b'\n', &bytes[line..]).map_or(bytes.len(), |i| line + i + 1);
+        let mut end = next;
+        while end > line && matches!(bytes[end - 1], b'\r' | b'\n') {
+            end -= 1;
+        }
+        if matches!(bytes[line], b' ' | b'\t') && field.is_some() {
+            field = field.map(|(start, _)| (start, end));
+        } else if is_field_start(&bytes[line..end]) {
+            close(field.take(), &mut cuts);
+            field = Some((line, end));
+        } else {
+            break;
+        }
+        line = next;
+    }
+    close(field, &mut cuts);
+    cuts
+}
+
+/// A header field's first line: a field name (printable ASCII but the colon), maybe spaces,
+/// then a colon.
+fn is_field_start(line: &[u8]) -> bool {
+    let name = line
+        .iter()
+        .take_while(|&&b| (33..=126).contains(&b) && b != b':')
+        .count();
+    let colon = name
+        + line[name..]
+            .iter()
+            .take_while(|&&b| matches!(b, b' ' | b'\t'))
+            .count();
+    name > 0 && line.get(colon) == Some(&b':')
 }
 
 /// Parses prepared input under `limits`. Never panics, never fails.
@@ -1028,6 +1108,60 @@ mod tests {
         let small = parse_str("Subject: x\nX-A: 1\nX-A: 2\n\nbody\n");
         assert!(!small.anomalies.contains(Anomaly::TooManyHeaders));
         assert_eq!(small.mime.unwrap().parts[0].headers.len(), 3);
+    }
+
+    /// A header field over `max_header_bytes` is cut, folded or not, on a character boundary;
+    /// the fields after it, the body and short fields are read as before, and a cut that would
+    /// land just after a fold's line end does not end the header block there.
+    #[test]
+    fn long_header_fields_are_cut() {
+        let limits = Limits {
+            max_header_bytes: 100,
+            ..Limits::default()
+        };
+        let long = "é".repeat(500);
+        let folded: String = (0..40).map(|i| format!(" w{i:02}\r\n")).collect();
+        let raw = format!(
+            "Subject: {long}\r\nX-Folded: start\r\n{folded}From: a@example.com\r\n\
+             To: b@example.org\r\n\r\nBody {long}\r\n"
+        );
+        let m = parse_bytes(raw.as_bytes(), &limits);
+        assert!(m.anomalies.contains(Anomaly::HeaderTruncated));
+        assert_eq!(
+            m.subject.display,
+            "é".repeat(45),
+            "100 bytes less \"Subject: \""
+        );
+        assert!(!m.anomalies.contains(Anomaly::MissingFrom));
+        assert!(!m.anomalies.contains(Anomaly::MissingTo));
+        assert!(m.body.display.ends_with(&format!("{long}\r\n")));
+        let mime = m.mime.as_ref().unwrap();
+        let folded = mime.header_raw("X-Folded").unwrap();
+        let folded = folded.trim_end();
+        assert!(folded.ends_with(" w13"), "{folded:?}");
+        assert!("X-Folded:".len() + folded.len() <= 100, "{folded:?}");
+        // Every cut point of a folded field (some land on a line end) keeps the block whole.
+        for max in 20..80 {
+            let limits = Limits {
+                max_header_bytes: max,
+                ..Limits::default()
+            };
+            let raw = "X-F: a\r\n b\r\n\tc\r\n d\r\n e\r\n f\r\n g\r\n h\r\n i\r\n j\r\n k\r\n\
+                       From: a@example.com\r\n\r\nbody\r\n";
+            let m = parse_bytes(raw.as_bytes(), &limits);
+            assert!(!m.anomalies.contains(Anomaly::MissingFrom), "{max}");
+            assert_eq!(m.body.normalized, "body", "{max}");
+        }
+        // Short fields are left alone, and the input is still borrowed.
+        let raw = b"Subject: x\r\nFrom: a@example.com\r\n\r\nbody\r\n";
+        let prepared = prepare(raw, &limits);
+        assert!(matches!(prepared.bytes, Cow::Borrowed(_)));
+        assert!(prepared.anomalies.is_empty());
+        // Without headers the text is not a field: nothing is cut.
+        let text = "no header here ".repeat(100);
+        let m = parse_bytes(text.as_bytes(), &limits);
+        assert!(!m.anomalies.contains(Anomaly::HeaderTruncated));
+        assert_eq!(m.body.display.len(), text.len());
     }
 
     #[test]
