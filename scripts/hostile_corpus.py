@@ -112,6 +112,21 @@ def phishing_long_anchor(name):
         + b"\r\n" + crlf(html)
 
 
+@message("anchors_2000_long_text",
+         "2,000 links (`max_html_links`) whose anchor texts look like addresses of 500 "
+         "characters (`x.aaa…a.com/x`) and go elsewhere, and one link whose text is 1 MB of "
+         "words: anchor pairing, and every rule that reads each anchor's text")
+def anchors_2000_long_text(name):
+    out = ["<html><body><p>Your statements:</p>\n"]
+    for i in range(S(2000)):
+        out.append(f"<a href=\"http://t{i % 100}.track.example/c\">x{i % 100}."
+                   + "a" * S(500) + ".com/x</a><br>\n")
+    out.append("<a href=\"http://login.bank-secure.example/\">"
+               + words(S(MB), VOCAB, XorShift(9)) + "</a>\n</body></html>\n")
+    return headers(name, "Statements", content_type="text/html; charset=utf-8") + b"\r\n" \
+        + crlf("".join(out))
+
+
 @message("host_label_10k",
          "a URL host with one 10,000-character label, as text, href and anchor text (URL "
          "scanner, WHATWG parser, IDNA, public suffix lookup, anchor matching)")
@@ -580,6 +595,19 @@ def confusables_1mb(name):
     subject = " ".join(subject_words)
     block = "\n".join(" ".join(body_words[i:i + 12]) for i in range(0, len(body_words), 12))
     return headers(name, subject) + b"\r\n" + crlf(repeat(block, S(MB), "\n") + "\n")
+
+
+@message("confusables_distinct",
+         "20,000 distinct look-alike words (brand names with Cyrillic letters and a number): "
+         "a list of mixed-script words that grew with the text, and its search, made the scan "
+         "quadratic")
+def confusables_distinct(name):
+    rng = XorShift(10)
+    lines = []
+    for i in range(0, S(20_000), 10):
+        lines.append(" ".join(confuse(BRANDS[j % len(BRANDS)], rng) + str(j)
+                              for j in range(i, i + 10)))
+    return headers(name, "Accounts") + b"\r\n" + crlf("\n".join(lines) + "\n")
 
 
 @message("unicode_invisibles",
