@@ -42,8 +42,8 @@ pub struct Limits {
     /// Bytes of one field of the message's header block (name, value and folds) that are read;
     /// the rest of the field is dropped before parsing (`header_truncated`), as Postfix's
     /// `header_size_limit` (the same default) drops it. Rules read header values whole, so a
-    /// field as long as the message (a 20 MB Subject) would otherwise cost each of them
-    /// its budget.
+    /// field as long as the message (a 20 MB Subject) would otherwise cost each of them its
+    /// budget.
     pub max_header_bytes: usize,
     /// Header fields read in one header block (the message's, a part's, an attached
     /// message's): past it only the last field of each name mail-parser knows (Subject,
@@ -156,9 +156,10 @@ static PARSER: LazyLock<MessageParser> = LazyLock::new(|| {
 });
 
 /// Raw input made ready for parsing: cut at `max_message_bytes`, without an mbox separator
-/// line, with CRLF line ends, and each field of the header block cut at `max_header_bytes`. mail-parser is at home in the SMTP wire form; with bare LF its
-/// date parser swallows the line end after a short obsolete zone ("UT") and reads the body as
-/// headers. Borrows the input when it needs no change (CRLF mail, as MTAs deliver it).
+/// line, with CRLF line ends, and each field of the header block cut at `max_header_bytes`.
+/// mail-parser is at home in the SMTP wire form; with bare LF its date parser swallows the line
+/// end after a short obsolete zone ("UT") and reads the body as headers. Borrows the input when
+/// it needs no change (CRLF mail, as MTAs deliver it).
 #[derive(Debug)]
 pub struct Prepared<'a> {
     bytes: Cow<'a, [u8]>,
@@ -229,14 +230,16 @@ pub fn prepare<'a>(input: &'a [u8], limits: &Limits) -> Prepared<'a> {
 /// The excess of each field of the header block longer than `max` bytes (CRLF input): from
 /// the cut to the end of the field's last line, its final CRLF kept. The cut falls on a
 /// character boundary and never just after a line end, so the kept part cannot end the header
-/// block early. The block ends at the first line that is neither a field (a name, a colon) nor
-/// the fold of one: a message without headers keeps all its text.
+/// block early (a cut at the field's start drops it with its line end). The block ends at the
+/// first line that is neither a field (a name, a colon) nor the fold of one: a message without
+/// headers keeps all its text.
 fn long_header_fields(bytes: &[u8], max: usize) -> Vec<std::ops::Range<usize>> {
     let mut cuts = Vec::new();
-    // (start of the current field, end of its last line before the CRLF)
-    let mut field: Option<(usize, usize)> = None;
-    let close = |field: Option<(usize, usize)>, cuts: &mut Vec<_>| {
-        if let Some((start, end)) = field {
+    // (start of the current field, end of its last line before the line end, start of the
+    // line after it)
+    let mut field: Option<(usize, usize, usize)> = None;
+    let close = |field: Option<(usize, usize, usize)>, cuts: &mut Vec<_>| {
+        if let Some((start, end, next)) = field {
             if end - start > max {
                 let mut cut = start + max;
                 while cut > start && bytes[cut] & 0xc0 == 0x80 {
@@ -245,7 +248,7 @@ fn long_header_fields(bytes: &[u8], max: usize) -> Vec<std::ops::Range<usize>> {
                 while cut > start && matches!(bytes[cut - 1], b'\r' | b'\n') {
                     cut -= 1;
                 }
-                cuts.push(cut..end);
+                cuts.push(if cut == start { start..next } else { cut..end });
             }
         }
     };
@@ -257,10 +260,10 @@ fn long_header_fields(bytes: &[u8], max: usize) -> Vec<std::ops::Range<usize>> {
             end -= 1;
         }
         if matches!(bytes[line], b' ' | b'\t') && field.is_some() {
-            field = field.map(|(start, _)| (start, end));
+            field = field.map(|(start, _, _)| (start, end, next));
         } else if is_field_start(&bytes[line..end]) {
             close(field.take(), &mut cuts);
-            field = Some((line, end));
+            field = Some((line, end, next));
         } else {
             break;
         }
@@ -1151,6 +1154,31 @@ mod tests {
             let m = parse_bytes(raw.as_bytes(), &limits);
             assert!(!m.anomalies.contains(Anomaly::MissingFrom), "{max}");
             assert_eq!(m.body.normalized, "body", "{max}");
+        }
+        // A cut at a field's start (only a limit of 0 makes one) drops the field with its line
+        // end, not leaving a blank line that would end the block and turn the rest into body.
+        let zero = Limits {
+            max_header_bytes: 0,
+            ..Limits::default()
+        };
+        let prepared = prepare(b"X-A: 1\r\nX-B: 2\r\n\r\nbody\r\n", &zero);
+        assert_eq!(prepared.bytes(), b"\r\nbody\r\n");
+        // Random header-like input under small limits: no panic, and only header bytes go.
+        let pieces = [
+            "X-A: ", "Subject:", "é", "\r\n", "\n", " ", "\t", "a", ":", "\r\n\r\n", "=?x?=",
+        ];
+        let mut x: u64 = 0x51_7CC1_B727_220A;
+        for round in 0..5_000u64 {
+            let n = 1 + xorshift(&mut x) % 30;
+            let text = crate::testing::pick(&mut x, &pieces, n);
+            let limits = Limits {
+                max_header_bytes: (round % 24) as usize,
+                ..Limits::default()
+            };
+            let whole = prepare(text.as_bytes(), &Limits::default());
+            let cut = prepare(text.as_bytes(), &limits);
+            assert!(cut.bytes().len() <= whole.bytes().len(), "{text:?}");
+            parse(&cut, &limits);
         }
         // Short fields are left alone, and the input is still borrowed.
         let raw = b"Subject: x\r\nFrom: a@example.com\r\n\r\nbody\r\n";

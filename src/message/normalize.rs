@@ -16,11 +16,11 @@
 //! The work goes token by token (split at ASCII whitespace): ASCII tokens, most of any mail, are
 //! only lower-cased; the Unicode steps are paid for only by the tokens that need them.
 
+use std::sync::LazyLock;
+
 use caseless::Caseless;
 use rustc_hash::FxHashSet;
-use std::sync::LazyLock;
 use unicode_normalization::{is_nfkc_quick, IsNormalized, UnicodeNormalization};
-
 use unicode_security::mixed_script::AugmentedScriptSet;
 
 /// Most mixed-script words listed for a message (`ParsedMessage::mixed_script_words`, the
@@ -303,11 +303,10 @@ impl Normalizer<'_> {
     }
 }
 
-/// What normalizing needs to know of a non-ASCII character. Each fact is a search of a
-/// Unicode table (case folding, the script sets, the UTS #39 prototype through two NFD passes,
-/// the alphabetic property),
-/// together ~150 ns a character, and a text of look-alike words or of a non-Latin script asks
-/// about the same few dozen characters over and over: `Facts` keeps them.
+/// What normalizing needs to know of a non-ASCII character. Each fact is a search of a Unicode
+/// table (case folding, the script sets, the UTS #39 prototype through two NFD passes, the
+/// alphabetic property), together ~150 ns a character, and a text of look-alike words or of a
+/// non-Latin script asks about the same few dozen characters over and over: `Facts` keeps them.
 #[derive(Clone, Copy)]
 struct CharFacts {
     /// The character these are the facts of; `'\0'` in an empty slot (ASCII is never asked).
