@@ -42,6 +42,8 @@ pub enum Anomaly {
     MixedScript,
     /// The message exceeded `max_message_bytes`.
     MessageTruncated,
+    /// A header field exceeded `max_header_bytes`; the rest of it was not read.
+    HeaderTruncated,
     /// The message exceeded `max_parts`.
     TooManyParts,
     /// Multiparts or attached messages nested beyond `max_depth`.
@@ -50,6 +52,9 @@ pub enum Anomaly {
     TextTruncated,
     /// More HTML links than `max_html_links`, or more URLs than the entity limit.
     TooManyLinks,
+    /// A header block with more fields than `max_headers`; the rest were not read (but the last
+    /// of each field name the parser knows).
+    TooManyHeaders,
     /// The MIME parser panicked (a bug in it); the message was scanned as text.
     ParserPanic,
 }
@@ -79,10 +84,12 @@ impl Anomaly {
             Anomaly::InvalidUtf8 => "invalid_utf8",
             Anomaly::MixedScript => "mixed_script",
             Anomaly::MessageTruncated => "message_truncated",
+            Anomaly::HeaderTruncated => "header_truncated",
             Anomaly::TooManyParts => "too_many_parts",
             Anomaly::TooDeep => "too_deep",
             Anomaly::TextTruncated => "text_truncated",
             Anomaly::TooManyLinks => "too_many_links",
+            Anomaly::TooManyHeaders => "too_many_headers",
             Anomaly::ParserPanic => "parser_panic",
         }
     }

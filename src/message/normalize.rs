@@ -16,9 +16,19 @@
 //! The work goes token by token (split at ASCII whitespace): ASCII tokens, most of any mail, are
 //! only lower-cased; the Unicode steps are paid for only by the tokens that need them.
 
+use std::sync::LazyLock;
+
 use caseless::Caseless;
+use rustc_hash::FxHashSet;
 use unicode_normalization::{is_nfkc_quick, IsNormalized, UnicodeNormalization};
 use unicode_security::mixed_script::AugmentedScriptSet;
+
+/// Most mixed-script words listed for a message (`ParsedMessage::mixed_script_words`, the
+/// subject's and the body's together): rules count them and quote a few, while a list that grew
+/// with the text would make the report, and every rule that walks it, as long as the sender
+/// likes (a megabyte of look-alike words is ~80,000 of them). The words past it are still
+/// folded; they are only not listed.
+pub const MAX_MIXED_WORDS: usize = 64;
 
 /// Display text and its normalized matching form.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,12 +56,27 @@ pub fn normalize(input: &str) -> String {
     normalize_into(input, &mut ignored)
 }
 
-/// Normalizes `input`, appending each distinct mixed-script word (case-folded) to `mixed`.
+/// Normalizes `input`, appending each distinct mixed-script word (case-folded) to `mixed`
+/// while it holds fewer than `MAX_MIXED_WORDS`.
 pub fn normalize_into(input: &str, mixed: &mut Vec<String>) -> String {
+    let mut out = None;
+    // (the thread's cache is in use only if this were re-entered, or gone at thread exit:
+    // then the facts are looked up without it)
+    let _ = FACTS.try_with(|cell| {
+        if let Ok(mut facts) = cell.try_borrow_mut() {
+            out = Some(normalize_with(input, mixed, &mut facts));
+        }
+    });
+    out.unwrap_or_else(|| normalize_with(input, mixed, &mut Facts::uncached()))
+}
+
+fn normalize_with(input: &str, mixed: &mut Vec<String>, facts: &mut Facts) -> String {
     let mut n = Normalizer {
         out: String::with_capacity(input.len()),
         pending_space: false,
         scratch: String::new(),
+        listed: mixed.iter().map(|w| word_key(w)).collect(),
+        facts,
     };
     // One pass over the bytes: tokens end at ASCII whitespace. A run of tokens of printable
     // ASCII separated by single spaces is already in normal form (but for case) and is copied
@@ -180,15 +205,25 @@ static CLASS: [u8; 256] = {
     table
 };
 
-struct Normalizer {
+struct Normalizer<'f> {
     out: String,
     /// A separator was seen: one space goes before the next visible character.
     pending_space: bool,
     /// Reused buffer for the folded form of a Unicode token.
     scratch: String,
+    /// `word_key` of each word in the mixed-script list: a search of the list for every word
+    /// made a text of distinct look-alike words quadratic.
+    listed: FxHashSet<u64>,
+    facts: &'f mut Facts,
 }
 
-impl Normalizer {
+/// The dedupe key of a mixed-script word (64-bit: a collision is astronomically unlikely, and
+/// would only leave a word out of the list).
+fn word_key(word: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(word.as_bytes())
+}
+
+impl Normalizer<'_> {
     fn separate(&mut self) {
         if self.pending_space && !self.out.is_empty() {
             self.out.push(' ');
@@ -213,13 +248,18 @@ impl Normalizer {
         folded.clear();
         let visible = token.chars().filter(|&c| !is_invisible(c));
         if is_nfkc_quick(visible.clone()) == IsNormalized::Yes {
-            folded.extend(visible.default_case_fold());
+            push_case_folded(visible, &mut folded, self.facts);
         } else {
-            folded.extend(visible.nfkc().default_case_fold());
+            push_case_folded(visible.nfkc(), &mut folded, self.facts);
         }
         let mut word_start = None;
         for (i, c) in folded.char_indices() {
-            if c.is_alphanumeric() || is_combining(c) {
+            let in_word = if c.is_ascii() {
+                c.is_ascii_alphanumeric()
+            } else {
+                self.facts.of(c).in_word
+            };
+            if in_word {
                 word_start.get_or_insert(i);
                 continue;
             }
@@ -247,34 +287,192 @@ impl Normalizer {
             self.out.push_str(word);
             return;
         }
-        let scripts = AugmentedScriptSet::for_str(word);
+        let scripts = script_set(word, self.facts);
         let single_script = !scripts.is_empty();
         if single_script && !scripts.base.contains_script(unicode_script::Script::Latin) {
             // Wholly one non-Latin script (or only common characters): ordinary foreign text.
             self.out.push_str(word);
             return;
         }
-        if !single_script && !mixed.iter().any(|w| w == word) {
+        if !single_script && mixed.len() < MAX_MIXED_WORDS && self.listed.insert(word_key(word)) {
             mixed.push(word.to_string());
         }
         for c in word.chars() {
-            push_folded(c, &mut self.out);
+            push_folded(c, &mut self.out, self.facts);
         }
     }
 }
 
-/// Appends the ASCII prototype of a look-alike character, or the character itself.
-fn push_folded(c: char, out: &mut String) {
+/// What normalizing needs to know of a non-ASCII character. Each fact is a search of a Unicode
+/// table (case folding, the script sets, the UTS #39 prototype through two NFD passes, the
+/// alphabetic property), together ~150 ns a character, and a text of look-alike words or of a
+/// non-Latin script asks about the same few dozen characters over and over: `Facts` keeps them.
+#[derive(Clone, Copy)]
+struct CharFacts {
+    /// The character these are the facts of; `'\0'` in an empty slot (ASCII is never asked).
+    c: char,
+    /// Full case folding (one to three characters, `'\0'`-padded).
+    case: [char; 3],
+    /// `AugmentedScriptSet::for_char`.
+    scripts: AugmentedScriptSet,
+    /// It continues a word: alphanumeric or combining.
+    in_word: bool,
+    /// The look-alike prototype in lower-case ASCII, when it is all letters and digits; its
+    /// length is `proto_len`: 0 when the character stands for itself, `LONG_PROTO` when the
+    /// prototype does not fit (then it is computed at each use; none is longer than four
+    /// letters in the current tables, "㏉" → "kcal").
+    proto: [u8; 4],
+    proto_len: u8,
+}
+
+const LONG_PROTO: u8 = u8::MAX;
+
+impl CharFacts {
+    fn empty() -> CharFacts {
+        CharFacts {
+            c: '\0',
+            case: ['\0'; 3],
+            scripts: AugmentedScriptSet::default(),
+            in_word: false,
+            proto: [0; 4],
+            proto_len: 0,
+        }
+    }
+
+    fn of(c: char) -> CharFacts {
+        let mut facts = CharFacts {
+            c,
+            scripts: AugmentedScriptSet::for_char(c),
+            in_word: c.is_alphanumeric() || is_combining(c),
+            ..CharFacts::empty()
+        };
+        for (slot, f) in facts
+            .case
+            .iter_mut()
+            .zip(std::iter::once(c).default_case_fold())
+        {
+            *slot = f;
+        }
+        let mut buf = [0u8; 4];
+        let mut len = 0;
+        for p in unicode_security::skeleton(c.encode_utf8(&mut buf)) {
+            if !p.is_ascii_alphanumeric() {
+                len = 0;
+                break;
+            }
+            if len == facts.proto.len() {
+                len = usize::from(LONG_PROTO);
+                break;
+            }
+            facts.proto[len] = p.to_ascii_lowercase() as u8;
+            len += 1;
+        }
+        facts.proto_len = len as u8;
+        facts
+    }
+}
+
+/// A direct-mapped cache of `CharFacts`, one per thread (the facts of a character never
+/// change). 1,024 slots by the character's low bits: Latin-1, Greek and Cyrillic, the usual
+/// look-alike alphabets, do not evict one another.
+struct Facts {
+    slots: Vec<CharFacts>,
+    /// Where an uncached lookup puts its answer.
+    spare: CharFacts,
+}
+
+const FACT_SLOTS: usize = 1024;
+
+thread_local! {
+    static FACTS: std::cell::RefCell<Facts> = std::cell::RefCell::new(Facts::new());
+}
+
+impl Facts {
+    fn new() -> Facts {
+        Facts {
+            slots: vec![CharFacts::empty(); FACT_SLOTS],
+            spare: CharFacts::empty(),
+        }
+    }
+
+    fn uncached() -> Facts {
+        Facts {
+            slots: Vec::new(),
+            spare: CharFacts::empty(),
+        }
+    }
+
+    /// The facts of non-ASCII `c`.
+    fn of(&mut self, c: char) -> &CharFacts {
+        match self.slots.get_mut(c as usize % FACT_SLOTS) {
+            Some(slot) => {
+                if slot.c != c {
+                    *slot = CharFacts::of(c);
+                }
+                slot
+            }
+            None => {
+                self.spare = CharFacts::of(c);
+                &self.spare
+            }
+        }
+    }
+}
+
+/// Full case folding (`default_case_fold`) of `chars` onto `out`: each character maps on its
+/// own, ASCII only from upper to lower case, the rest by its facts.
+fn push_case_folded(chars: impl Iterator<Item = char>, out: &mut String, facts: &mut Facts) {
+    for c in chars {
+        if c.is_ascii() {
+            out.push(c.to_ascii_lowercase());
+        } else {
+            (facts.of(c).case.iter())
+                .take_while(|&&f| f != '\0')
+                .for_each(|&f| out.push(f));
+        }
+    }
+}
+
+/// `AugmentedScriptSet::for_str(word)`, the ASCII characters' sets from a table and the rest
+/// from their facts.
+fn script_set(word: &str, facts: &mut Facts) -> AugmentedScriptSet {
+    static ASCII: LazyLock<[AugmentedScriptSet; 128]> =
+        LazyLock::new(|| std::array::from_fn(|b| AugmentedScriptSet::for_char(b as u8 as char)));
+    let mut set = AugmentedScriptSet::default();
+    for c in word.chars() {
+        set.intersect_with(match ASCII.get(c as usize) {
+            Some(&ascii) => ascii,
+            None => facts.of(c).scripts,
+        });
+    }
+    set
+}
+
+/// Appends the ASCII prototype of a look-alike character (lower-cased), or the character
+/// itself when its prototype is not all ASCII letters and digits.
+fn push_folded(c: char, out: &mut String, facts: &mut Facts) {
     if c.is_ascii() {
         out.push(c);
         return;
     }
-    let mut buf = [0u8; 4];
-    let skeleton: String = unicode_security::skeleton(c.encode_utf8(&mut buf)).collect();
-    if !skeleton.is_empty() && skeleton.chars().all(|p| p.is_ascii_alphanumeric()) {
-        out.extend(skeleton.chars().map(|p| p.to_ascii_lowercase()));
-    } else {
-        out.push(c);
+    let f = facts.of(c);
+    match f.proto_len {
+        0 => out.push(c),
+        LONG_PROTO => {
+            let mut buf = [0u8; 4];
+            let mark = out.len();
+            for p in unicode_security::skeleton(c.encode_utf8(&mut buf)) {
+                if !p.is_ascii_alphanumeric() {
+                    out.truncate(mark);
+                    break;
+                }
+                out.push(p.to_ascii_lowercase());
+            }
+            if out.len() == mark {
+                out.push(c);
+            }
+        }
+        n => (f.proto[..usize::from(n)].iter()).for_each(|&b| out.push(char::from(b))),
     }
 }
 
@@ -312,6 +510,34 @@ mod tests {
         let n = normalize_into("Your \u{0420}\u{0430}yPal account", &mut mixed);
         assert_eq!(n, "your paypal account");
         assert_eq!(mixed, vec!["\u{0440}\u{0430}ypal".to_string()]);
+    }
+
+    /// A text of many distinct look-alike words lists each once, the first `MAX_MIXED_WORDS`
+    /// of them, across the subject and the body; every word is still folded.
+    #[test]
+    fn mixed_script_words_are_listed_once_and_at_most_the_cap() {
+        let mut mixed = Vec::new();
+        normalize_into("\u{0420}\u{0430}yPal p\u{0430}ypal", &mut mixed);
+        assert_eq!(mixed, vec!["\u{0440}\u{0430}ypal", "p\u{0430}ypal"]);
+        let words: Vec<String> = (0..10_000).map(|i| format!("p\u{0430}ypal{i}")).collect();
+        let text = format!("{} \u{0420}\u{0430}yPal", words.join(" "));
+        let n = normalize_into(&text, &mut mixed);
+        assert_eq!(mixed.len(), MAX_MIXED_WORDS);
+        assert_eq!(
+            mixed[0], "\u{0440}\u{0430}ypal",
+            "the subject's words stay first"
+        );
+        assert_eq!(mixed[2], "p\u{0430}ypal0");
+        assert_eq!(
+            mixed.iter().collect::<std::collections::HashSet<_>>().len(),
+            MAX_MIXED_WORDS,
+            "no word twice"
+        );
+        assert!(n.starts_with("paypal0 paypal1 "), "{}", &n[..40]);
+        assert!(
+            n.ends_with(" paypal9999 paypal"),
+            "words past the cap are folded too"
+        );
     }
 
     #[test]
@@ -352,6 +578,8 @@ mod tests {
             out: String::new(),
             pending_space: false,
             scratch: String::new(),
+            listed: FxHashSet::default(),
+            facts: &mut Facts::uncached(),
         };
         let mut mixed = Vec::new();
         for token in input.split([' ', '\t', '\n', '\r', '\x0c']) {
@@ -406,6 +634,90 @@ mod tests {
                         .fold(0u64, |m, (k, _)| m | 0x80 << (8 * k));
                     assert_eq!(space_bytes(x), expect_spaces, "{chunk:?}");
                 }
+            }
+        }
+    }
+
+    /// The script sets, case folding, word characters and look-alike folding, from the ASCII
+    /// shortcuts and the facts' cache (and without it), agree with the library's own functions, on words of ASCII mixed with look-alikes and other scripts.
+    #[test]
+    fn script_sets_and_folds_match_the_library() {
+        // U+0830 and U+0C30 share U+0430's cache slot (and U+0430 U+0830's).
+        let pieces = [
+            "a",
+            "Z",
+            "7",
+            "-",
+            "\u{0430}",
+            "\u{0440}",
+            "\u{03bf}",
+            "\u{0456}",
+            "é",
+            "ß",
+            "ﬁ",
+            "\u{3042}",
+            "\u{4e2d}",
+            "\u{ac00}",
+            "\u{0301}",
+            "\u{0661}",
+            "ℓ",
+            "\u{1d41a}",
+            "\u{ff21}",
+            "\u{0830}",
+            "\u{0c30}",
+            "İ",
+            "ǅ",
+            "㎒",
+            "㏉",
+            "\u{1e9e}",
+            "\u{0130}\u{0307}",
+        ];
+        let mut cached = Facts::new();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for round in 0..20_000 {
+            let facts = if round % 2 == 0 {
+                &mut cached
+            } else {
+                &mut Facts::uncached()
+            };
+            let n = x % 8;
+            let word = pick(&mut x, &pieces, n);
+            xorshift(&mut x);
+            assert_eq!(
+                script_set(&word, facts),
+                AugmentedScriptSet::for_str(&word),
+                "{word:?}"
+            );
+            for c in word.chars().filter(|c| !c.is_ascii()) {
+                assert_eq!(
+                    facts.of(c).in_word,
+                    c.is_alphanumeric() || is_combining(c),
+                    "{c:?}"
+                );
+            }
+            let mut folded = String::new();
+            push_case_folded(word.chars(), &mut folded, facts);
+            assert_eq!(
+                folded,
+                word.chars().default_case_fold().collect::<String>(),
+                "{word:?}"
+            );
+            for c in word.chars() {
+                let mut buf = [0u8; 4];
+                let skeleton: String =
+                    unicode_security::skeleton(c.encode_utf8(&mut buf)).collect();
+                let expect = if c.is_ascii() {
+                    c.to_string()
+                } else if !skeleton.is_empty()
+                    && skeleton.chars().all(|p| p.is_ascii_alphanumeric())
+                {
+                    skeleton.to_ascii_lowercase()
+                } else {
+                    c.to_string()
+                };
+                let mut out = String::from("x");
+                push_folded(c, &mut out, facts);
+                assert_eq!(out, format!("x{expect}"), "{c:?}");
             }
         }
     }

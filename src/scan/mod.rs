@@ -70,6 +70,8 @@ impl ScanSettings {
             ("limits.max_parts", l.max_parts),
             ("limits.max_depth", l.max_depth),
             ("limits.max_text_bytes", l.max_text_bytes),
+            ("limits.max_header_bytes", l.max_header_bytes),
+            ("limits.max_headers", l.max_headers),
         ] {
             if value == 0 {
                 return Err(SettingsError::Zero(name));
