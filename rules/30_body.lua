@@ -233,6 +233,9 @@ local function text_is_address(t)
   -- A bare host name, maybe with a slash: a label, a dot, and more ending in two letters.
   -- Checked in linear steps: as one pattern ("^%s*[%w%-]+%.[%w%-%.]*%a%a+/?%s*$") the
   -- matcher backtracks quadratically over a long run of letters in a sender's anchor text.
+  -- A host name has at most 253 characters: longer text is none, and a message of thousands
+  -- of long anchors costs no more than one of short ones.
+  if #t > 300 then return nil end
   local host = match(t, "^%s*([%w%-%.]+)/?%s*$")
   if not host then return nil end
   local _, dot = find(host, "^[%w%-]+%.")
