@@ -13,12 +13,10 @@ mod daemon;
 #[path = "common/redis.rs"]
 mod redis;
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, TcpStream};
+use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use daemon::{free_port, wait_until, Daemon, Options};
 use redis::Node;
@@ -412,28 +410,15 @@ fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String) {
-    let mut s = TcpStream::connect((ip, port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!(
-        "{line} HTTP/1.1\r\nHost: {ip}:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let _ = s.write_all(body);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let head = text.split("\r\n\r\n").next().unwrap_or("").to_string();
-    (status, head)
+    let host = format!("{ip}:{port}");
+    let r = daemon::http_to(ip, port, &host, line, headers, body).unwrap();
+    let head = r
+        .headers
+        .iter()
+        .map(|(n, v)| format!("{n}: {v}"))
+        .collect::<Vec<_>>()
+        .join("\r\n");
+    (r.status, head)
 }
 
 #[test]

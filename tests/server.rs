@@ -745,26 +745,9 @@ fn status_with_host(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> u16 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect((ip, port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!(
-        "{line} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let _ = s.write_all(body);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out)
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    daemon::http_to(ip, port, host, line, headers, body)
+        .unwrap()
+        .status
 }
 
 #[test]

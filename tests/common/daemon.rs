@@ -231,10 +231,31 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> std::io::Result<HttpReply> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    let lo = std::net::IpAddr::from([127, 0, 0, 1]);
+    http_to(
+        lo,
+        port,
+        "127.0.0.1",
+        &format!("{method} {path}"),
+        headers,
+        body,
+    )
+}
+
+/// One request on a fresh connection to `ip:port`, naming the daemon `host` in its Host
+/// header; `line` is the method and the path (`GET /history`).
+pub fn http_to(
+    ip: std::net::IpAddr,
+    port: u16,
+    host: &str,
+    line: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpReply> {
+    let mut s = TcpStream::connect((ip, port))?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{line} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (n, v) in headers {
