@@ -438,32 +438,17 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
 /// page whose own name resolves to 127.0.0.1). Clients that are not browsers send no Origin.
 fn admin_allowed(req: &Request<Incoming>, daemon: &Daemon, local: bool) -> bool {
     let headers = req.headers();
-    if !super::ui::origin_ok(headers) {
-        return false;
-    }
-    let password = daemon.config.http.password();
-    let by_password = !local
-        || password.is_some_and(|p| {
-            headers
-                .get("password")
-                .is_some_and(|v| crate::secrets::secret_eq(v.as_bytes(), p.as_bytes()))
-        });
-    if !by_password && !super::ui::loopback_host(headers) {
-        return false;
-    }
-    trusted(headers, password, local)
+    super::ui::origin_ok(headers) && trusted(headers, daemon.config.http.password(), local)
 }
 
+/// The password sent, or a loopback client naming the daemon by a loopback address.
 fn trusted(headers: &hyper::HeaderMap, password: Option<&str>, local: bool) -> bool {
-    if local {
-        return true;
-    }
-    match password {
-        Some(password) => headers
+    let sent = password.is_some_and(|p| {
+        headers
             .get("password")
-            .is_some_and(|v| crate::secrets::secret_eq(v.as_bytes(), password.as_bytes())),
-        None => false,
-    }
+            .is_some_and(|v| crate::secrets::secret_eq(v.as_bytes(), p.as_bytes()))
+    });
+    sent || (local && super::ui::loopback_host(headers))
 }
 
 /// The coding a client declares for its body (`rspamc -z` sends `Compression: zstd`; others

@@ -79,17 +79,21 @@ pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// An operation a fault may fail (in test builds; every one succeeds otherwise).
+#[cfg_attr(not(test), allow(dead_code))]
+enum Op {
+    Sync,
+    Rename,
+    Create,
+    Remove,
+    Truncate,
+}
+
 #[cfg(not(test))]
 mod faults {
     use std::path::Path;
 
-    pub(super) enum Op {
-        Sync,
-        Rename,
-        Create,
-        Remove,
-        Truncate,
-    }
+    pub(super) use super::Op;
 
     #[inline]
     pub(super) fn check(_: &Path, _: Op) -> std::io::Result<()> {
@@ -109,6 +113,8 @@ pub(crate) use faults::{inject, Fault};
 mod faults {
     use std::path::{Path, PathBuf};
 
+    pub(super) use super::Op;
+
     use parking_lot::Mutex;
 
     /// How the operations under a directory fail.
@@ -122,14 +128,6 @@ mod faults {
         Rename,
         /// Writes, new files, renames, removals and truncations fail with EROFS.
         ReadOnly,
-    }
-
-    pub(super) enum Op {
-        Sync,
-        Rename,
-        Create,
-        Remove,
-        Truncate,
     }
 
     static FAULTS: Mutex<Vec<(PathBuf, Fault)>> = Mutex::new(Vec::new());

@@ -92,6 +92,16 @@ fn kill(d: Durable) {
     std::mem::forget(d);
 }
 
+/// Kills `d` without a snapshot or flush and opens its directory again: the counts of the
+/// first 50 keys must be what `d` had. The recovery, for the caller's further checks.
+fn kill_and_reopen(d: Durable, dir: &Path, clock: &Arc<ManualClock>) -> Recovery {
+    let before = load(&d, 50);
+    kill(d);
+    let (d, recovery) = open(dir, clock, false).unwrap();
+    assert_eq!(load(&d, 50), before);
+    recovery
+}
+
 #[test]
 fn committed_increments_are_in_the_file_without_a_flush_or_drop() {
     let dir = tempfile::tempdir().unwrap();
@@ -390,10 +400,7 @@ fn after_a_failed_fsync_nothing_is_acknowledged_until_a_snapshot() {
     );
     write_some(&d, &clock, 10);
     d.committer().commit().unwrap();
-    let before = load(&d, 50);
-    kill(d);
-    let (d, _) = open(dir.path(), &clock, false).unwrap();
-    assert_eq!(load(&d, 50), before);
+    kill_and_reopen(d, dir.path(), &clock);
 }
 
 #[test]
@@ -426,11 +433,8 @@ fn a_failed_rename_keeps_the_old_snapshot_and_leaves_no_temporary_file() {
     let second = d.snapshot().unwrap();
     assert_eq!(health.degraded(), None);
     assert!(!first.exists(), "the new snapshot replaced it");
-    let before = load(&d, 50);
-    kill(d);
-    let (d, recovery) = open(dir.path(), &clock, false).unwrap();
+    let recovery = kill_and_reopen(d, dir.path(), &clock);
     assert_eq!(recovery.snapshot, Some(second));
-    assert_eq!(load(&d, 50), before);
 }
 
 #[test]
@@ -460,10 +464,7 @@ fn a_read_only_directory_refuses_commits_and_loses_nothing_once_writable() {
     assert_eq!(health.degraded(), None);
     write_some(&d, &clock, 10);
     d.committer().commit().unwrap();
-    let before = load(&d, 50);
-    kill(d);
-    let (d, _) = open(dir.path(), &clock, false).unwrap();
-    assert_eq!(load(&d, 50), before);
+    kill_and_reopen(d, dir.path(), &clock);
 }
 
 #[test]
@@ -482,11 +483,8 @@ fn a_write_cut_short_is_completed_before_the_records_after_it() {
     drop(fault);
     write_some(&d, &clock, 20);
     d.committer().commit().unwrap();
-    let before = load(&d, 50);
-    kill(d);
-    let (d, recovery) = open(dir.path(), &clock, false).unwrap();
+    let recovery = kill_and_reopen(d, dir.path(), &clock);
     assert!(!recovery.truncated_tail, "no torn record: {recovery:?}");
-    assert_eq!(load(&d, 50), before);
 }
 
 #[test]
@@ -518,11 +516,8 @@ fn records_given_up_past_the_bound_are_made_up_for_by_a_snapshot() {
     assert_eq!(d.health().degraded(), None);
     write_some(&d, &clock, 5);
     d.committer().commit().unwrap();
-    let before = load(&d, 50);
-    kill(d);
-    let (d, recovery) = open(dir.path(), &clock, false).unwrap();
+    let recovery = kill_and_reopen(d, dir.path(), &clock);
     assert!(!recovery.truncated_tail, "{recovery:?}");
-    assert_eq!(load(&d, 50), before);
 }
 
 #[test]
