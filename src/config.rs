@@ -20,6 +20,7 @@ use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::message::Limits;
 use crate::scan::{ScanSettings, TrafficConfig};
 use crate::secrets::{redact, redact_all, MASK};
+use crate::server::access::AccessConfig;
 use crate::server::http::HttpConfig;
 use crate::server::milter::MilterConfig;
 use crate::server::spamd::SpamdConfig;
@@ -51,6 +52,8 @@ pub struct Config {
     pub milter: MilterConfig,
     /// The spamd-protocol listener (SpamAssassin's spamc), off by default.
     pub spamd: SpamdConfig,
+    /// Who may do what: admin and read-only networks, trusted proxies, password hashes.
+    pub access: AccessConfig,
     /// The online classifier: table size, FTRL parameters, cold start, autolearn.
     pub classifier: ClassifierConfig,
     /// DNS for the network checks: resolvers, timeouts, cache, the per-message budget.
@@ -124,9 +127,14 @@ impl Config {
     /// URL's password masked, so that the output can go into a ticket or a log.
     pub fn redacted(&self) -> Config {
         let mut c = self.clone();
-        for password in [&mut c.http.password, &mut c.store.redis.password]
-            .into_iter()
-            .flatten()
+        for password in [
+            &mut c.http.password,
+            &mut c.store.redis.password,
+            &mut c.access.password_hash,
+            &mut c.access.read_password_hash,
+        ]
+        .into_iter()
+        .flatten()
         {
             *password = MASK.to_string();
         }
@@ -165,6 +173,9 @@ impl Config {
             self.limits.max_message_bytes,
         )
         .map_err(ConfigError::Server)?;
+        self.access
+            .validate()
+            .map_err(|e| ConfigError::Server(e.into()))?;
         self.dns.validate().map_err(ConfigError::Dns)?;
         crate::dnsbl::resolve_all(&self.dnsbl).map_err(ConfigError::Dnsbl)?;
         self.auth.validate().map_err(ConfigError::Auth)?;

@@ -383,14 +383,24 @@ fn over_http(
     // The workers count under a lock held for an increment: on a small machine a thread
     // waiting on a channel would take a core from them.
     let tally = Mutex::new(tally);
+    // The first refusal for want of the right password: every other message would get it
+    // too, and each wrong try makes the daemon wait longer before it checks the next.
+    let unauthorized: Mutex<Option<String>> = Mutex::new(None);
     std::thread::scope(|s| -> Result<(), LearnError> {
         for i in 0..HTTP_IN_FLIGHT.min(jobs.len()) {
-            let (tally, next, agent) = (&tally, &next, &agent);
+            let (tally, next, agent, unauthorized) = (&tally, &next, &agent, &unauthorized);
             std::thread::Builder::new()
                 .name(format!("shrike-learn-{i}"))
                 .spawn_scoped(s, move || {
                     while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        let outcome = post(agent, base, password, job);
+                        let first = unauthorized.lock().clone();
+                        let outcome = match first {
+                            Some(why) => Outcome::Refused {
+                                name: job.item.name.clone(),
+                                why: format!("not sent: {why}"),
+                            },
+                            None => post(agent, base, password, job, unauthorized),
+                        };
                         (tally.lock())(outcome);
                     }
                 })
@@ -401,7 +411,13 @@ fn over_http(
 }
 
 /// One message to `/learnspam` or `/learnham`.
-fn post(agent: &ureq::Agent, base: &str, password: Option<&str>, job: &Job) -> Outcome {
+fn post(
+    agent: &ureq::Agent,
+    base: &str,
+    password: Option<&str>,
+    job: &Job,
+    unauthorized: &Mutex<Option<String>>,
+) -> Outcome {
     let name = job.item.name.clone();
     let raw = match job.item.raw() {
         Ok(raw) => raw,
@@ -416,19 +432,38 @@ fn post(agent: &ureq::Agent, base: &str, password: Option<&str>, job: &Job) -> O
         Class::Spam => "learnspam",
         Class::Ham => "learnham",
     };
-    let mut request = agent.post(format!("{base}/{endpoint}"));
-    if let Some(p) = password {
-        request = request.header("Password", p);
-    }
     let refused = |why: String| Outcome::Refused {
         name: name.clone(),
         why,
     };
-    let mut reply = match request.send(&raw[..]) {
-        Ok(r) => r,
-        Err(e) => return refused(format!("/{endpoint}: {e}")),
+    // A 429 (this client's wrong passwords) says how long to wait: waited out a few times.
+    let mut tries = 0;
+    let (status, mut reply) = loop {
+        // A declared message type: the daemon refuses a state change a browser could send
+        // (text/plain, form types, or none) from a client without the password.
+        let mut request = agent
+            .post(format!("{base}/{endpoint}"))
+            .header("Content-Type", "message/rfc822");
+        if let Some(p) = password {
+            request = request.header("Password", p);
+        }
+        let reply = match request.send(&raw[..]) {
+            Ok(r) => r,
+            Err(e) => return refused(format!("/{endpoint}: {e}")),
+        };
+        let status = reply.status().as_u16();
+        tries += 1;
+        if status != 429 || tries > 4 || unauthorized.lock().is_some() {
+            break (status, reply);
+        }
+        let wait = reply
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+            .unwrap_or(1)
+            .clamp(1, 60);
+        std::thread::sleep(Duration::from_secs(wait));
     };
-    let status = reply.status().as_u16();
     let text = reply
         .body_mut()
         .with_config()
@@ -441,7 +476,11 @@ fn post(agent: &ureq::Agent, base: &str, password: Option<&str>, job: &Job) -> O
             .as_ref()
             .and_then(|j| j.get("error")?.as_str().map(str::to_string))
             .unwrap_or_else(|| text.trim().chars().take(200).collect());
-        return refused(format!("/{endpoint} answered {status}: {why}"));
+        let why = format!("/{endpoint} answered {status}: {why}");
+        if matches!(status, 401 | 403 | 429) {
+            unauthorized.lock().get_or_insert_with(|| why.clone());
+        }
+        return refused(why);
     }
     match json.as_ref().and_then(|j| j.get("duplicate")?.as_bool()) {
         Some(duplicate) => Outcome::Learned {

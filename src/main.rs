@@ -49,6 +49,10 @@ enum Command {
     /// Move reputation counters between a memory data directory and Redis.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Print the Argon2 hash of a password for [access] password_hash or read_password_hash.
+    /// The password is asked on the terminal (twice), or read as the first line of standard
+    /// input: `printf '%s\n' "$PW" | shrike passwd`.
+    Passwd,
 }
 
 #[derive(Subcommand)]
@@ -360,6 +364,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rules(RulesCommand::List { rules, json }) => rules_list(&config, &rules, json),
         Command::History(args) => history(&config, args),
         Command::Store(cmd) => store_transfer(config, cmd),
+        Command::Passwd => passwd(),
         Command::Config(ConfigCommand::Defaults) => {
             print!(
                 "{}",
@@ -375,6 +380,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn passwd() -> anyhow::Result<ExitCode> {
+    let password = if io::stdin().is_terminal() {
+        let first = rpassword::prompt_password("Password: ").context("reading the password")?;
+        let again = rpassword::prompt_password("Again: ").context("reading the password")?;
+        anyhow::ensure!(first == again, "the two passwords differ");
+        first
+    } else {
+        let mut line = String::new();
+        io::stdin()
+            .read_line(&mut line)
+            .context("reading the password from standard input")?;
+        line.trim_end_matches(['\r', '\n']).to_string()
+    };
+    anyhow::ensure!(!password.is_empty(), "the password is empty");
+    let hash = shrike::server::access::hash_password(&password)
+        .map_err(|e| anyhow::anyhow!("hashing the password: {e}"))?;
+    println!("{hash}");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn serve(mut config: Config, args: ServeArgs) -> anyhow::Result<ExitCode> {

@@ -800,16 +800,39 @@ fn admin_requests_a_browser_sends_for_another_site_are_refused() {
             d.http,
             "POST /learnspam",
             &host,
-            &[("Origin", &own)],
+            &[("Origin", &own), ("Content-Type", "message/rfc822")],
             &ham
         ),
         200
     );
     for line in ["GET /history", rep, "POST /reload"] {
         assert_eq!(
-            status_with_host(lo, d.http, line, "localhost", &[], b""),
+            status_with_host(
+                lo,
+                d.http,
+                line,
+                "localhost",
+                &[("Content-Type", "application/json")],
+                b""
+            ),
             200,
             "{line} from loopback"
+        );
+    }
+    // A state change without a type a page of another site cannot send, or a header it cannot
+    // add, is refused even without an Origin (browsers that strip it).
+    for (line, headers) in [
+        ("POST /reload", &[][..]),
+        ("POST /reload", &[("Content-Type", "text/plain")][..]),
+        (
+            "POST /learnspam",
+            &[("Content-Type", "application/x-www-form-urlencoded")][..],
+        ),
+    ] {
+        assert_eq!(
+            status_with_host(lo, d.http, line, "localhost", headers, &ham),
+            403,
+            "{line} {headers:?}"
         );
     }
     // Who mailed whom is not for every client that can reach the port.

@@ -152,7 +152,8 @@ fn access_needs_loopback_a_login_or_the_password_and_posts_need_the_csrf_token()
         "/ui/api/rules",
         "/ui/app.js",
     ] {
-        assert_eq!(raw(ip, port, "GET", path, &[], b"").0, 403, "{path}");
+        // 401: a password could let this client in.
+        assert_eq!(raw(ip, port, "GET", path, &[], b"").0, 401, "{path}");
     }
 
     // A wrong password: back to the form, no cookie; the right one: an HttpOnly,
@@ -181,14 +182,24 @@ fn access_needs_loopback_a_login_or_the_password_and_posts_need_the_csrf_token()
     );
     assert_eq!(status, 403);
     assert_eq!(set_cookie(&head), None);
-    let (status, head, _) = raw(
-        ip,
-        port,
-        "POST",
-        "/ui/login",
-        &[("Content-Type", form)],
-        login.as_bytes(),
-    );
+    // Right after a wrong guess, this client's next try is not even checked; once it has
+    // waited, the right password logs in.
+    let post_login = || {
+        raw(
+            ip,
+            port,
+            "POST",
+            "/ui/login",
+            &[("Content-Type", form)],
+            login.as_bytes(),
+        )
+    };
+    let (status, head, _) = post_login();
+    assert_eq!(status, 303);
+    assert!(head.contains("/ui/login#wait"), "{head}");
+    assert_eq!(set_cookie(&head), None);
+    std::thread::sleep(Duration::from_millis(600));
+    let (status, head, _) = post_login();
     assert_eq!(status, 303);
     let cookie = set_cookie(&head).expect("a session cookie");
     assert!(cookie.contains("HttpOnly"), "{cookie}");
@@ -259,7 +270,7 @@ fn access_needs_loopback_a_login_or_the_password_and_posts_need_the_csrf_token()
             b""
         )
         .0,
-        403
+        401
     );
 
     // Logged out: the cookie no longer opens anything.
@@ -268,7 +279,7 @@ fn access_needs_loopback_a_login_or_the_password_and_posts_need_the_csrf_token()
     assert!(head.contains("Max-Age=0"), "{head}");
     assert_eq!(
         raw(ip, port, "GET", "/ui/api/status", &with_cookie, b"").0,
-        403
+        401
     );
 
     // A loopback client needs no login, unless it names another host (DNS rebinding).
@@ -276,8 +287,9 @@ fn access_needs_loopback_a_login_or_the_password_and_posts_need_the_csrf_token()
     assert_eq!(raw(lo, port, "GET", "/ui/api/status", &[], b"").0, 200);
     let rebound = [("Host", "evil.example:80")];
     assert_eq!(raw(lo, port, "GET", "/ui/api/status", &rebound, b"").0, 403);
-    let (_, _, body) = raw(lo, port, "GET", "/", &rebound, b"");
-    assert!(body.contains("action=\"/ui/login\""));
+    let (status, _, body) = raw(lo, port, "GET", "/", &rebound, b"");
+    assert_eq!(status, 403);
+    assert!(!body.contains("app.js"), "{body}");
 
     // The trial scans counted nothing and recorded nothing.
     assert_eq!(d.metric("shrike_scans_total{action=\"reject\"}"), 0);

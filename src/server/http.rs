@@ -3,12 +3,12 @@
 //! `/reputation`).
 //!
 //! Owns: routing, request limits (body size, header size and count, read timeouts, connection
-//! count), admin access (loopback, or rspamd's `Password` header). Scans go to the worker pool.
+//! count), and the HTTP encoding of what `access` decides and `ops` does. Scans go to the
+//! worker pool.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,9 +23,11 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
+use super::access::{Denied, Operation, Peer};
 use super::budget::{grow, Protocol, Reservation};
 use super::listen::{accept_loop, Listener, LogThrottle, Stream};
 use super::metrics::{counter_header, gauge, label};
+use super::ops::{LearnError, Learned};
 use super::pool::{PoolError, ScanRequest};
 use super::sniff::{sniff, Sniffed};
 use super::Daemon;
@@ -33,8 +35,7 @@ use crate::engine::RuleCounters;
 use crate::proto::compress::{unzstd, Inflate};
 use crate::proto::headers::spam_headers;
 use crate::proto::rspamd::{check_reply, error_body, CheckRequest, ReplyExtras};
-use crate::shingle::{self, Kind};
-use crate::store::{Counter, StoreKey, COUNTERS};
+use crate::store::Counter;
 
 /// `[http]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,9 +55,9 @@ pub struct HttpConfig {
     pub header_read_timeout_secs: u64,
     /// Seconds a client has to send the body.
     pub body_read_timeout_secs: u64,
-    /// rspamd's controller password: with it, admin endpoints (`/reload`, `/learn*`) also
-    /// accept non-loopback clients that send it in a `Password` header. Not empty (`validate`);
-    /// read it through `password()`.
+    /// rspamd's controller password, in plain text: sent in a `Password` header it grants the
+    /// admin role, as `[access] password_hash` does (prefer that). Not empty (`validate`); read
+    /// it through `password()`.
     pub password: Option<String>,
 }
 
@@ -131,19 +132,20 @@ static BUSY_LOG: std::sync::LazyLock<LogThrottle> =
 
 async fn serve_connection<S>(
     io: S,
-    peer: Option<SocketAddr>,
+    peer: Peer,
     daemon: Arc<Daemon>,
     mut stop: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let c = &daemon.config.http;
-    let local = peer.is_none_or(|p| p.ip().is_loopback());
     let io = match sniff(io, Duration::from_secs(c.header_read_timeout_secs.max(1))).await {
         Sniffed::Http(io) => io,
         Sniffed::Spamd(io) => {
             daemon.metrics.spamd_on_http.fetch_add(1, Relaxed);
-            if let Err(e) = super::spamd::connection(io, &daemon, local).await {
+            // spamd carries no X-Forwarded-For: a proxy's spamd client is nobody in particular.
+            let role = daemon.access.network_role(daemon.access.client(peer, None));
+            if let Err(e) = super::spamd::connection(io, &daemon, role).await {
                 tracing::debug!(error = %e, ?peer, "spamd connection on the HTTP port closed");
             }
             return;
@@ -160,7 +162,7 @@ async fn serve_connection<S>(
         let daemon = daemon.clone();
         hyper::service::service_fn(move |req| {
             let daemon = daemon.clone();
-            async move { Ok::<_, Infallible>(handle(req, &daemon, local).await) }
+            async move { Ok::<_, Infallible>(handle(req, &daemon, peer).await) }
         })
     };
     let conn = builder.serve_connection(TokioIo::new(io), service);
@@ -196,39 +198,75 @@ fn error(status: StatusCode, message: &str) -> Reply {
     json(status, error_body(message))
 }
 
-async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
+async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, peer: Peer) -> Reply {
     daemon.metrics.http_requests.fetch_add(1, Relaxed);
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let method = req.method().clone();
-    let r = match (&method, path.as_str()) {
-        _ if super::ui::owns(&path) => super::ui::handle(req, &path, daemon, local).await,
-        (&Method::GET, "/ping") => reply(StatusCode::OK, "text/plain", "pong\r\n"),
-        (&Method::POST, "/checkv2" | "/check" | "/symbols") => check(req, daemon).await,
-        (&Method::POST, "/learnspam") => learn(req, daemon, local, Counter::Complaint).await,
-        (&Method::POST, "/learnham") => learn(req, daemon, local, Counter::Rescue).await,
-        (&Method::GET, "/stat") => json(StatusCode::OK, stat(daemon)),
-        (&Method::GET, "/metrics") => {
-            reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(daemon))
-        }
-        (&Method::GET, "/health") => health(daemon),
-        (&Method::POST, "/reload") => reload(&req, daemon, local).await,
-        // Who mailed whom (any sender, recipient or pair's timeline): for admins only.
-        (&Method::GET, "/reputation") if !admin_allowed(&req, daemon, local) => error(
-            StatusCode::FORBIDDEN,
-            "reputation needs a loopback client or the password",
-        ),
-        (&Method::GET, "/reputation") => reputation(req.uri().query().unwrap_or(""), daemon),
-        (&Method::GET, "/history") => history(&req, daemon, local).await,
+    let r = route(req, &method, &path, daemon, peer).await;
+    if r.status().is_client_error() || r.status().is_server_error() {
+        daemon.metrics.http_errors.fetch_add(1, Relaxed);
+        tracing::debug!(%method, path, status = %r.status(), "HTTP request refused");
+    }
+    r
+}
+
+async fn route(
+    req: Request<Incoming>,
+    method: &Method,
+    path: &str,
+    daemon: &Arc<Daemon>,
+    peer: Peer,
+) -> Reply {
+    if super::ui::owns(path) {
+        return super::ui::handle(req, path, daemon, peer).await;
+    }
+    let op = match (method, path) {
+        (&Method::GET, "/ping") => return reply(StatusCode::OK, "text/plain", "pong\r\n"),
+        (&Method::POST, "/checkv2" | "/check" | "/symbols") => Operation::Scan,
+        (&Method::POST, "/learnspam" | "/learnham") => Operation::Learn,
+        (&Method::GET, "/stat") => Operation::Stat,
+        (&Method::GET, "/metrics") => Operation::Metrics,
+        (&Method::GET, "/health") => Operation::Health,
+        (&Method::POST, "/reload") => Operation::Reload,
+        (&Method::GET, "/reputation") => Operation::Reputation,
+        (&Method::GET, "/history") => Operation::History,
         (
             _,
             "/ping" | "/checkv2" | "/check" | "/symbols" | "/learnspam" | "/learnham" | "/stat"
             | "/metrics" | "/health" | "/reload" | "/reputation" | "/history",
-        ) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
-        _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
+        ) => return error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        _ => return error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
-    if r.status().is_client_error() || r.status().is_server_error() {
-        daemon.metrics.http_errors.fetch_add(1, Relaxed);
-        tracing::debug!(%method, path, status = %r.status(), "HTTP request refused");
+    if let Err(denied) = daemon.access.authorize_http(op, peer, req.headers()).await {
+        return refused(&denied);
+    }
+    match op {
+        Operation::Scan => check(req, daemon).await,
+        Operation::Learn if path == "/learnham" => learn(req, daemon, Counter::Rescue).await,
+        Operation::Learn => learn(req, daemon, Counter::Complaint).await,
+        Operation::Stat => json(StatusCode::OK, stat(daemon)),
+        Operation::Metrics => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(daemon)),
+        Operation::Health => health(daemon),
+        Operation::Reload => reload(daemon).await,
+        Operation::Reputation => reputation(req.uri().query().unwrap_or(""), daemon),
+        Operation::History => history(&req, daemon).await,
+        Operation::UiRead => error(StatusCode::NOT_FOUND, "no such endpoint"),
+    }
+}
+
+/// A request the access model refused: 401 (a password could let it in), 403 (nothing this
+/// client sends can), 429 with Retry-After (too many wrong passwords).
+pub(super) fn refused(denied: &Denied) -> Reply {
+    let status = match denied {
+        Denied::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        Denied::Forbidden(_) => StatusCode::FORBIDDEN,
+        Denied::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
+    };
+    let mut r = error(status, &denied.to_string());
+    if let Denied::Throttled(wait) = denied {
+        if let Ok(v) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+            r.headers_mut().insert(RETRY_AFTER, v);
+        }
     }
     r
 }
@@ -431,26 +469,6 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
     }
 }
 
-/// Loopback clients are trusted; others need the configured password. Neither when the
-/// request shows a browser sent it for a page of another site: an `Origin` naming another host
-/// (a cross-site fetch, "no-cors" ones included, which may post a message as text/plain), or,
-/// for trust by loopback, a `Host` that is no loopback address or `localhost` (a DNS-rebinding
-/// page whose own name resolves to 127.0.0.1). Clients that are not browsers send no Origin.
-fn admin_allowed(req: &Request<Incoming>, daemon: &Daemon, local: bool) -> bool {
-    let headers = req.headers();
-    super::ui::origin_ok(headers) && trusted(headers, daemon.config.http.password(), local)
-}
-
-/// The password sent, or a loopback client naming the daemon by a loopback address.
-fn trusted(headers: &hyper::HeaderMap, password: Option<&str>, local: bool) -> bool {
-    let sent = password.is_some_and(|p| {
-        headers
-            .get("password")
-            .is_some_and(|v| crate::secrets::secret_eq(v.as_bytes(), p.as_bytes()))
-    });
-    sent || (local && super::ui::loopback_host(headers))
-}
-
 /// The coding a client declares for its body (`rspamc -z` sends `Compression: zstd`; others
 /// `Content-Encoding`), lower-cased; `None` for none or identity.
 fn compressed(headers: &hyper::HeaderMap) -> Option<String> {
@@ -467,126 +485,62 @@ fn compressed(headers: &hyper::HeaderMap) -> Option<String> {
     None
 }
 
-async fn learn(
-    req: Request<Incoming>,
-    daemon: &Arc<Daemon>,
-    local: bool,
-    counter: Counter,
-) -> Reply {
-    if !admin_allowed(&req, daemon, local) {
-        return error(
-            StatusCode::FORBIDDEN,
-            "learning needs a loopback client or the password",
-        );
-    }
-    let start = Instant::now();
+async fn learn(req: Request<Incoming>, daemon: &Arc<Daemon>, counter: Counter) -> Reply {
     let envelope = CheckRequest::from_headers(req.headers()).envelope;
     let (raw, held) = match body(req, daemon).await {
         Ok(b) => b,
         Err(r) => return r,
     };
-    let size = raw.len();
-    let l = match daemon
-        .pool
-        .learn(raw, held, counter, daemon.scan_timeout())
-        .await
-    {
-        Ok(l) => l,
-        Err(e) => {
-            if e == PoolError::Busy {
-                daemon.metrics.busy.fetch_add(1, Relaxed);
-            }
-            return pool_error(e);
-        }
-    };
-    if let Some(e) = &l.store_error {
-        tracing::warn!(error = %e, "learn refused: the reputation store is unavailable");
-        return error(StatusCode::SERVICE_UNAVAILABLE, e);
-    }
-    if let Err(e) = durable(daemon, &l).await {
-        // The data directory's health logs the failure (at most once per 10 s); a full disk
-        // would otherwise log every learn.
-        tracing::debug!(error = %e, "learn not made durable");
-        return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
-    }
-    daemon.record_learn("http", counter, &envelope, size, &l, start);
-    json(
-        StatusCode::OK,
-        serde_json::json!({
-            "success": true,
-            "class": if counter == Counter::Rescue { "ham" } else { "spam" },
-            "keys": l.keys,
-            "message-id": l.message_id,
-            // The classifier had already learned this message (Message-ID, else body): the
-            // store's counters got it again, the classifier did not.
-            "duplicate": !l.trained,
-        })
-        .to_string(),
-    )
-}
-
-/// Why an acknowledged learn might not survive a restart.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum NotDurable {
-    #[error("learn not written to the classifier's journal: {0}")]
-    Journal(String),
-    #[error("learn not written to the WAL: {0}")]
-    Wal(String),
-}
-
-/// A learn is a user's explicit feedback: before its 200, its classifier training must be in
-/// the journal (the worker wrote it) and its increments in the WAL (written here, off the
-/// I/O threads).
-pub(super) async fn durable(
-    daemon: &Daemon,
-    l: &super::pool::LearnReply,
-) -> Result<(), NotDurable> {
-    if let Some(e) = &l.journal_error {
-        return Err(NotDurable::Journal(e.clone()));
-    }
-    let committer = daemon.committer.clone();
-    match tokio::task::spawn_blocking(move || committer.commit()).await {
-        Ok(result) => result.map_err(|e| NotDurable::Wal(e.to_string())),
-        Err(e) => Err(NotDurable::Wal(e.to_string())),
+    match daemon.learn("http", raw, held, counter, &envelope).await {
+        Ok(l) => json(StatusCode::OK, learned_json(&l).to_string()),
+        Err(e) => learn_refused(e),
     }
 }
 
-/// `GET /history?…`: the decision history, newest first (admin, as `/reload`).
-async fn history(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
-    if !admin_allowed(req, daemon, local) {
-        return error(
-            StatusCode::FORBIDDEN,
-            "the history needs a loopback client or the password",
-        );
+/// What `/learnspam`, `/learnham` and the UI's learn answer for a learn taken.
+pub(super) fn learned_json(l: &Learned) -> serde_json::Value {
+    serde_json::json!({
+        "success": true,
+        "class": l.class(),
+        "keys": l.keys,
+        "message-id": l.message_id,
+        "trained": l.trained,
+        // The classifier had already learned this message (Message-ID, else body): the
+        // store's counters got it again, the classifier did not.
+        "duplicate": !l.trained,
+    })
+}
+
+/// A learn not taken: 503 (with Retry-After when the queue was full or slow).
+pub(super) fn learn_refused(e: LearnError) -> Reply {
+    match e {
+        LearnError::Pool(e) => pool_error(e),
+        e => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     }
+}
+
+/// `GET /history?…`: the decision history, newest first.
+async fn history(req: &Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
     let query = req.uri().query().unwrap_or("").to_owned();
     let (status, body) = super::record::history_query(daemon, &query).await;
     json(status, body)
 }
 
-async fn reload(req: &Request<Incoming>, daemon: &Arc<Daemon>, local: bool) -> Reply {
-    if !admin_allowed(req, daemon, local) {
-        return error(
-            StatusCode::FORBIDDEN,
-            "reload needs a loopback client or the password",
-        );
-    }
-    let d = daemon.clone();
-    match tokio::task::spawn_blocking(move || d.reload()).await {
-        Ok(Ok(generation)) => json(
+async fn reload(daemon: &Arc<Daemon>) -> Reply {
+    match daemon.reload_async().await {
+        Ok(generation) => json(
             StatusCode::OK,
             serde_json::json!({"success": true, "generation": generation}).to_string(),
         ),
-        Ok(Err(e)) => json(
+        Err(e) => json(
             StatusCode::UNPROCESSABLE_ENTITY,
             serde_json::json!({
                 "success": false,
-                "error": e.to_string(),
+                "error": e,
                 "generation": daemon.scanner.engine().generation().id,
             })
             .to_string(),
         ),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }
 
@@ -686,6 +640,21 @@ fn metrics(daemon: &Daemon) -> String {
     let mut out = String::with_capacity(16 * 1024);
     daemon.metrics.render(&mut out);
     daemon.budget.render(&mut out);
+    for (name, help, value) in [
+        (
+            "shrike_auth_failures_total",
+            "Wrong passwords (Password header, web UI login).",
+            &daemon.access.failures,
+        ),
+        (
+            "shrike_access_denied_total",
+            "Requests the access model refused (401, 403, 429).",
+            &daemon.access.denied,
+        ),
+    ] {
+        counter_header(&mut out, name, help);
+        let _ = writeln!(out, "{name} {}", value.load(Relaxed));
+    }
     if let Some(status) = daemon.scanner.store().status() {
         gauge(
             &mut out,
@@ -858,149 +827,17 @@ fn metrics(daemon: &Daemon) -> String {
     out
 }
 
-/// `GET /reputation?type=T&value=V` (or `&hash=H`, a key's 16 hex digits as `shrike scan`
-/// prints its shingles).
+/// `GET /reputation?type=T&value=V` (or `&hash=H`).
 pub(super) fn reputation(query: &str, daemon: &Daemon) -> Reply {
-    let mut kind = None;
-    let mut value = None;
-    let mut hash = None;
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        match k.as_ref() {
-            "type" => kind = Some(v.into_owned()),
-            "value" => value = Some(v.into_owned()),
-            "hash" => hash = Some(v.into_owned()),
-            _ => {}
-        }
+    match daemon.reputation(query) {
+        Ok(v) => json(StatusCode::OK, v.to_string()),
+        Err(why) => error(StatusCode::BAD_REQUEST, &why),
     }
-    let hash = match hash.map(|h| u64::from_str_radix(h.trim(), 16)) {
-        None => None,
-        Some(Ok(h)) => Some(h),
-        Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "hash must be 16 hex digits"),
-    };
-    let (Some(kind_arg), Some(value)) = (kind, value.or(hash.map(|h| format!("{h:016x}")))) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "need ?type=T&value=V or ?type=T&hash=H",
-        );
-    };
-    let Some(kind) = Kind::parse(&kind_arg) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            &format!("unknown shingle type {kind_arg:?}"),
-        );
-    };
-    let hashes = match hash {
-        Some(h) => vec![h],
-        None => shingle::of_value(kind, &value),
-    };
-    if hashes.is_empty() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            &format!("{value:?} is not a valid {} value", kind.name()),
-        );
-    }
-    let namespace = daemon.config.scan.namespace;
-    let windows: Vec<String> = daemon
-        .store
-        .windows_secs()
-        .iter()
-        .map(|&s| crate::engine::view::window_name(s))
-        .collect();
-    let resolutions = daemon.store.layout().resolutions();
-    let counts = |c: &[u64; COUNTERS]| -> serde_json::Value {
-        Counter::ALL
-            .iter()
-            .map(|k| (k.name().to_string(), serde_json::json!(c[*k as usize])))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    };
-    let keys: Vec<serde_json::Value> = hashes
-        .iter()
-        .map(|&hash| {
-            let key = StoreKey {
-                namespace,
-                kind: kind.id(),
-                hash,
-            };
-            let timeline = daemon.scanner.store().timeline(&key);
-            let (window_sums, buckets) = match &timeline {
-                Some(t) => (
-                    windows
-                        .iter()
-                        .zip(&t.windows.windows)
-                        .map(|(name, c)| (name.clone(), counts(c)))
-                        .collect::<serde_json::Map<_, _>>(),
-                    t.buckets
-                        .iter()
-                        .map(|(res, start, c)| {
-                            let mut b = counts(c);
-                            b["start"] = serde_json::json!(start);
-                            b["seconds"] = serde_json::json!(resolutions
-                                .get(*res)
-                                .map_or(0, |r| r.bucket_secs));
-                            b
-                        })
-                        .collect::<Vec<_>>(),
-                ),
-                None => (
-                    windows
-                        .iter()
-                        .map(|name| (name.clone(), counts(&[0; COUNTERS])))
-                        .collect(),
-                    Vec::new(),
-                ),
-            };
-            serde_json::json!({
-                "hash": format!("{hash:016x}"),
-                "known": timeline.is_some(),
-                "windows": window_sums,
-                "buckets": buckets,
-            })
-        })
-        .collect();
-    json(
-        StatusCode::OK,
-        serde_json::json!({
-            "type": kind.name(),
-            "id": kind.id(),
-            "value": value,
-            "namespace": namespace,
-            "now": daemon.store.now(),
-            "keys": keys,
-        })
-        .to_string(),
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn admin_access_needs_loopback_or_the_password() {
-        let mut h = hyper::HeaderMap::new();
-        assert!(trusted(&h, None, true));
-        assert!(!trusted(&h, None, false));
-        assert!(!trusted(&h, Some("q1"), false));
-        h.insert("Password", HeaderValue::from_static("wrong"));
-        assert!(!trusted(&h, Some("q1"), false));
-        h.insert("Password", HeaderValue::from_static("q1"));
-        assert!(trusted(&h, Some("q1"), false));
-        assert!(
-            !trusted(&h, None, false),
-            "no password configured: loopback only"
-        );
-        // An empty password, configured or sent, is no password.
-        h.insert("Password", HeaderValue::from_static(""));
-        assert!(!trusted(&h, None, false));
-        assert!(!trusted(&h, Some(""), false));
-        let empty = HttpConfig {
-            password: Some(String::new()),
-            ..HttpConfig::default()
-        };
-        assert_eq!(empty.password(), None);
-        assert!(!trusted(&h, empty.password(), false));
-    }
 
     #[test]
     fn compressed_bodies_are_named() {

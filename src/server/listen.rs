@@ -1,18 +1,18 @@
 //! Listeners shared by the HTTP and milter servers: TCP or unix sockets, one accept loop with
 //! a connection limit and a stop signal.
 //!
-//! Owns: binding (a stale unix socket file is replaced; the new one is open to every local user,
-//! as an MTA runs as another user), TCP_NODELAY on accepted sockets, the connection permits
+//! Owns: binding (a stale unix socket file is replaced; the new one gets `[access]`'s mode and
+//! group, so that an MTA running as another user can reach it), who each peer is, TCP_NODELAY on accepted sockets, the connection permits
 //! the shutdown waits for, and what a connection over the limit gets.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
+use super::access::Peer;
 use super::ServeError;
 
 use bytes::Bytes;
@@ -43,7 +43,15 @@ impl Listen {
 /// A bound listener.
 pub enum Listener {
     Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
+    /// With the user id that owns the socket file: the daemon's own.
+    Unix(tokio::net::UnixListener, u32),
+}
+
+/// The mode and group of the Unix sockets shrike creates (`[access] unix_socket_mode`, `_group`).
+#[derive(Debug, Clone, Copy)]
+pub struct SocketPerms {
+    pub mode: u32,
+    pub group: Option<u32>,
 }
 
 /// An accepted connection.
@@ -53,20 +61,24 @@ pub enum Stream {
 }
 
 /// Binds `listen`; `what` names the server in errors.
-pub async fn bind(listen: &Listen, what: &'static str) -> Result<Listener, ServeError> {
+pub async fn bind(
+    listen: &Listen,
+    what: &'static str,
+    perms: SocketPerms,
+) -> Result<Listener, ServeError> {
     Ok(match listen {
         Listen::Tcp(addr) => Listener::Tcp(
             tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(ServeError::io(format!("{what}: cannot listen on {addr}")))?,
         ),
-        Listen::Unix(path) => Listener::Unix(bind_unix(path, what)?),
+        Listen::Unix(path) => bind_unix(path, what, perms)?,
         Listen::Off => return Err(ServeError::ListenerOff(what)),
     })
 }
 
-fn bind_unix(path: &Path, what: &str) -> Result<tokio::net::UnixListener, ServeError> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+fn bind_unix(path: &Path, what: &str, perms: SocketPerms) -> Result<Listener, ServeError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_socket() {
             std::fs::remove_file(path).map_err(ServeError::io(format!(
@@ -79,21 +91,38 @@ fn bind_unix(path: &Path, what: &str) -> Result<tokio::net::UnixListener, ServeE
         "{what}: cannot listen on unix:{}",
         path.display()
     )))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+    if let Some(gid) = perms.group {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(ServeError::io(format!(
+            "{what}: chgrp {gid} {}",
+            path.display()
+        )))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(perms.mode))
         .map_err(ServeError::io(format!("{what}: chmod {}", path.display())))?;
-    Ok(listener)
+    let owner = std::fs::metadata(path)
+        .map_err(ServeError::io(format!("{what}: stat {}", path.display())))?
+        .uid();
+    Ok(Listener::Unix(listener, owner))
 }
 
 impl Listener {
-    /// The next connection; the peer address for TCP (a unix-socket client is local).
-    async fn accept(&self) -> std::io::Result<(Stream, Option<SocketAddr>)> {
+    /// The next connection and who is at its other end: a TCP peer's address, or whether a
+    /// Unix-socket peer runs as the socket's owner (the daemon's user) or root.
+    async fn accept(&self) -> std::io::Result<(Stream, Peer)> {
         match self {
             Listener::Tcp(l) => {
                 let (s, peer) = l.accept().await?;
                 s.set_nodelay(true)?;
-                Ok((Stream::Tcp(s), Some(peer)))
+                Ok((Stream::Tcp(s), Peer::Tcp(peer.ip())))
             }
-            Listener::Unix(l) => Ok((Stream::Unix(l.accept().await?.0), None)),
+            Listener::Unix(l, owner) => {
+                let s = l.accept().await?.0;
+                // No credentials (not on Linux): not the same user.
+                let same_user = s
+                    .peer_cred()
+                    .is_ok_and(|c| c.uid() == *owner || c.uid() == 0);
+                Ok((Stream::Unix(s), Peer::Unix { same_user }))
+            }
         }
     }
 }
@@ -111,7 +140,7 @@ pub async fn accept_loop<F, Fut>(
     refusal: Option<Bytes>,
     serve: F,
 ) where
-    F: Fn(Stream, Option<SocketAddr>) -> Fut,
+    F: Fn(Stream, Peer) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     // As many connections over the limit may be answered at a time as the limit allows in.

@@ -115,6 +115,8 @@ pub struct Metrics {
     pub scans: [AtomicU64; Action::ALL.len()],
     pub learned_spam: AtomicU64,
     pub learned_ham: AtomicU64,
+    /// Learns refused, by `ops::LEARN_REFUSALS` reason.
+    pub learns_refused: [AtomicU64; super::ops::LEARN_REFUSALS.len()],
     /// Requests refused because the scan queue was full.
     pub busy: AtomicU64,
     /// Scans that did not answer within the scan timeout.
@@ -155,6 +157,13 @@ impl Metrics {
             PoolError::Timeout => self.timeouts.fetch_add(1, Relaxed),
             PoolError::Stopped => 0,
         };
+    }
+
+    /// Counts a learn refused for `reason` (one of `ops::LEARN_REFUSALS`).
+    pub fn learn_refused(&self, reason: &str) {
+        if let Some(i) = super::ops::LEARN_REFUSALS.iter().position(|r| *r == reason) {
+            self.learns_refused[i].fetch_add(1, Relaxed);
+        }
     }
 
     pub fn scanned(&self, action: Action) {
@@ -198,6 +207,18 @@ impl Metrics {
             "shrike_learns_total{{class=\"ham\"}} {}",
             self.learned_ham.load(Relaxed)
         );
+        counter_header(
+            out,
+            "shrike_learns_refused_total",
+            "Learns not taken (nothing learned, acknowledged or recorded), by reason.",
+        );
+        for (reason, n) in super::ops::LEARN_REFUSALS.iter().zip(&self.learns_refused) {
+            let _ = writeln!(
+                out,
+                "shrike_learns_refused_total{{reason=\"{reason}\"}} {}",
+                n.load(Relaxed)
+            );
+        }
         for (name, help, value) in [
             (
                 "shrike_busy_total",

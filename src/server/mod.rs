@@ -7,12 +7,14 @@
 //! `[http]`, `[milter]` and `[spamd]` options. Never touches: wire formats and the milter session's logic
 //! (`proto`), scoring (`scan`).
 
+pub mod access;
 pub mod activity;
 pub mod budget;
 pub mod http;
 pub mod listen;
 pub mod metrics;
 pub mod milter;
+pub mod ops;
 pub mod pool;
 mod record;
 pub mod sniff;
@@ -83,6 +85,8 @@ pub enum SettingsError {
     EmptyPassword,
     #[error(transparent)]
     Milter(#[from] milter::MilterConfigError),
+    #[error(transparent)]
+    Access(#[from] access::AccessConfigError),
 }
 
 /// Checks the daemon's sections: values that parse but make no sense. `max_message_bytes`
@@ -212,6 +216,8 @@ pub struct Daemon {
     pub ready: AtomicBool,
     /// The web UI's login sessions.
     pub ui: ui::Sessions,
+    /// Who may do what (`[access]`).
+    pub access: access::Access,
 }
 
 impl Daemon {
@@ -343,6 +349,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         },
         cores,
     );
+    let access = access::Access::new(&config.access, config.http.password());
     let daemon = Arc::new(Daemon {
         thresholds: config.verdict.thresholds(),
         budget,
@@ -357,6 +364,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         started: Instant::now(),
         ready: AtomicBool::new(false),
         ui: ui::Sessions::default(),
+        access,
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -479,6 +487,36 @@ impl Drop for ClassifierSnapshots {
     }
 }
 
+/// The start-up warnings of an access model open wider than it may look: admin or read access
+/// beyond loopback without a password hash while HTTP listens beyond loopback, and a plain-text
+/// password.
+fn warn_about_access(config: &Config, http: &Listen) {
+    let a = &config.access;
+    let beyond_loopback = match http {
+        Listen::Tcp(addr) => addr
+            .parse::<std::net::SocketAddr>()
+            .map_or(true, |s| !s.ip().is_loopback()),
+        _ => false,
+    };
+    if beyond_loopback && a.password_hash.is_none() && a.admin_open_beyond_loopback() {
+        tracing::warn!(
+            listen = %config.http.listen,
+            admin_networks = ?a.admin_networks,
+            read_networks = ?a.read_networks,
+            trusted_proxies = ?a.trusted_proxies,
+            "!!! HTTP listens beyond loopback and [access] lets clients beyond loopback learn, \
+             reload or read mail metadata without any password: set access.password_hash \
+             (shrike passwd) or narrow the networks (docs/security.md)"
+        );
+    }
+    if config.http.password().is_some() {
+        tracing::warn!(
+            "http.password is a plain-text password in the config: replace it with \
+             access.password_hash (shrike passwd)"
+        );
+    }
+}
+
 async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
     use tokio::signal::unix::{signal, SignalKind};
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -505,9 +543,16 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
     let milter_limit = Arc::new(Semaphore::new(milter_slots));
     let spamd_limit = Arc::new(Semaphore::new(spamd_slots));
 
+    let a = &daemon.config.access;
+    let perms = listen::SocketPerms {
+        // (`validate` refused the values that do not convert)
+        mode: a.socket_mode().unwrap_or(0o660),
+        group: a.socket_group().ok().flatten(),
+    };
+    warn_about_access(&daemon.config, &http_listen);
     let mut servers = Vec::new();
     if http_listen != Listen::Off {
-        let listener = listen::bind(&http_listen, "HTTP").await?;
+        let listener = listen::bind(&http_listen, "HTTP", perms).await?;
         servers.push(tokio::spawn(http::run(
             listener,
             daemon.clone(),
@@ -516,7 +561,7 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
         )));
     }
     if milter_listen != Listen::Off {
-        let listener = listen::bind(&milter_listen, "milter").await?;
+        let listener = listen::bind(&milter_listen, "milter", perms).await?;
         servers.push(tokio::spawn(milter::run(
             listener,
             daemon.clone(),
@@ -525,7 +570,7 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
         )));
     }
     if spamd_listen != Listen::Off {
-        let listener = listen::bind(&spamd_listen, "spamd").await?;
+        let listener = listen::bind(&spamd_listen, "spamd", perms).await?;
         servers.push(tokio::spawn(spamd::run(
             listener,
             daemon.clone(),

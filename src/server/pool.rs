@@ -570,12 +570,8 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let _entered = tracing::info_span!(parent: &span, "learn", ?counter).entered();
             let limit = worker.scanner().limits().max_message_bytes;
             charge_analysis(&mut held, &raw, limit);
+            // (counted by `ops` once it is taken)
             let learned = worker.learn(&raw, counter);
-            let counted = match counter {
-                Counter::Rescue => &metrics.learned_ham,
-                _ => &metrics.learned_spam,
-            };
-            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let _ = reply.send(LearnReply {
                 keys: learned.keys,
                 message_id: learned.message_id,

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
+use super::access::Role;
 use super::budget::{self, Reservation};
-use super::http::durable;
 use super::listen::{accept_loop, Listener, LogThrottle, Stream};
 use super::pool::{PoolError, ScanRequest};
 use super::Daemon;
@@ -72,11 +72,11 @@ pub async fn run(
 ) {
     accept_loop(listener, limit, stop, "spamd", None, move |stream, peer| {
         let daemon = daemon.clone();
-        let local = peer.is_none_or(|p| p.ip().is_loopback());
+        let role = daemon.access.network_role(daemon.access.client(peer, None));
         async move {
             let result = match stream {
-                Stream::Tcp(s) => connection(s, &daemon, local).await,
-                Stream::Unix(s) => connection(s, &daemon, local).await,
+                Stream::Tcp(s) => connection(s, &daemon, role).await,
+                Stream::Unix(s) => connection(s, &daemon, role).await,
             };
             if let Err(e) = result {
                 tracing::debug!(error = %e, "spamd connection closed");
@@ -86,9 +86,9 @@ pub async fn run(
     .await;
 }
 
-/// Reads one request, answers it and closes. `local`: the client is on loopback or a Unix
-/// socket, so it may TELL (learn), as it may `/learnspam` over HTTP.
-pub(super) async fn connection<S>(mut io: S, daemon: &Daemon, local: bool) -> std::io::Result<()>
+/// Reads one request, answers it and closes. `role`: what `[access]` lets the client do by
+/// its address (spamd has no password): TELL (learn) needs `Admin`.
+pub(super) async fn connection<S>(mut io: S, daemon: &Daemon, role: Role) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -142,7 +142,7 @@ where
     if request.protocol == Protocol::Rspamc {
         daemon.metrics.spamd_legacy_requests.fetch_add(1, Relaxed);
     }
-    let reply = match answer(request, held, daemon, local).await {
+    let reply = match answer(request, held, daemon, role).await {
         Ok(reply) => reply,
         Err((exit, text)) => {
             daemon.metrics.spamd_errors.fetch_add(1, Relaxed);
@@ -187,7 +187,7 @@ async fn answer(
     request: Request,
     held: Reservation,
     daemon: &Daemon,
-    local: bool,
+    role: Role,
 ) -> Result<Vec<u8>, Refusal> {
     let threshold = daemon.config.verdict.add_header;
     let method = request.method;
@@ -197,11 +197,13 @@ async fn answer(
         _ => {}
     }
     let tell = match method {
-        Method::Tell if !local => {
-            tracing::warn!("spamd: TELL from a remote client refused");
+        Method::Tell if role < Role::Admin => {
+            daemon.access.denied.fetch_add(1, Relaxed);
+            tracing::warn!("spamd: TELL from a client without the admin role refused");
             return Err((
                 Exit::NoPerm,
-                "TELL needs a loopback or Unix-socket client".into(),
+                "TELL needs a client in access.admin_networks (or the daemon's user on a Unix socket)"
+                    .into(),
             ));
         }
         Method::Tell => Some(request.tell().map_err(|e| {
@@ -221,7 +223,7 @@ async fn answer(
     let coding = request.compression();
     let (message, held) = decompressed(request.body, held, coding, daemon).await?;
     if let Some(tell) = tell {
-        return learn(message, held, tell, minor, daemon).await;
+        return learn(message, held, tell, minor, envelope, daemon).await;
     }
     // PROCESS and HEADERS answer with the message: a copy kept beside the one scanned.
     let rewrite = matches!(method, Method::Process | Method::Headers);
@@ -323,6 +325,7 @@ async fn learn(
     held: Reservation,
     tell: Tell,
     minor: u32,
+    envelope: Envelope,
     daemon: &Daemon,
 ) -> Result<Vec<u8>, Refusal> {
     if tell.remove {
@@ -336,28 +339,11 @@ async fn learn(
         Some(MessageClass::Ham) => Counter::Rescue,
         _ => Counter::Complaint,
     };
-    let (size, start) = (message.len(), std::time::Instant::now());
-    let learned = daemon
-        .pool
-        .learn(message, held, counter, daemon.scan_timeout())
+    match daemon
+        .learn("spamd", message, held, counter, &envelope)
         .await
-        .map_err(|e| {
-            daemon.metrics.not_scanned(&e);
-            tracing::warn!(error = %e, "spamd: TELL not learned");
-            (Exit::TempFail, e.to_string())
-        })?;
-    if let Err(e) = durable(daemon, &learned).await {
-        // Logged by the data directory's health, at most once per 10 s.
-        tracing::debug!(error = %e, "spamd: learn not made durable");
-        return Err((Exit::TempFail, e.to_string()));
+    {
+        Ok(l) => Ok(tell_reply(minor, l.trained, false)),
+        Err(e) => Err((Exit::TempFail, e.to_string())),
     }
-    daemon.record_learn(
-        "spamd",
-        counter,
-        &Envelope::default(),
-        size,
-        &learned,
-        start,
-    );
-    Ok(tell_reply(minor, learned.trained, false))
 }

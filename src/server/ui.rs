@@ -2,9 +2,10 @@
 //! JSON endpoints its pages read (`/ui/api/…`).
 //!
 //! Owns: `GET /` (the app, or the login form), `GET /ui/*` (assets), `POST /ui/login`,
-//! `POST /ui/logout`, `/ui/api/*`. Access follows the admin endpoints: a loopback client, the
-//! `Password` header, or a session cookie that `POST /ui/login` sets after checking the same
-//! password. The cookie is HttpOnly and SameSite=Strict; every state-changing request (POST)
+//! `POST /ui/logout`, `/ui/api/*`. Access follows `[access]`: a client of the admin or read
+//! networks, the `Password` header, or a session cookie that `POST /ui/login` sets after
+//! checking the same passwords (its role is the password's). Views need the read role, a learn
+//! the admin role. The cookie is HttpOnly and SameSite=Strict; every state-changing request (POST)
 //! must also carry the page's CSRF token in `X-CSRF-Token`, which a page of another site can
 //! neither read nor send (a custom header needs a CORS preflight shrike never grants). No secret
 //! ever goes into a URL.
@@ -17,10 +18,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, COOKIE, HOST, LOCATION, SET_COOKIE};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use parking_lot::Mutex;
 
+use super::access::{Client, Denied, Operation, Peer, Role};
 use super::pool::{PoolError, ScanRequest};
 use super::Daemon;
 use crate::proto::rspamd::{error_body, CheckRequest};
@@ -44,14 +46,16 @@ const MAX_SESSIONS: usize = 64;
 /// Largest login form read.
 const MAX_LOGIN_BYTES: usize = 4096;
 
-/// The UI's login sessions, and the CSRF token of loopback clients (who need no login).
+/// The UI's login sessions, and the CSRF token of clients a network lets in (who need no
+/// login).
 pub struct Sessions {
     by_token: Mutex<HashMap<String, Session>>,
-    loopback_csrf: String,
+    network_csrf: String,
 }
 
 struct Session {
     csrf: String,
+    role: Role,
     created: Instant,
 }
 
@@ -59,14 +63,14 @@ impl Default for Sessions {
     fn default() -> Self {
         Sessions {
             by_token: Mutex::new(HashMap::new()),
-            loopback_csrf: random_token(),
+            network_csrf: random_token(),
         }
     }
 }
 
 impl Sessions {
-    /// A new session: its cookie token and CSRF token.
-    fn open(&self) -> (String, String) {
+    /// A new session of `role`: its cookie token and CSRF token.
+    fn open(&self, role: Role) -> (String, String) {
         let (token, csrf) = (random_token(), random_token());
         let mut map = self.by_token.lock();
         map.retain(|_, s| s.created.elapsed() < SESSION_TTL);
@@ -83,18 +87,19 @@ impl Sessions {
             token.clone(),
             Session {
                 csrf: csrf.clone(),
+                role,
                 created: Instant::now(),
             },
         );
         (token, csrf)
     }
 
-    /// The CSRF token of a live session.
-    fn csrf(&self, token: &str) -> Option<String> {
+    /// The CSRF token and role of a live session.
+    fn csrf(&self, token: &str) -> Option<(String, Role)> {
         let map = self.by_token.lock();
         map.get(token)
             .filter(|s| s.created.elapsed() < SESSION_TTL)
-            .map(|s| s.csrf.clone())
+            .map(|s| (s.csrf.clone(), s.role))
     }
 
     fn close(&self, token: &str) {
@@ -115,11 +120,20 @@ fn random_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// How a request is allowed in: the CSRF token its state-changing requests must carry
-/// (`None`: a `Password`-header client, which no other site's page can imitate).
+/// How a request is allowed in, with its role: the CSRF token its state-changing requests
+/// must carry, or none for a `Password`-header client (no other site's page can send that
+/// header).
 enum Access {
-    Csrf(String),
-    Header,
+    Csrf(String, Role),
+    Header(Role),
+}
+
+impl Access {
+    fn role(&self) -> Role {
+        match self {
+            Access::Csrf(_, r) | Access::Header(r) => *r,
+        }
+    }
 }
 
 fn cookie(headers: &HeaderMap) -> Option<String> {
@@ -133,64 +147,39 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
-/// A loopback client named the daemon by a loopback address or `localhost`: anything else
-/// could be a DNS-rebinding page of another site that resolves its own name to 127.0.0.1.
-pub(super) fn loopback_host(headers: &HeaderMap) -> bool {
-    let Some(host) = headers.get(HOST).and_then(|h| h.to_str().ok()) else {
-        return true;
-    };
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
-    };
-    name.eq_ignore_ascii_case("localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-fn access(headers: &HeaderMap, daemon: &Daemon, local: bool) -> Option<Access> {
-    if let Some(csrf) = cookie(headers)
+/// The session, network or password a UI request comes with; every one of them only with a
+/// `Host` and `Origin` of this daemon (`Access::browser_checks`).
+async fn access(headers: &HeaderMap, daemon: &Daemon, peer: Peer) -> Result<Access, Denied> {
+    let model = &daemon.access;
+    model.browser_checks(headers)?;
+    if let Some((csrf, role)) = cookie(headers)
         .filter(|t| !t.is_empty())
         .and_then(|t| daemon.ui.csrf(&t))
     {
-        return Some(Access::Csrf(csrf));
+        return Ok(Access::Csrf(csrf, role));
     }
-    if local && loopback_host(headers) && !daemon.ui.loopback_csrf.is_empty() {
-        return Some(Access::Csrf(daemon.ui.loopback_csrf.clone()));
+    let client = model.client(peer, Some(headers));
+    let role = model.network_role(client);
+    if role >= Role::Read && !daemon.ui.network_csrf.is_empty() {
+        return Ok(Access::Csrf(daemon.ui.network_csrf.clone(), role));
     }
-    let password = daemon.config.http.password()?;
-    headers
-        .get("password")
-        .is_some_and(|v| secret_eq(v.as_bytes(), password.as_bytes()))
-        .then_some(Access::Header)
+    if let Some(given) = super::access::sent_password(headers).filter(|_| model.has_password()) {
+        return model
+            .check_password(client, given)
+            .await
+            .map(Access::Header);
+    }
+    Err(model.refusal(Role::Read, client))
 }
 
-/// A POST from a page of this daemon: its CSRF token, and an Origin (when sent) naming this
-/// host.
+/// A POST from a page of this daemon: its CSRF token (the Origin was checked with the Host).
 fn csrf_ok(headers: &HeaderMap, access: &Access) -> bool {
-    let Access::Csrf(expected) = access else {
+    let Access::Csrf(expected, _) = access else {
         return true;
     };
-    let token_ok = headers
+    headers
         .get("x-csrf-token")
-        .is_some_and(|v| secret_eq(v.as_bytes(), expected.as_bytes()));
-    token_ok && origin_ok(headers)
-}
-
-pub(super) fn origin_ok(headers: &HeaderMap) -> bool {
-    match headers.get("origin").and_then(|o| o.to_str().ok()) {
-        None => true,
-        Some(origin) => {
-            let host = headers
-                .get(HOST)
-                .and_then(|h| h.to_str().ok())
-                .unwrap_or_default();
-            origin
-                .split_once("://")
-                .is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host))
-        }
-    }
+        .is_some_and(|v| secret_eq(v.as_bytes(), expected.as_bytes()))
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
@@ -241,27 +230,42 @@ pub(super) async fn handle(
     req: Request<Incoming>,
     path: &str,
     daemon: &Arc<Daemon>,
-    local: bool,
+    peer: Peer,
 ) -> Reply {
     let method = req.method().clone();
     match (&method, path) {
         (&Method::GET, "/ui/style.css") => return reply(StatusCode::OK, "text/css", STYLE),
         (&Method::GET, "/ui/login") => return login_page(),
-        (&Method::POST, "/ui/login") => return login(req, daemon).await,
+        (&Method::POST, "/ui/login") => return login(req, daemon, peer).await,
         _ => {}
     }
-    let Some(access) = access(req.headers(), daemon, local) else {
-        return match (&method, path) {
-            (&Method::GET, "" | "/ui") => login_page(),
-            (&Method::POST, "/ui/logout") => see_other("/"),
-            _ => error(
-                StatusCode::FORBIDDEN,
-                "the web UI needs a loopback client, the password or a login",
-            ),
-        };
+    let access = match access(req.headers(), daemon, peer).await {
+        Ok(a) => a,
+        Err(denied) => {
+            daemon.access.denied.fetch_add(1, Relaxed);
+            return match (&method, path, &denied) {
+                (&Method::GET, "" | "/ui", Denied::Unauthenticated(_)) => login_page(),
+                (&Method::POST, "/ui/logout", _) => see_other("/"),
+                _ => super::http::refused(&denied),
+            };
+        }
     };
     if method == Method::POST && !csrf_ok(req.headers(), &access) {
         return error(StatusCode::FORBIDDEN, "missing or wrong CSRF token");
+    }
+    let op = match (&method, path) {
+        (&Method::POST, "/ui/api/learn") => Operation::Learn,
+        _ => Operation::UiRead,
+    };
+    if access.role() < op.needs(&daemon.access.config) {
+        daemon.access.denied.fetch_add(1, Relaxed);
+        return error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "this needs the admin role; this login has the {} role",
+                access.role().as_str()
+            ),
+        );
     }
     match (&method, path) {
         (&Method::GET, "" | "/ui") => reply(StatusCode::OK, "text/html; charset=utf-8", INDEX),
@@ -270,9 +274,10 @@ pub(super) async fn handle(
         (&Method::GET, "/ui/api/session") => json(
             StatusCode::OK,
             serde_json::json!({
-                "csrf": match &access { Access::Csrf(c) => c.as_str(), Access::Header => "" },
+                "csrf": match &access { Access::Csrf(c, _) => c.as_str(), Access::Header(_) => "" },
+                "role": access.role().as_str(),
                 "login": cookie(req.headers()).is_some_and(|t| daemon.ui.csrf(&t).is_some()),
-                "password_set": daemon.config.http.password().is_some(),
+                "password_set": daemon.access.has_password(),
             })
             .to_string(),
         ),
@@ -296,16 +301,18 @@ fn login_page() -> Reply {
     reply(StatusCode::OK, "text/html; charset=utf-8", LOGIN)
 }
 
-async fn login(req: Request<Incoming>, daemon: &Daemon) -> Reply {
-    if !origin_ok(req.headers()) {
-        return error(StatusCode::FORBIDDEN, "login from another site");
+async fn login(req: Request<Incoming>, daemon: &Daemon, peer: Peer) -> Reply {
+    if let Err(denied) = daemon.access.browser_checks(req.headers()) {
+        return super::http::refused(&denied);
     }
-    let Some(password) = daemon.config.http.password().map(str::to_owned) else {
+    if !daemon.access.has_password() {
         return error(
             StatusCode::FORBIDDEN,
-            "no password is configured ([http] password): the web UI is for loopback clients only",
+            "no password is configured (access.password_hash): the web UI is for the clients of \
+             access.admin_networks and read_networks only",
         );
-    };
+    }
+    let client: Client = daemon.access.client(peer, Some(req.headers()));
     let form = match Limited::new(req.into_body(), MAX_LOGIN_BYTES)
         .collect()
         .await
@@ -317,13 +324,13 @@ async fn login(req: Request<Incoming>, daemon: &Daemon) -> Reply {
         .find(|(k, _)| k == "password")
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default();
-    if !secret_eq(given.as_bytes(), password.as_bytes()) {
-        // Slows a password guesser down to a guess a second per connection.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        tracing::warn!("web UI login with a wrong password");
-        return see_other("/ui/login#failed");
-    }
-    let (token, _) = daemon.ui.open();
+    let role = match daemon.access.check_password(client, given.as_bytes()).await {
+        Ok(role) => role,
+        // (counted and logged by the access model)
+        Err(Denied::Throttled(_)) => return see_other("/ui/login#wait"),
+        Err(_) => return see_other("/ui/login#failed"),
+    };
+    let (token, _) = daemon.ui.open(role);
     let mut r = see_other("/");
     let cookie = format!(
         "{COOKIE_NAME}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
@@ -510,7 +517,6 @@ async fn test(req: Request<Incoming>, daemon: &Daemon) -> Reply {
 
 /// `POST /ui/api/learn?class=spam|ham`: learns the posted message, as `/learnspam` does.
 async fn learn(req: Request<Incoming>, daemon: &Daemon) -> Reply {
-    let start = Instant::now();
     let class = url::form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
         .find(|(k, _)| k == "class")
         .map(|(_, v)| v.into_owned());
@@ -524,32 +530,10 @@ async fn learn(req: Request<Incoming>, daemon: &Daemon) -> Reply {
         Ok(m) => m,
         Err(r) => return r,
     };
-    let size = raw.len();
-    let learned = match daemon
-        .pool
-        .learn(raw, held, counter, daemon.scan_timeout())
-        .await
-    {
-        Ok(l) => l,
-        Err(e) => return pool_error(e),
-    };
-    if let Err(e) = super::http::durable(daemon, &learned).await {
-        // Logged by the data directory's health, at most once per 10 s.
-        tracing::debug!(error = %e, "learn not made durable");
-        return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
+    match daemon.learn("ui", raw, held, counter, &envelope).await {
+        Ok(l) => json(StatusCode::OK, super::http::learned_json(&l).to_string()),
+        Err(e) => super::http::learn_refused(e),
     }
-    daemon.record_learn("ui", counter, &envelope, size, &learned, start);
-    json(
-        StatusCode::OK,
-        serde_json::json!({
-            "success": true,
-            "class": class,
-            "keys": learned.keys,
-            "trained": learned.trained,
-            "message-id": learned.message_id,
-        })
-        .to_string(),
-    )
 }
 
 #[cfg(test)]
@@ -572,51 +556,26 @@ mod tests {
     }
 
     #[test]
-    fn loopback_clients_must_name_a_loopback_host() {
-        for ok in [
-            "127.0.0.1:11333",
-            "localhost:8080",
-            "[::1]:11333",
-            "localhost",
-        ] {
-            assert!(loopback_host(&headers(&[("host", ok)])), "{ok}");
-        }
-        for bad in ["evil.example:11333", "10.0.0.1:11333", "[2001:db8::1]:80"] {
-            assert!(!loopback_host(&headers(&[("host", bad)])), "{bad}");
-        }
-    }
-
-    #[test]
-    fn posts_need_the_token_and_a_matching_origin() {
-        let access = Access::Csrf("t0k".into());
-        let good = [("host", "127.0.0.1:1"), ("x-csrf-token", "t0k")];
-        assert!(csrf_ok(&headers(&good), &access));
-        assert!(!csrf_ok(&headers(&[("host", "127.0.0.1:1")]), &access));
-        assert!(!csrf_ok(
-            &headers(&[("host", "127.0.0.1:1"), ("x-csrf-token", "t0x")]),
-            &access
-        ));
-        let mut foreign = headers(&good);
-        foreign.insert("origin", HeaderValue::from_static("http://evil.example"));
-        assert!(!csrf_ok(&foreign, &access));
-        let mut own = headers(&good);
-        own.insert("origin", HeaderValue::from_static("http://127.0.0.1:1"));
-        assert!(csrf_ok(&own, &access));
-        assert!(csrf_ok(&HeaderMap::new(), &Access::Header));
+    fn posts_need_the_token() {
+        let access = Access::Csrf("t0k".into(), Role::Admin);
+        assert!(csrf_ok(&headers(&[("x-csrf-token", "t0k")]), &access));
+        assert!(!csrf_ok(&HeaderMap::new(), &access));
+        assert!(!csrf_ok(&headers(&[("x-csrf-token", "t0x")]), &access));
+        assert!(csrf_ok(&HeaderMap::new(), &Access::Header(Role::Read)));
     }
 
     #[test]
     fn sessions_open_find_and_close() {
         let s = Sessions::default();
-        assert_eq!(s.loopback_csrf.len(), 64);
-        let (token, csrf) = s.open();
+        assert_eq!(s.network_csrf.len(), 64);
+        let (token, csrf) = s.open(Role::Read);
         assert_ne!(token, csrf);
-        assert_eq!(s.csrf(&token).as_deref(), Some(csrf.as_str()));
+        assert_eq!(s.csrf(&token), Some((csrf, Role::Read)));
         assert_eq!(s.csrf("nope"), None);
         s.close(&token);
         assert_eq!(s.csrf(&token), None);
         for _ in 0..MAX_SESSIONS + 5 {
-            s.open();
+            s.open(Role::Admin);
         }
         assert!(s.by_token.lock().len() <= MAX_SESSIONS);
     }

@@ -184,8 +184,17 @@ impl Daemon {
         http(self.http, "GET", path, &[], b"").expect("GET")
     }
 
+    /// A POST as a mail tool sends it: with `Content-Type: message/rfc822` unless `headers`
+    /// names another (the daemon refuses state changes of the types a browser page can send).
     pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
-        http(self.http, "POST", path, headers, body).expect("POST")
+        let mut all = headers.to_vec();
+        if !all
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+        {
+            all.push(("Content-Type", "message/rfc822"));
+        }
+        http(self.http, "POST", path, &all, body).expect("POST")
     }
 }
 

@@ -1,0 +1,275 @@
+//! The daemon's operations, whatever protocol asks for them: learn, reload, reputation. HTTP,
+//! spamd's `TELL` and the web UI only decode a request, call one of these, and encode its typed
+//! result; so the same learn gets the same outcome, history record and metrics on each.
+//! Who may call them is `access`'s; scanning goes through `record` (`Daemon::recorded`).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use super::budget::Reservation;
+use super::pool::{LearnReply, PoolError};
+use super::Daemon;
+use crate::message::Envelope;
+use crate::shingle::{self, Kind};
+use crate::store::{Counter, StoreKey, COUNTERS};
+
+/// A learn that was taken: trained, counted, durable and recorded.
+#[derive(Debug, Clone)]
+pub struct Learned {
+    pub counter: Counter,
+    /// Store keys that got the complaint or rescue.
+    pub keys: usize,
+    pub message_id: Option<String>,
+    /// False when the classifier had already learned this message (Message-ID, else body):
+    /// the store's counters got it again, the classifier did not.
+    pub trained: bool,
+}
+
+impl Learned {
+    /// `spam` or `ham`.
+    pub fn class(&self) -> &'static str {
+        class(self.counter)
+    }
+}
+
+fn class(counter: Counter) -> &'static str {
+    if counter == Counter::Rescue {
+        "ham"
+    } else {
+        "spam"
+    }
+}
+
+/// Why a learn was not taken. Nothing of it is acknowledged, recorded in the history or
+/// counted as learned; each is counted in `shrike_learns_refused_total{reason}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LearnError {
+    #[error("{0}")]
+    Pool(PoolError),
+    /// The shared store refused it (Redis down): nothing was learned.
+    #[error("the reputation store is unavailable: {0}")]
+    StoreUnavailable(String),
+    /// Learned, but not written where a restart finds it (a full or failing data directory).
+    #[error("{0}")]
+    NotDurable(String),
+}
+
+impl LearnError {
+    /// The `reason` label of `shrike_learns_refused_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            LearnError::Pool(PoolError::Busy) => "busy",
+            LearnError::Pool(PoolError::Timeout) => "timeout",
+            LearnError::Pool(PoolError::Stopped) => "stopping",
+            LearnError::StoreUnavailable(_) => "store",
+            LearnError::NotDurable(_) => "durability",
+        }
+    }
+}
+
+/// The reasons of [`LearnError::reason`], in the order `Metrics::learns_refused` counts them.
+pub const LEARN_REFUSALS: [&str; 5] = ["busy", "timeout", "stopping", "store", "durability"];
+
+/// Why an acknowledged learn might not survive a restart.
+#[derive(Debug, thiserror::Error)]
+enum NotDurable {
+    #[error("learn not written to the classifier's journal: {0}")]
+    Journal(String),
+    #[error("learn not written to the WAL: {0}")]
+    Wal(String),
+}
+
+impl Daemon {
+    /// Learns `raw` as spam (`Counter::Complaint`) or ham (`Counter::Rescue`) for `listener`
+    /// (`http`, `spamd`, `ui`): through a scan worker, refused as a whole when the shared
+    /// store does not take it, acknowledged only once its classifier training is in the
+    /// journal and its increments in the WAL; then counted and recorded in the history.
+    pub async fn learn(
+        &self,
+        listener: &'static str,
+        raw: Vec<u8>,
+        held: Reservation,
+        counter: Counter,
+        envelope: &Envelope,
+    ) -> Result<Learned, LearnError> {
+        let start = Instant::now();
+        let size = raw.len();
+        let result = self.learn_durably(raw, held, counter).await;
+        match &result {
+            Ok(reply) => {
+                let counted = match counter {
+                    Counter::Rescue => &self.metrics.learned_ham,
+                    _ => &self.metrics.learned_spam,
+                };
+                counted.fetch_add(1, Relaxed);
+                self.record_learn(listener, counter, envelope, size, reply, start);
+            }
+            Err(e) => {
+                self.metrics.learn_refused(e.reason());
+                match e {
+                    // The data directory's health logs its failures, at most once per 10 s; a
+                    // full disk would otherwise log every learn.
+                    LearnError::NotDurable(_) => {
+                        tracing::debug!(listener, error = %e, "learn not made durable")
+                    }
+                    _ => tracing::warn!(listener, error = %e, "learn refused"),
+                }
+            }
+        }
+        result.map(|l| Learned {
+            counter,
+            keys: l.keys,
+            message_id: l.message_id,
+            trained: l.trained,
+        })
+    }
+
+    async fn learn_durably(
+        &self,
+        raw: Vec<u8>,
+        held: Reservation,
+        counter: Counter,
+    ) -> Result<LearnReply, LearnError> {
+        let l = self
+            .pool
+            .learn(raw, held, counter, self.scan_timeout())
+            .await
+            .map_err(|e| {
+                self.metrics.not_scanned(&e);
+                LearnError::Pool(e)
+            })?;
+        if let Some(e) = &l.store_error {
+            return Err(LearnError::StoreUnavailable(e.clone()));
+        }
+        self.durable(&l)
+            .await
+            .map_err(|e| LearnError::NotDurable(e.to_string()))?;
+        Ok(l)
+    }
+
+    /// A learn is a user's explicit feedback: before it is acknowledged, its classifier
+    /// training must be in the journal (the worker wrote it) and its increments in the WAL
+    /// (written here, off the I/O threads).
+    async fn durable(&self, l: &LearnReply) -> Result<(), NotDurable> {
+        if let Some(e) = &l.journal_error {
+            return Err(NotDurable::Journal(e.clone()));
+        }
+        let committer = self.committer.clone();
+        match tokio::task::spawn_blocking(move || committer.commit()).await {
+            Ok(result) => result.map_err(|e| NotDurable::Wal(e.to_string())),
+            Err(e) => Err(NotDurable::Wal(e.to_string())),
+        }
+    }
+
+    /// Rebuilds the rules off the I/O threads (`POST /reload`): the new generation, or why the
+    /// previous one keeps serving.
+    pub async fn reload_async(self: &std::sync::Arc<Self>) -> Result<u64, String> {
+        let d = self.clone();
+        match tokio::task::spawn_blocking(move || d.reload()).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// One entity's reputation (`?type=T&value=V`, or `&hash=H`, a key's 16 hex digits as
+    /// `shrike scan` prints its shingles): its window sums and buckets. `Err`: what is wrong
+    /// with the query.
+    pub fn reputation(&self, query: &str) -> Result<serde_json::Value, String> {
+        let mut kind = None;
+        let mut value = None;
+        let mut hash = None;
+        for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+            match k.as_ref() {
+                "type" => kind = Some(v.into_owned()),
+                "value" => value = Some(v.into_owned()),
+                "hash" => hash = Some(v.into_owned()),
+                _ => {}
+            }
+        }
+        let hash = match hash.map(|h| u64::from_str_radix(h.trim(), 16)) {
+            None => None,
+            Some(Ok(h)) => Some(h),
+            Some(Err(_)) => return Err("hash must be 16 hex digits".into()),
+        };
+        let (Some(kind_arg), Some(value)) = (kind, value.or(hash.map(|h| format!("{h:016x}"))))
+        else {
+            return Err("need ?type=T&value=V or ?type=T&hash=H".into());
+        };
+        let kind =
+            Kind::parse(&kind_arg).ok_or_else(|| format!("unknown shingle type {kind_arg:?}"))?;
+        let hashes = match hash {
+            Some(h) => vec![h],
+            None => shingle::of_value(kind, &value),
+        };
+        if hashes.is_empty() {
+            return Err(format!("{value:?} is not a valid {} value", kind.name()));
+        }
+        let namespace = self.config.scan.namespace;
+        let windows: Vec<String> = self
+            .store
+            .windows_secs()
+            .iter()
+            .map(|&s| crate::engine::view::window_name(s))
+            .collect();
+        let resolutions = self.store.layout().resolutions();
+        let counts = |c: &[u64; COUNTERS]| -> serde_json::Value {
+            Counter::ALL
+                .iter()
+                .map(|k| (k.name().to_string(), serde_json::json!(c[*k as usize])))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
+        let keys: Vec<serde_json::Value> = hashes
+            .iter()
+            .map(|&hash| {
+                let key = StoreKey {
+                    namespace,
+                    kind: kind.id(),
+                    hash,
+                };
+                let timeline = self.scanner.store().timeline(&key);
+                let (window_sums, buckets) = match &timeline {
+                    Some(t) => (
+                        windows
+                            .iter()
+                            .zip(&t.windows.windows)
+                            .map(|(name, c)| (name.clone(), counts(c)))
+                            .collect::<serde_json::Map<_, _>>(),
+                        t.buckets
+                            .iter()
+                            .map(|(res, start, c)| {
+                                let mut b = counts(c);
+                                b["start"] = serde_json::json!(start);
+                                b["seconds"] = serde_json::json!(resolutions
+                                    .get(*res)
+                                    .map_or(0, |r| r.bucket_secs));
+                                b
+                            })
+                            .collect::<Vec<_>>(),
+                    ),
+                    None => (
+                        windows
+                            .iter()
+                            .map(|name| (name.clone(), counts(&[0; COUNTERS])))
+                            .collect(),
+                        Vec::new(),
+                    ),
+                };
+                serde_json::json!({
+                    "hash": format!("{hash:016x}"),
+                    "known": timeline.is_some(),
+                    "windows": window_sums,
+                    "buckets": buckets,
+                })
+            })
+            .collect();
+        Ok(serde_json::json!({
+            "type": kind.name(),
+            "id": kind.id(),
+            "value": value,
+            "namespace": namespace,
+            "now": self.store.now(),
+            "keys": keys,
+        }))
+    }
+}
