@@ -15,14 +15,15 @@ fi
 # (../shared/tools/mta), the libraries Exim and Sendmail link and m4 for Sendmail's config (both
 # are unpacked below: installing exim4-daemon-heavy or sendmail-bin would remove Postfix),
 # Node.js for Haraka, chromium with chromedriver for the web UI's browser test (tests/ui.rs), and
-# lua-check (luacheck) for the rules' lint (here, in `shrike rules check` and tests/lint.rs).
+# lua-check (luacheck) for the rules' lint (here, in `shrike rules check` and tests/lint.rs),
+# nginx-light and curl for the access model's proxy and client tests (tests/access.rs).
 mta_libs="libdb5.3 libgnutls-dane0 libgnutls30 libidn12 libidn2-0 libldap-2.5-0 libmariadb3 \
     libnsl2 libpam0g libpcre2-8-0 libperl5.36 libpq5 libsasl2-2 libspf2-2 libsqlite3-0 libcrypt1 \
     libssl3 libwrap0 liblockfile1 m4 util-linux"
 missing=""
 command -v npm >/dev/null || missing="nodejs npm"
 for pkg in postfix miltertest rspamd spamc iproute2 python3 chromium chromium-driver lua-check \
-    redis-server redis-tools $mta_libs; do
+    nginx-light curl redis-server redis-tools $mta_libs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
         || missing="$missing $pkg"
 done
@@ -32,10 +33,18 @@ if [ -n "$missing" ]; then
     [ "$(id -u)" = 0 ] || sudo="sudo"
     # "No configuration": the package must not set up or start a system Postfix.
     echo "postfix postfix/main_mailer_type select No configuration" | $sudo debconf-set-selections
+    # No package may start a system service (nginx would take port 80): the tests start their own.
+    policy_rc=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+        $sudo chmod 755 /usr/sbin/policy-rc.d
+        policy_rc=1
+    fi
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
     # shellcheck disable=SC2086
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
         --no-install-recommends $missing >/dev/null
+    [ -z "$policy_rc" ] || $sudo rm -f /usr/sbin/policy-rc.d
 fi
 
 sudo=""
