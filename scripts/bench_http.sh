@@ -10,8 +10,10 @@
 # whole dev split first (`shrike learn`), so the classifier and naive Bayes give an opinion on
 # every message, as on a deployment that has been taught: its features are extracted and both
 # models asked, which an untrained daemon skips (rspamd stays as it is, without Bayes).
+# BASELINE=BINARY adds another shrike (e.g. a release build of an earlier commit) to every
+# round, on its own port and data directory, and prints this build's rate over the baseline's.
 #
-#   [ROUNDS=1] [TRAINED=1] scripts/bench_http.sh [--rspamd] [--noop] [SECONDS] [CONNECTIONS]
+#   [ROUNDS=1] [TRAINED=1] [BASELINE=BIN] scripts/bench_http.sh [--rspamd] [--noop] [SECONDS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 with_rspamd=0
@@ -45,6 +47,16 @@ fi
     2> "$work/shrike.log" &
 pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+base_port=21334
+base_pid=""
+if [ -n "${BASELINE:-}" ]; then
+    rm -rf "$work/base-data"
+    [ "${TRAINED:-0}" = 1 ] && cp -a "$work/data" "$work/base-data"
+    "$BASELINE" --config scripts/bench/offline.toml serve --http "127.0.0.1:$base_port" --milter off \
+        --data "$work/base-data" 2> "$work/baseline.log" &
+    base_pid=$!
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$base_port/health" >/dev/null && break; sleep 0.1; done
+fi
 
 run() {  # run NAME URL -> the result lines; the rate in $last
     echo "== $1: warm-up 5 s"
@@ -87,7 +99,7 @@ EOC
 }
 
 stop_all() {
-    kill $pid 2>/dev/null || true
+    kill $pid $base_pid 2>/dev/null || true
     if [ "$with_noop" = 1 ] && [ -s "$work/nginx/nginx.pid" ]; then
         kill "$(cat "$work/nginx/nginx.pid")" 2>/dev/null || true
     fi
@@ -103,6 +115,7 @@ if [ "$with_noop" = 1 ]; then start_noop; fi
 rounds=${ROUNDS:-1}
 ratios=()
 shares=()
+base_ratios=()
 for r in $(seq "$rounds"); do
     run shrike "http://127.0.0.1:$port"
     ours=$last
@@ -111,6 +124,12 @@ for r in $(seq "$rounds"); do
     if [ "$r" = 1 ]; then
         curl -s "http://127.0.0.1:$port/metrics" \
             | grep -E '^shrike_(scans_total|busy_total|stage_seconds_(sum|count))' || true
+    fi
+    if [ -n "$base_pid" ]; then
+        run "baseline shrike" "http://127.0.0.1:$base_port"
+        ratio=$(awk -v a="$ours" -v b="$last" 'BEGIN {printf "%.3f", a / b}')
+        base_ratios+=("$ratio")
+        echo "round $r: shrike $ours / baseline $last msg/s = $ratio"
     fi
     if [ "$with_rspamd" = 1 ]; then
         run "rspamd 3.4" "http://127.0.0.1:${RSPAMD_PORT:-11533}"
@@ -130,6 +149,10 @@ done
 if [ ${#ratios[@]} -gt 0 ]; then
     sorted=$(printf '%s\n' "${ratios[@]}" | sort -n | tr '\n' ' ')
     echo "median ratio: $(echo "$sorted" | awk '{print $(int((NF + 1) / 2))}')x (rounds: $sorted)"
+fi
+if [ ${#base_ratios[@]} -gt 0 ]; then
+    sorted=$(printf '%s\n' "${base_ratios[@]}" | sort -n | tr '\n' ' ')
+    echo "median over the baseline: $(echo "$sorted" | awk '{print $(int((NF + 1) / 2))}') (rounds: $sorted)"
 fi
 if [ ${#shares[@]} -gt 0 ]; then
     sorted=$(printf '%s\n' "${shares[@]}" | sort -n | tr '\n' ' ')
