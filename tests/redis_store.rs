@@ -587,3 +587,191 @@ fn write_flushes_never_share_a_connection_with_reads() {
     assert_eq!(writers.len(), 1, "{writers:?}");
     assert_eq!(writers, readers);
 }
+
+/// `spamc -L spam` (TELL) on the daemon's spamd listener, with `msg` on stdin: (exit code,
+/// stdout, stderr).
+fn spamc_learn(port: u16, msg: &[u8]) -> (i32, String, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new("spamc")
+        .args(["-d", "127.0.0.1", "-p", &port.to_string(), "-L", "spam"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spamc is installed (scripts/test.sh installs it)");
+    child
+        .stdin
+        .take()
+        .expect("spamc's stdin")
+        .write_all(msg)
+        .expect("write the message to spamc");
+    let out = child.wait_with_output().expect("spamc");
+    (
+        out.status.code().expect("spamc exited"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A learn as the web UI's page sends it from loopback: the session's CSRF token first, then
+/// `POST /ui/api/learn?class=spam` with it, naming the daemon by its address and port.
+fn ui_learn(d: &Daemon, msg: &[u8]) -> daemon::HttpReply {
+    let lo = std::net::IpAddr::from([127, 0, 0, 1]);
+    let host = format!("127.0.0.1:{}", d.http);
+    let session = daemon::http_to(lo, d.http, &host, "GET /ui/api/session", &[], b"")
+        .expect("GET /ui/api/session");
+    assert_eq!(session.status, 200, "{}", session.text());
+    let session = session.json();
+    assert_eq!(session["role"], "admin", "{session}");
+    let csrf = session["csrf"].as_str().expect("a CSRF token").to_string();
+    assert_eq!(csrf.len(), 64, "{session}");
+    daemon::http_to(
+        lo,
+        d.http,
+        &host,
+        "POST /ui/api/learn?class=spam",
+        &[
+            ("X-CSRF-Token", csrf.as_str()),
+            ("Content-Type", "message/rfc822"),
+        ],
+        msg,
+    )
+    .expect("POST /ui/api/learn")
+}
+
+/// The learn records of the history: (listener, Message-ID) of each, sorted.
+fn learn_records(d: &Daemon) -> Vec<(String, String)> {
+    let r = d.get("/history?action=learn&limit=100");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let page = r.json();
+    let mut out: Vec<(String, String)> = page["records"]
+        .as_array()
+        .unwrap_or_else(|| panic!("records: {page}"))
+        .iter()
+        .map(|r| {
+            assert_eq!(r["action"], "learn spam", "{r}");
+            (
+                r["listener"].as_str().unwrap_or_default().to_string(),
+                r["message_id"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// One learn, three protocols: HTTP `/learnspam`, spamd `TELL` (the real `spamc -L spam`) and
+/// the web UI's learn, all from loopback (the admin). With Redis up each is taken; with Redis
+/// down each is refused as the same `LearnError::StoreUnavailable`, in its protocol's words
+/// (503, a spamd error spamc exits non-zero on, 503), counted once as
+/// `shrike_learns_refused_total{reason="store"}`, not as learned, and never in the history.
+#[test]
+fn one_learn_outcome_on_every_protocol_with_the_store_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::start(dir.path(), daemon::free_port(), false);
+    let urls = format!("[\"redis://127.0.0.1:{}\"]", node.port);
+    let spamd = daemon::free_port();
+    let config = format!(
+        "{}[spamd]\nlisten = \"127.0.0.1:{spamd}\"\n[history]\nflush_ms = 100\n",
+        redis_config(&urls, false)
+    );
+    let d = start(dir.path(), "a", &config);
+    wait_until("the store connected", 10, || health_store(&d) == "ok");
+    let learned = || d.metric("shrike_learns_total{class=\"spam\"}");
+    let refused = || d.metric("shrike_learns_refused_total{reason=\"store\"}");
+    assert_eq!((learned(), refused()), (0, 0));
+
+    // Redis up: each protocol's learn is taken.
+    let up = |id: &str| message("up@one.example", &format!("Learned while up {id}"), id);
+    let r = d.post("/learnspam", &[], &up("up-http"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["success"], true, "{}", r.text());
+    let (code, out, err) = spamc_learn(spamd, &up("up-spamd"));
+    assert_eq!(code, 0, "{out}{err}\n{}", d.log_text());
+    assert_eq!(out.trim(), "Message successfully un/learned", "{err}");
+    let r = ui_learn(&d, &up("up-ui"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["success"], true, "{}", r.text());
+    assert_eq!(r.json()["trained"], true, "{}", r.text());
+    assert_eq!((learned(), refused()), (3, 0));
+    // The store has each learn's complaint.
+    for id in ["up-http", "up-spamd", "up-ui"] {
+        let subject = format!("Learned while up {id}");
+        assert_eq!(window(&d, "subject", &subject, "complaint"), 1, "{id}");
+    }
+    // Sorted by listener, as `learn_records` sorts.
+    let taken: Vec<(String, String)> = ["http", "spamd", "ui"]
+        .iter()
+        .map(|l| (l.to_string(), format!("<up-{l}@t.example>")))
+        .collect();
+    let bare = |records: Vec<(String, String)>| -> Vec<(String, String)> {
+        // The history may keep a Message-ID with or without its angle brackets.
+        records
+            .into_iter()
+            .map(|(l, m)| (l, format!("<{}>", m.trim_matches(['<', '>']))))
+            .collect()
+    };
+    wait_until("the three learns in the history", 30, || {
+        learn_records(&d).len() == 3
+    });
+    assert_eq!(bare(learn_records(&d)), taken);
+
+    // Redis down: fresh messages (one already learned would be a duplicate, answered without
+    // the store), each refused.
+    node.kill9();
+    wait_until("the store seen down", 15, || health_store(&d) == "degraded");
+    let down = |id: &str| message("down@two.example", &format!("Learned while down {id}"), id);
+    let r = d.post("/learnspam", &[], &down("down-http"));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.text().contains("the reputation store is unavailable"),
+        "{}",
+        r.text()
+    );
+    let (code, out, err) = spamc_learn(spamd, &down("down-spamd"));
+    // The daemon answers `SPAMD/1.0 75` (EX_TEMPFAIL); libspamc 4.0's TELL does not read the
+    // code of the status line and, finding the connection closed where it expects headers,
+    // makes spamc exit 74 (EX_IOERR). Either way: a failure, and no "learned" line.
+    assert!(
+        matches!(code, 74 | 75),
+        "spamc -L with the store down exited {code}: {out}{err}"
+    );
+    assert!(!out.contains("un/learned"), "{out}");
+    let r = ui_learn(&d, &down("down-ui"));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.text().contains("the reputation store is unavailable"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(refused(), 3, "one refusal per protocol, for the store");
+    let log = d.log_text();
+    for listener in ["http", "spamd", "ui"] {
+        assert!(
+            log.lines().any(|l| l.contains("learn refused")
+                && l.contains(&format!("listener=\"{listener}\""))
+                && l.contains("the reputation store is unavailable")),
+            "no store refusal logged for {listener}:\n{log}"
+        );
+    }
+    assert_eq!(learned(), 3, "no refused learn counted as learned");
+    for reason in ["busy", "timeout", "stopping", "durability"] {
+        let name = format!("shrike_learns_refused_total{{reason=\"{reason}\"}}");
+        assert_eq!(d.metric(&name), 0, "{reason}");
+    }
+
+    // The history: a scan recorded after the refusals is there, and before it only the three
+    // learns taken.
+    let marker = d.post(
+        "/checkv2",
+        &[("Queue-Id", "AFTERDOWN1")],
+        &message("m@three.example", "After the refusals", "marker"),
+    );
+    assert_eq!(marker.status, 200, "{}", marker.text());
+    wait_until("the scan after the refusals in the history", 30, || {
+        let r = d.get("/history?queue_id=AFTERDOWN1");
+        r.status == 200 && r.json()["records"].as_array().is_some_and(|a| a.len() == 1)
+    });
+    assert_eq!(bare(learn_records(&d)), taken);
+}

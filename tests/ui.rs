@@ -740,3 +740,213 @@ async fn every_page_works_in_a_real_browser() {
 
     c.close().await.expect("close the browser");
 }
+
+/// Another site's web server on loopback: `page` for `GET /`, 404 for anything else (the
+/// favicon). Serves until the test process ends; its port.
+fn serve_page(page: String) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the attacker's server");
+    let port = listener.local_addr().expect("local addr").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let (status, body) = if head.starts_with(b"GET / ") {
+                ("200 OK", page.as_str())
+            } else {
+                ("404 Not Found", "no such page")
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// The page of another site (`attacker.evil.example`, mapped to loopback) that tries, from the
+/// browser of a user on the daemon's machine (a loopback client, the admin by default), to
+/// learn a message and reload the rules with the requests a page can send without a CORS
+/// preflight, and to read the history and a reputation; then a DNS-rebinding page's read (its
+/// own name resolving to the daemon). Nothing is learned or reloaded, nothing read; every
+/// attempt reached the daemon and was refused there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_site_cannot_learn_or_read_through_the_browser() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = Daemon::start(dir.path(), Options::default());
+    let daemon_url = format!("http://127.0.0.1:{}", d.http);
+    let message = String::from_utf8(gtube()).expect("utf-8 fixture");
+    // Each attempt awaits its answer before the next starts, so when the title says `done`
+    // the daemon has answered them all. A no-cors answer is opaque (status 0, no body); a read
+    // the browser refuses to show is a TypeError; anything readable is kept.
+    let page = format!(
+        r#"<!doctype html><html><head><title>attacker</title></head><body><pre id="out"></pre>
+<script>
+const D = {daemon:?};
+const MSG = {message};
+const out = {{}};
+async function attempt(name, url, init) {{
+  try {{
+    const r = await fetch(D + url, init);
+    let body;
+    try {{ body = await r.text(); }} catch (e) {{ body = "unreadable: " + e.name; }}
+    out[name] = {{ type: r.type, status: r.status, body: body }};
+  }} catch (e) {{
+    out[name] = {{ error: e.name + ": " + e.message }};
+  }}
+}}
+(async () => {{
+  const post = (body, more) => Object.assign({{ method: "POST", mode: "no-cors", body: body }}, more || {{}});
+  await attempt("learn text", "/learnspam", post(MSG));
+  await attempt("learn blob", "/learnspam", post(new Blob([MSG])));
+  await attempt("learn no referrer", "/learnspam", post(MSG, {{ referrerPolicy: "no-referrer" }}));
+  await attempt("reload text", "/reload", post("x"));
+  await attempt("reload blob", "/reload", post(new Blob(["x"])));
+  await attempt("history", "/history", {{}});
+  await attempt("reputation", "/reputation?type=subject&value=x", {{}});
+  document.getElementById("out").textContent = JSON.stringify(out);
+  document.title = "done";
+}})();
+</script></body></html>"#,
+        daemon = daemon_url,
+        message = serde_json::to_string(&message).expect("a JS string"),
+    );
+    const ATTEMPTS: u64 = 7;
+    let attacker = serve_page(page);
+
+    let driver = Driver::start(&dir.path().join("chromedriver.log"));
+    let profile = dir.path().join("chromium-profile");
+    let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1300,1000", format!("--user-data-dir={}", profile.display()),
+                     // Both of the attacker's names are this machine, as its DNS would say.
+                     "--host-resolver-rules=MAP *.evil.example 127.0.0.1"],
+        },
+        "goog:loggingPrefs": { "browser": "ALL" },
+    }))
+    .expect("capabilities");
+    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a WebDriver session with chromium");
+
+    let metric = |name: &str| d.metric(name);
+    let denied_before = metric("shrike_access_denied_total");
+    let requests_before = metric("shrike_http_requests_total");
+    let reloads_before = metric("shrike_reloads_total");
+    let generation_before = d.get("/stat").json()["rules_generation"].clone();
+    assert!(generation_before.is_u64(), "{generation_before}");
+
+    // The attacker's page, from another origin.
+    c.goto(&format!("http://attacker.evil.example:{attacker}/"))
+        .await
+        .expect("open the attacker's page");
+    wait_for(
+        &c,
+        "the page's attempts",
+        "return document.title === 'done'",
+    )
+    .await;
+    let seen = text(&c, "out").await;
+    let observed: Value = serde_json::from_str(&seen).expect("the page's record");
+    for name in [
+        "learn text",
+        "learn blob",
+        "learn no referrer",
+        "reload text",
+        "reload blob",
+    ] {
+        // Sent, and answered with nothing the page can read.
+        assert_eq!(observed[name]["type"], "opaque", "{name}: {seen}");
+        assert_eq!(observed[name]["body"], "", "{name}: {seen}");
+    }
+    for name in ["history", "reputation"] {
+        assert!(
+            observed[name]["error"].is_string(),
+            "{name} was readable by another site: {seen}"
+        );
+    }
+    assert!(
+        !seen.contains("records") && !seen.contains("windows"),
+        "{seen}"
+    );
+    // Every attempt reached the daemon and was refused by it (the requests of this test's
+    // own /metrics reads are not refusals).
+    let denied = metric("shrike_access_denied_total");
+    assert!(
+        denied >= denied_before + ATTEMPTS,
+        "{} of the page's {ATTEMPTS} attempts refused by the daemon:\n{}",
+        denied - denied_before,
+        d.log_text()
+    );
+    assert!(metric("shrike_http_requests_total") >= requests_before + ATTEMPTS);
+
+    // DNS rebinding: a name of the attacker's that resolves to the daemon. The browser sends
+    // that name as the Host; the daemon refuses to answer it.
+    let rebound = format!("http://rebind.evil.example:{}/history", d.http);
+    c.goto(&rebound).await.expect("open the rebound name");
+    let body = c
+        .execute("return document.body.innerText", vec![])
+        .await
+        .expect("the page's text");
+    let body = body.as_str().unwrap_or_default().to_string();
+    assert!(
+        body.contains("the Host header names the daemon by a name it does not know"),
+        "{body}"
+    );
+    assert!(!body.contains("records"), "{body}");
+    shot(&c, "rebinding-refused").await;
+    let after_rebinding = metric("shrike_access_denied_total");
+    assert!(after_rebinding > denied, "the rebound read was refused");
+    // The same browser reads the history when it names the daemon by its address: the refusal
+    // above was the name's.
+    c.goto(&format!("{daemon_url}/history"))
+        .await
+        .expect("open the history");
+    let body = c
+        .execute("return document.body.innerText", vec![])
+        .await
+        .expect("the page's text");
+    let history: Value = serde_json::from_str(body.as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the history as JSON ({e}): {body}"));
+    assert!(history["records"].is_array(), "{history}");
+    assert_eq!(metric("shrike_access_denied_total"), after_rebinding);
+    c.close().await.expect("close the browser");
+
+    // Nothing learned, nothing reloaded, and no learn even reached the operations layer.
+    let stat = d.get("/stat").json();
+    assert_eq!(stat["learned_spam"], 0, "{stat}");
+    assert_eq!(stat["rules_generation"], generation_before, "{stat}");
+    assert_eq!(metric("shrike_learns_total{class=\"spam\"}"), 0);
+    assert_eq!(metric("shrike_reloads_total"), reloads_before);
+    for reason in ["busy", "timeout", "stopping", "store", "durability"] {
+        assert_eq!(
+            metric(&format!(
+                "shrike_learns_refused_total{{reason=\"{reason}\"}}"
+            )),
+            0,
+            "{reason}"
+        );
+    }
+    // What the page sent would have been learned and reloaded had a mail tool sent it.
+    let r = d.post("/learnspam", &[], message.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(metric("shrike_learns_total{class=\"spam\"}"), 1);
+    let r = d.post("/reload", &[], b"x");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(metric("shrike_reloads_total"), reloads_before + 1);
+}
