@@ -366,8 +366,8 @@ fn non_loopback_ip() -> std::net::IpAddr {
     ip
 }
 
-/// TELL follows `/learn*`'s admin rule: a client off loopback is refused and nothing is learned,
-/// while its checks are served.
+/// TELL needs the admin role, by address (spamd has no password): a client outside
+/// `access.admin_networks` is refused and nothing is learned, while its checks are served.
 #[test]
 fn tell_from_a_remote_client_is_refused_and_learns_nothing() {
     let ip = non_loopback_ip();
@@ -395,7 +395,7 @@ fn tell_from_a_remote_client_is_refused_and_learns_nothing() {
     ));
     assert_eq!(
         reply,
-        "SPAMD/1.0 77 TELL needs a loopback or Unix-socket client\r\n"
+        "SPAMD/1.0 77 TELL needs a client in access.admin_networks (or the daemon's user on a Unix socket)\r\n"
     );
     assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 0);
     let reply = exchange_from(&with_body("CHECK SPAMC/1.5\r\n", &gtube));
