@@ -194,7 +194,9 @@ rule {
   group = "reputation",
   check = function(msg)
     local hits
-    if msg:from() then
+    -- The From address's rescues credit only a sender that proved the From: a forger would
+    -- otherwise borrow the rescues of whatever address it writes from.
+    if util.authenticated_from(msg) then
       local _, _, _, complaints, rescues = msg:stat("from", "14d")
       if rescues >= RESCUES_MIN and rescues > complaints then
         hits = { REP_FROM_RESCUED = { weight = rescues >= 10 and 1.5 or 1, tostring(rescues) } }
@@ -221,11 +223,12 @@ local KNOWN_DOMAIN_SEEN = 3   -- messages in 14 days
 rule {
   name = "REP_FROM_DOMAIN_KNOWN",
   score = -2.0,  -- chosen on one fold of the cross-validation (docs/perf-log.md)
-  description = "The From domain (not a free mailbox) was seen 3+ times in 14 days without a complaint, mostly not judged spam",
+  description = "The authenticated From domain (DMARC, aligned DKIM or SPF; not a free mailbox) was seen 3+ times in 14 days without a complaint, mostly not judged spam",
   group = "reputation",
   check = function(msg)
-    local _, domain = msg:from()
-    if not domain or domain == "" or util.freemail[lower(domain)] then return end
+    -- Only a From domain the sender proved: a forged one would borrow a known domain's history.
+    local domain = util.authenticated_from(msg)
+    if not domain or util.freemail[domain] then return end
     local seen, spam, _, complaints = msg:stat("from_domain", "14d")
     if seen < KNOWN_DOMAIN_SEEN or complaints > 0 or spam * 2 >= seen then return end
     return 1, { tostring(seen) }

@@ -1,5 +1,8 @@
--- Signs of ordinary correspondence. Small negative scores: each can be forged, none alone
--- clears a message, but together they keep real conversations away from the thresholds.
+-- Signs of ordinary correspondence. A negative score may only come from evidence the sender
+-- cannot fabricate (docs/rules.md, "No free ham points"): REPLY_THREAD and SIGNED are headers and
+-- parts anyone can add, so they score 0 (kept as signs other rules and the history can read)
+-- until a reply can be checked against the Message-IDs our users sent; LINKS_OWN_DOMAIN counts
+-- only for a From domain the sender authenticated.
 
 local util = require("shrike.util")
 
@@ -13,7 +16,7 @@ local SIGNATURE_TYPES = {
 
 rule {
   name = "REPLY_THREAD",
-  score = -1.0,
+  score = 0.0,
   description = "A reply in a thread: Re: subject with In-Reply-To or References",
   group = "good",
   check = function(msg)
@@ -24,8 +27,8 @@ rule {
 
 rule {
   name = "SIGNED",
-  score = -1.0,
-  description = "Signed with PGP/MIME or S/MIME",
+  score = 0.0,
+  description = "Signed with PGP/MIME or S/MIME (not verified: no score)",
   group = "good",
   check = function(msg)
     local types = msg:part_types()
@@ -70,12 +73,11 @@ end
 rule {
   name = "LINKS_OWN_DOMAIN",
   score = -2.4,
-  description = "A link goes to the registrable domain of the From address (not a free mailbox), in mail not sent to hidden or unnamed recipients, from a sender that drew no complaints",
+  description = "A link goes to the registrable domain of the authenticated From address (DMARC, aligned DKIM or SPF; not a free mailbox), in mail not sent to hidden or unnamed recipients, from a sender that drew no complaints",
   group = "good",
   check = function(msg)
-    local _, domain = msg:from()
-    if not domain or domain == "" then return end
-    domain = lower(domain)
+    local domain = util.authenticated_from(msg)
+    if not domain then return end
     local domains = msg:domains()
     for i = 1, #domains do
       local d = domains[i]

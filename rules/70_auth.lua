@@ -101,7 +101,9 @@ rule {
   name = "AUTH_ARC",
   description = "ARC chain (RFC 8617): valid, failed, malformed",
   group = "auth",
-  scores = { ARC_ALLOW = -1.0, ARC_REJECT = 1.0, ARC_INVALID = 0.5, ARC_DNSFAIL = 0.0, ARC_NA = 0.0 },
+  -- A valid chain says only that its sealers signed it, and anyone can seal its own mail: no
+  -- ham points for it (rspamd gives -1) until sealers can be named as trusted.
+  scores = { ARC_ALLOW = 0.0, ARC_REJECT = 1.0, ARC_INVALID = 0.5, ARC_DNSFAIL = 0.0, ARC_NA = 0.0 },
   check = function(msg)
     local a = msg:auth()
     if not a.ran then return end

@@ -5,6 +5,9 @@
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
 mod daemon;
+#[allow(dead_code)]
+#[path = "common/dns_server.rs"]
+mod dns_server;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -509,8 +512,30 @@ fn own_domain_mail(from: &str, subject: &str, text: &str) -> String {
     )
 }
 
+/// A DNS server on loopback where the senders of `own_domain_mail` publish SPF for the address
+/// they send from, and the `[dns]` section that asks it: the good signs that credit a From
+/// domain need it authenticated (docs/rules.md, "No free ham points").
+fn senders_dns(domains: &[&str]) -> (dns_server::DnsServer, String) {
+    let dns = dns_server::DnsServer::start();
+    for d in domains {
+        dns.txt(d, "v=spf1 ip4:198.51.100.40 -all");
+    }
+    let section = dns.dns_section(2000);
+    (dns, section)
+}
+
+/// The symbols of a scan from the sending address, the From address as the envelope sender.
 fn checkv2_symbols(d: &Daemon, raw: &str) -> Vec<String> {
-    let r = d.post("/checkv2", &[("IP", "198.51.100.40")], raw.as_bytes());
+    let from = raw
+        .lines()
+        .find_map(|l| l.strip_prefix("From: "))
+        .unwrap_or_default()
+        .to_string();
+    let r = d.post(
+        "/checkv2",
+        &[("IP", "198.51.100.40"), ("From", from.as_str())],
+        raw.as_bytes(),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let mut names: Vec<String> = r.json()["symbols"]
         .as_object()
@@ -572,7 +597,18 @@ fn a_sender_reported_once_loses_its_own_domain_credit() {
     assert_eq!(count(&out, "learned spam"), 2, "{out}");
     assert_eq!(count(&out, "learned ham"), 2, "{out}");
 
-    let d = Daemon::start(dir.path(), Options::default());
+    let (_dns, section) = senders_dns(&[
+        "promo.example.net",
+        "letters.example.org",
+        "shop.example.com",
+    ]);
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(section),
+            ..Options::default()
+        },
+    );
     let reported = checkv2_symbols(
         &d,
         &own_domain_mail(
@@ -627,7 +663,14 @@ fn a_sender_reported_once_loses_its_own_domain_credit() {
 #[test]
 fn a_newsletter_domain_is_known_until_a_user_reports_it() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(dir.path(), Options::default());
+    let (_dns, section) = senders_dns(&["letters.example.org"]);
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(section),
+            ..Options::default()
+        },
+    );
     let issue = |n: u32| {
         own_domain_mail(
             &format!("issue-{n}.alice.x{}@letters.example.org", n * 37),
@@ -652,6 +695,18 @@ fn a_newsletter_domain_is_known_until_a_user_reports_it() {
         })
         .find(|s| s.iter().any(|s| s == "REP_FROM_DOMAIN_KNOWN"));
     assert!(known.is_some(), "the fourth issue is from a known domain");
+    // The same issue from an address its SPF does not list: a forged From borrows nothing.
+    let forged = d.post(
+        "/checkv2",
+        &[
+            ("IP", "203.0.113.9"),
+            ("From", "issue-4.alice.x148@letters.example.org"),
+        ],
+        issue(4).as_bytes(),
+    );
+    let symbols = forged.json()["symbols"].clone();
+    assert!(symbols.get("R_SPF_FAIL").is_some(), "{symbols}");
+    assert!(symbols.get("REP_FROM_DOMAIN_KNOWN").is_none(), "{symbols}");
 
     let r = d.post("/learnspam", &[], issue(5).as_bytes());
     assert_eq!(r.status, 200, "{}", r.text());

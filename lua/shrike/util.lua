@@ -422,4 +422,35 @@ function M.received_time(received)
   return M.parse_date(sub(received, semi + 1))
 end
 
+---------------------------------------------------------------------------------------------
+-- Authentication
+
+--- Whether domain `d` is `domain`, under it, or one it is under (relaxed alignment).
+local function aligned_with(d, domain)
+  if not d or d == "" then return false end
+  d = lower(d)
+  return d == domain or sub(domain, -#d - 1) == "." .. d or sub(d, -#domain - 1) == "." .. domain
+end
+
+--- The From domain (lower case) when the sender proved it may write from it: DMARC passed for
+--- it, a DKIM signature aligned with it passed, or SPF passed for an envelope domain aligned
+--- with it. nil for a From nobody authenticated, and offline (msg:auth().ran false). Anyone can
+--- write any From: a negative score that credits the From domain or address needs this.
+function M.authenticated_from(msg)
+  local _, domain = msg:from()
+  if not domain or domain == "" then return nil end
+  local a = msg:auth()
+  if not a.ran then return nil end
+  domain = lower(domain)
+  if a.dmarc.result == "pass" and (not a.dmarc.domain or aligned_with(a.dmarc.domain, domain)) then
+    return domain
+  end
+  for i = 1, #a.dkim do
+    local s = a.dkim[i]
+    if s.result == "pass" and s.aligned then return domain end
+  end
+  if a.spf.result == "pass" and aligned_with(a.spf.domain, domain) then return domain end
+  return nil
+end
+
 return M
