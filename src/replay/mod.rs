@@ -8,6 +8,7 @@
 pub mod corpus;
 pub mod crossval;
 pub mod report;
+pub mod roc;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

@@ -58,6 +58,9 @@ pub struct Summary {
     pub classifier_ham: u64,
     pub labels: Vec<LabelSummary>,
     pub thresholds: Vec<ThresholdRow>,
+    /// How well the scores separate spam from ham and hard ham (1 − AUC, spam caught at a
+    /// fixed false-positive budget), wherever the thresholds sit.
+    pub separation: Vec<super::roc::Separation>,
     pub rules: Vec<RuleRow>,
     pub over_time: Vec<Slice>,
 }
@@ -202,6 +205,17 @@ impl Summary {
                 hard_ham_pct: share(Label::HardHam, score),
             })
             .collect();
+        let scores = |label: Label| -> Vec<f64> {
+            scanned()
+                .filter(|(i, _)| i.label == label)
+                .map(|(_, o)| o.score)
+                .collect()
+        };
+        let separation = super::roc::separation(
+            &scores(Label::Spam),
+            &scores(Label::Ham),
+            &scores(Label::HardHam),
+        );
 
         let mut per_label = [0usize; 4];
         for (item, _) in scanned() {
@@ -309,6 +323,7 @@ impl Summary {
             classifier_ham: lane.learned.1,
             labels,
             thresholds,
+            separation,
             rules,
             over_time,
         }
@@ -418,6 +433,31 @@ impl Summary {
         }
         table(out, &rows)?;
         writeln!(out)?;
+
+        if !self.separation.is_empty() {
+            let mut rows = vec![vec![
+                "spam against".to_string(),
+                "1 - AUC".to_string(),
+                "false positives".to_string(),
+                "spam caught".to_string(),
+                "from score".to_string(),
+            ]];
+            for s in &self.separation {
+                rows.push(vec![
+                    s.against.to_string(),
+                    format!("{:.4}%", s.one_minus_auc_pct),
+                    format!("≤ {}%", s.budget_pct),
+                    format!("{:.1}%", s.spam_caught_pct),
+                    if s.threshold.is_finite() {
+                        format!("{:.2}", s.threshold)
+                    } else {
+                        "any".into()
+                    },
+                ]);
+            }
+            table(out, &rows)?;
+            writeln!(out)?;
+        }
 
         let mut rows = vec![vec![
             "symbol".to_string(),
