@@ -307,6 +307,13 @@ struct ReplayArgs {
     /// PATH (`fold,role,file,label`).
     #[arg(long, value_name = "PATH", requires = "cross_validate")]
     folds: Option<PathBuf>,
+    /// The temporal protocol instead of replaying the stream: learn the earliest FRACTION
+    /// (0 < FRACTION < 1) of each label by the messages' Date headers (their place in the corpus
+    /// where a date is missing) as `shrike learn` does, at the time of the last of them; then
+    /// score the rest at their times, without feedback. Reports and CSV as --cross-validate.
+    #[arg(long, value_name = "FRACTION",
+          conflicts_with_all = ["compare_rules", "train", "cross_validate", "period"])]
+    split_by_date: Option<f64>,
     /// Stretches of the stream in the detection-over-time table.
     #[arg(long, default_value_t = 10, value_name = "N")]
     slices: usize,
@@ -583,6 +590,13 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if let Some(k) = args.cross_validate {
         return cross_validate(config, &args, rules_a, &corpus, usize::from(k));
     }
+    if let Some(fraction) = args.split_by_date {
+        anyhow::ensure!(
+            fraction > 0.0 && fraction < 1.0,
+            "--split-by-date takes a fraction between 0 and 1 (0.5: learn the earlier half)"
+        );
+        return cross_validate(config, &args, rules_a, &corpus, 0);
+    }
     let (a, b) = match args.compare_rules.clone() {
         None => (replay::run(config, rules_a, &corpus, &feedback)?, None),
         Some(dir) => {
@@ -638,7 +652,10 @@ fn cross_validate(
     k: usize,
 ) -> anyhow::Result<ExitCode> {
     use shrike::replay::{crossval, report};
-    let cv = crossval::run(config, rules, corpus, k, args.seed)?;
+    let cv = match args.split_by_date {
+        Some(fraction) => crossval::run_split(config, rules, corpus, fraction)?,
+        None => crossval::run(config, rules, corpus, k, args.seed)?,
+    };
     if let Some(path) = &args.csv {
         let file =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;

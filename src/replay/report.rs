@@ -655,6 +655,9 @@ fn outcome_cells(o: &Outcome) -> [String; 5] {
 #[derive(Debug, Serialize)]
 pub struct CrossSummary {
     pub folds: usize,
+    /// A split by date: the share of each label learned, and until when (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<(f64, String)>,
     pub seed: u64,
     pub elapsed_secs: f64,
     pub per_fold: Vec<Summary>,
@@ -710,6 +713,7 @@ impl CrossSummary {
         total.errors += cv.folds.iter().map(|f| f.unreadable).sum::<usize>();
         CrossSummary {
             folds: cv.k,
+            split: cv.split.map(|(f, at)| (f, rfc3339(at))),
             seed,
             elapsed_secs: (cv.elapsed.as_secs_f64() * 1e3).round() / 1e3,
             per_fold,
@@ -727,12 +731,20 @@ impl CrossSummary {
                 .map_or(0, |x| x.messages)
         };
         let t = &self.total;
-        writeln!(
-            out,
-            "cross-validation: {} folds of the spam and ham (seed {}); each fold learns the others \
-             (as `shrike learn` does), then scores its own and all hard ham",
-            self.folds, self.seed
-        )?;
+        match &self.split {
+            Some((fraction, until)) => writeln!(
+                out,
+                "split by date: learned the earliest {}% of each label (as `shrike learn` does, \
+                 messages up to {until}), then scored the rest",
+                fraction * 100.0
+            )?,
+            None => writeln!(
+                out,
+                "cross-validation: {} folds of the spam and ham (seed {}); each fold learns the \
+                 others (as `shrike learn` does), then scores its own and all hard ham",
+                self.folds, self.seed
+            )?,
+        }
         writeln!(
             out,
             "scored: {} messages ({} spam, {} ham, {} hard ham{}) arriving {} .. {}",
