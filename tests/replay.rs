@@ -454,3 +454,63 @@ fn cross_validation_scores_each_message_once_and_never_what_its_fold_learned() {
         assert!(!out.stderr.is_empty(), "{bad:?}: no message");
     }
 }
+
+/// The temporal protocol: each label's earliest half by date is learned, only the later half
+/// is scored, and everything scored came after everything learned.
+#[test]
+fn a_split_by_date_scores_only_what_came_after_what_it_learned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = fixture();
+    let csv_path = tmp.path().join("split.csv");
+    let json = replay(&[
+        "--split-by-date",
+        "0.5",
+        "--json",
+        "--csv",
+        csv_path.to_str().unwrap(),
+        fixture.to_str().unwrap(),
+    ]);
+    let summary: Value = serde_json::from_str(&json).expect("JSON");
+    let until = summary["split"][1]
+        .as_str()
+        .expect("learned until")
+        .to_string();
+    assert_eq!(summary["split"][0], 0.5);
+    let rows = read_csv(&csv_path);
+    assert!(!rows.is_empty());
+    let count = |dir: &str| std::fs::read_dir(fixture.join(dir)).unwrap().count();
+    let labelled = count("spam") + count("ham") + count("hard_ham");
+    assert_eq!(rows.len(), labelled - labelled / 2, "the later half scored");
+    for r in &rows {
+        // RFC 3339 in UTC sorts as text.
+        assert!(
+            r["arrival"].as_str() >= until.as_str(),
+            "{r:?} before {until}"
+        );
+    }
+    // What was learned is what was not scored.
+    let total = &summary["total"];
+    let learned =
+        total["classifier_spam"].as_u64().unwrap() + total["classifier_ham"].as_u64().unwrap();
+    assert_eq!(learned as usize, labelled / 2, "{total}");
+    let text = replay(&["--split-by-date", "0.5", fixture.to_str().unwrap()]);
+    assert!(
+        text.starts_with("split by date: learned the earliest 50%"),
+        "{text}"
+    );
+    assert!(text.contains("spam against"), "{text}");
+    for bad in [
+        &["--split-by-date", "0"][..],
+        &["--split-by-date", "1.5"],
+        &["--split-by-date", "0.5", "--period", "1d"],
+        &["--split-by-date", "0.5", "--cross-validate", "2"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
+            .arg("replay")
+            .args(bad)
+            .arg(&fixture)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad:?} accepted");
+    }
+}

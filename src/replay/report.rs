@@ -734,8 +734,8 @@ impl CrossSummary {
         match &self.split {
             Some((fraction, until)) => writeln!(
                 out,
-                "split by date: learned the earliest {}% of each label (as `shrike learn` does, \
-                 messages up to {until}), then scored the rest",
+                "split by date: learned the earliest {}% of the labelled mail (as `shrike learn` \
+                 does, messages up to {until}), then scored the rest",
                 fraction * 100.0
             )?,
             None => writeln!(
