@@ -308,8 +308,8 @@ struct ReplayArgs {
     #[arg(long, value_name = "PATH", requires = "cross_validate")]
     folds: Option<PathBuf>,
     /// The temporal protocol instead of replaying the stream: learn the earliest FRACTION
-    /// (0 < FRACTION < 1) of each label by the messages' Date headers (their place in the corpus
-    /// where a date is missing) as `shrike learn` does, at the time of the last of them; then
+    /// (0 < FRACTION < 1) of the labelled mail by the messages' Date headers (their place in the
+    /// corpus where a date is missing) as `shrike learn` does, at the time of the last; then
     /// score the rest at their times, without feedback. Reports and CSV as --cross-validate.
     #[arg(long, value_name = "FRACTION",
           conflicts_with_all = ["compare_rules", "train", "cross_validate", "period"])]
