@@ -114,7 +114,7 @@ rule {
 }
 
 -- DNS lists: the symbols of the preset zones ([[dnsbl]] in shrike.toml). A zone of your own
--- with its own symbols needs a rule declaring their scores; its hits are in msg:dnsbl().
+-- is scored by its `scores` in the config, or by a rule of yours reading msg:dnsbl().
 -- *_BLOCKED is our resolver being refused (a public or forwarding resolver, a typo in the zone,
 -- too many queries): never a listing, score 0.
 local LIST_SCORES = {

@@ -1002,3 +1002,65 @@ fn past_the_in_flight_bound_a_message_gets_temporary_failures_at_once() {
         Some("no answer within the message's DNS budget")
     );
 }
+
+/// A DNS list of the operator's own, scored in the config alone: its symbols reach the
+/// verdict with their scores and the names listed, without a rule; a symbol the zone never
+/// gives, or a score for a refusal, is refused before anything starts.
+#[test]
+fn an_own_zone_scores_from_the_config_without_a_rule() {
+    let w = world();
+    let reversed = SENDER_IP.split('.').rev().collect::<Vec<_>>().join(".");
+    w.dns.a(&format!("{reversed}.bl.own.example"), "127.0.0.2");
+    let zone = "[[dnsbl]]\nzone = \"bl.own.example\"\nkind = \"ip\"\nchecks = [\"client_ip\"]\n\
+                returncodes = { OWN_BL = \"127.0.0.2\", OWN_BL_OLD = \"127.0.0.3\" }\n";
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}\n{zone}scores = {{ OWN_BL = 3.5, OWN_BL_OLD = 1.0 }}\n",
+        w.dns.dns_section(2000)
+    );
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some(config.clone()),
+            ..Default::default()
+        },
+    );
+    let raw = message("alice@sender.example", "own-zone");
+    let listed = checkv2(&d, &raw, SENDER_IP, "alice@sender.example");
+    let own = &listed["symbols"]["OWN_BL"];
+    assert_eq!(own["score"].as_f64(), Some(3.5), "{listed}");
+    assert_eq!(own["options"][0], SENDER_IP);
+    assert!(listed["symbols"].get("OWN_BL_OLD").is_none());
+    let clean = checkv2(&d, &raw, OTHER_IP, "alice@sender.example");
+    assert!(clean["symbols"].get("OWN_BL").is_none(), "{clean}");
+    drop(d);
+    // Without `scores` the hit reaches the rules (msg:dnsbl()) but scores nothing.
+    let bare = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        bare.path(),
+        Options {
+            config: Some(format!("{}\n{zone}", w.dns.dns_section(2000))),
+            ..Default::default()
+        },
+    );
+    let unscored = checkv2(&d, &raw, SENDER_IP, "alice@sender.example");
+    assert!(unscored["symbols"].get("OWN_BL").is_none(), "{unscored}");
+    drop(d);
+    for (scores, says) in [
+        ("scores = { NOT_MINE = 2.0 }", "never gives"),
+        (
+            "scores = { BL_OWN_EXAMPLE_BLOCKED = 1.0 }",
+            "never a listing",
+        ),
+    ] {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, format!("{zone}{scores}\n")).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_shrike"))
+            .args(["--config", path.to_str().unwrap(), "config", "check"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{scores}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{scores}: {err}");
+    }
+}

@@ -73,7 +73,7 @@ pub enum Codes {
 
 /// A `[[dnsbl]]` entry as written. A zone with a preset (Spamhaus ZEN and DBL, SURBL, URIBL)
 /// needs only `zone`: the preset fills what is left out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ZoneConfig {
     pub zone: String,
@@ -83,6 +83,11 @@ pub struct ZoneConfig {
     pub checks: Option<Vec<Check>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub returncodes: Option<BTreeMap<String, Codes>>,
+    /// Scores of this zone's symbols, for symbols no rule declares (a zone of your own): each
+    /// hit adds its score to the verdict without a line of Lua. A rule's symbol keeps the rule's
+    /// score (change it in `[scores]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scores: Option<BTreeMap<String, f64>>,
 }
 
 /// Why a `[[dnsbl]]` entry cannot be used.
@@ -111,6 +116,16 @@ pub enum DnsblConfigError {
     Symbol { zone: String, symbol: String },
     #[error("dnsbl {zone} is configured twice")]
     Duplicate { zone: String },
+    #[error(
+        "dnsbl {zone}: scores names {symbol}, which this zone never gives (its symbols: {known})"
+    )]
+    ScoreSymbol {
+        zone: String,
+        symbol: String,
+        known: String,
+    },
+    #[error("dnsbl {zone}: the score of {symbol} must be a finite number, and 0 for {symbol} (a refusal of our resolver, never a listing)")]
+    ScoreValue { zone: String, symbol: String },
 }
 
 /// A zone ready to query.
@@ -127,7 +142,17 @@ pub struct Zone {
     pub blocked_symbol: String,
     /// Codes that mean our resolver is refused (never a listing).
     pub blocked_codes: Vec<Ipv4Addr>,
+    /// `scores`: symbol → score, for symbols no rule declares.
+    pub scores: BTreeMap<String, ListScore>,
 }
+
+/// The score `[[dnsbl]] scores` gives a symbol: finite (checked when the zone is resolved), so
+/// it compares as a whole number would.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct ListScore(pub f64);
+
+impl Eq for ListScore {}
 
 struct Preset {
     zone: &'static str,
@@ -308,15 +333,41 @@ impl ZoneConfig {
             // URIBL's and SURBL's answer to a refused resolver.
             blocked_codes.push(Ipv4Addr::new(127, 0, 0, 1));
         }
+        let unknown_symbol =
+            preset.map_or_else(|| symbol_of_zone(&zone), |p| format!("{}_LISTED", p.prefix));
+        let blocked_symbol = format!("{prefix}_BLOCKED");
+        let mut scores = BTreeMap::new();
+        for (symbol, &score) in self.scores.iter().flatten() {
+            let gives = |s: &str| {
+                s == unknown_symbol || s == blocked_symbol || codes.iter().any(|(_, c)| c == s)
+            };
+            if !gives(symbol) {
+                let mut known: Vec<&str> = codes.iter().map(|(_, c)| c.as_str()).collect();
+                known.extend([unknown_symbol.as_str(), blocked_symbol.as_str()]);
+                known.dedup();
+                return Err(DnsblConfigError::ScoreSymbol {
+                    zone,
+                    symbol: symbol.clone(),
+                    known: known.join(", "),
+                });
+            }
+            if !score.is_finite() || (*symbol == blocked_symbol && score != 0.0) {
+                return Err(DnsblConfigError::ScoreValue {
+                    zone,
+                    symbol: symbol.clone(),
+                });
+            }
+            scores.insert(symbol.clone(), ListScore(score));
+        }
         Ok(Zone {
-            unknown_symbol: preset
-                .map_or_else(|| symbol_of_zone(&zone), |p| format!("{}_LISTED", p.prefix)),
-            blocked_symbol: format!("{prefix}_BLOCKED"),
+            unknown_symbol,
+            blocked_symbol,
             zone,
             kind,
             checks,
             codes,
             blocked_codes,
+            scores,
         })
     }
 }
@@ -370,6 +421,9 @@ pub struct ListHit {
     pub code: String,
     /// A refusal of our resolver, not a listing.
     pub blocked: bool,
+    /// The score `[[dnsbl]] scores` gives the symbol, if it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<ListScore>,
 }
 
 /// What an answer means for `zone`: a hit per distinct meaning.
@@ -392,6 +446,7 @@ pub fn interpret(zone: &Zone, name: &str, check: Check, answers: &[Ipv4Addr]) ->
             continue;
         }
         hits.push(ListHit {
+            score: zone.scores.get(&symbol).copied(),
             symbol,
             zone: zone.zone.clone(),
             name: name.to_string(),

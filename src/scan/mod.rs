@@ -96,12 +96,14 @@ pub enum InMemoryError {
     Rules(#[from] LoadError),
 }
 
-/// Score, action and symbols from the rules' hits, the action by `thresholds` unless a symbol
-/// forced one.
+/// Score, action and symbols from the rules' hits and the DNS list hits that `[[dnsbl]]
+/// scores` gives a score (for symbols no rule gave), the action by `thresholds` unless a
+/// symbol forced one.
 pub fn verdict(
     thresholds: &VerdictConfig,
     outcome: &RuleOutcome,
     generation: &engine::Generation,
+    lists: &[crate::dnsbl::ListHit],
 ) -> Verdict {
     let mut v = Verdict {
         required_score: Some(thresholds.reject),
@@ -131,6 +133,28 @@ pub fn verdict(
             forced = Some(forced.map_or(a, |f| f.max(a)));
         }
         v.symbols.insert(hit.symbol.clone(), entry);
+    }
+    let mut scored_lists: BTreeMap<&str, SymbolHit> = BTreeMap::new();
+    for hit in lists {
+        let Some(score) = hit.score else { continue };
+        if v.symbols.contains_key(&hit.symbol) {
+            // A rule gave it: the rule's score stands.
+            continue;
+        }
+        scored_lists
+            .entry(&hit.symbol)
+            .or_insert_with(|| SymbolHit {
+                name: hit.symbol.clone(),
+                score: score.0,
+                description: Some(format!("listed by {} (score from [[dnsbl]])", hit.zone)),
+                options: Vec::new(),
+            })
+            .options
+            .push(hit.name.clone());
+    }
+    for (symbol, entry) in scored_lists {
+        v.score += entry.score;
+        v.symbols.insert(symbol.to_string(), entry);
     }
     for (symbol, list) in [
         (engine::RULE_ERROR, &outcome.errors),
@@ -595,11 +619,12 @@ impl ScanWorker {
         };
         let features = outcome.features.take();
         let feature_updates = std::mem::take(&mut outcome.feature_updates);
+        let lists = net.map_or(&[][..], |n| &n.lists[..]);
         // Descriptions come from the generation that judged the message, even if a reload
         // swapped in another one meanwhile.
         let mut verdict = match self.rules.generation() {
-            Some(generation) => verdict(&sc.verdict, &outcome, generation),
-            None => verdict(&sc.verdict, &outcome, &sc.engine.generation()),
+            Some(generation) => verdict(&sc.verdict, &outcome, generation, lists),
+            None => verdict(&sc.verdict, &outcome, &sc.engine.generation(), lists),
         };
         if store_unavailable {
             verdict.symbols.insert(

@@ -187,6 +187,7 @@ fn net_directive(net: &mut crate::netcheck::NetChecks, word: &str, arg: &str) ->
             check: "rule_test",
             code: "127.0.0.2".into(),
             blocked,
+            score: None,
         });
         return Some(());
     }
