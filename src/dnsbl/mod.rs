@@ -507,6 +507,7 @@ mod tests {
             kind: None,
             checks: None,
             returncodes: None,
+            scores: None,
         }
         .resolve()
         .unwrap()
