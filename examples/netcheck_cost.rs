@@ -47,6 +47,7 @@ fn main() {
             kind: None,
             checks: None,
             returncodes: None,
+            scores: None,
         })
         .collect();
     let config = DnsConfig {
