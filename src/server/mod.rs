@@ -14,6 +14,7 @@ pub mod http;
 pub mod listen;
 pub mod metrics;
 pub mod milter;
+mod notify;
 pub mod ops;
 pub mod pool;
 mod record;
@@ -594,16 +595,21 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
         generation = daemon.scanner.engine().generation().id,
         "shrike serving"
     );
+    notify::ready(daemon.scanner.engine().generation().id);
+    notify::watchdog();
     loop {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => {
+                notify::reloading();
                 let d = daemon.clone();
                 let _ = tokio::task::spawn_blocking(move || d.reload()).await;
+                notify::ready(daemon.scanner.engine().generation().id);
             }
         }
     }
+    notify::stopping();
     tracing::info!("shutting down: no new connections; finishing the open ones");
     daemon.ready.store(false, Ordering::Relaxed);
     let _ = stop_tx.send(true);
