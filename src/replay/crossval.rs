@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{pipeline, score, Corpus, Label, Lane, ReplayError, SimulatedSweeper};
+use super::{pipeline, score, Corpus, Label, Lane, ReplayError, ReplaySettings, SimulatedSweeper};
 use crate::classify::passes::Passes;
 use crate::classify::Class;
-use crate::config::Config;
 use crate::engine::RuleLocation;
 use crate::shingle::hash_bytes;
 
@@ -86,7 +85,7 @@ pub struct CrossValidation {
 
 /// Runs the K folds, as many at a time as the machine has cores.
 pub fn run(
-    config: &Config,
+    settings: &ReplaySettings,
     rules: RuleLocation,
     corpus: &Corpus,
     k: usize,
@@ -108,7 +107,7 @@ pub fn run(
                 if fold >= k {
                     break;
                 }
-                let result = run_fold(config, rules.clone(), corpus, &held, fold);
+                let result = run_fold(settings, rules.clone(), corpus, &held, fold);
                 done.lock()[fold] = Some(result);
             });
         }
@@ -129,14 +128,14 @@ pub fn run(
 /// arrival time (a bulk learn takes moments), then the held-out and untrained messages are
 /// scanned at their arrival times, in arrival order.
 fn run_fold(
-    config: &Config,
+    settings: &ReplaySettings,
     rules: RuleLocation,
     corpus: &Corpus,
     held: &[Option<usize>],
     fold: usize,
 ) -> Result<Fold, ReplayError> {
     let start_time = corpus.items.first().map_or(0, |i| i.arrival);
-    let (clock, store, scanner) = pipeline(config, rules, start_time)?;
+    let (clock, store, scanner) = pipeline(settings, rules, start_time)?;
     let mut worker = scanner.worker();
     let mut out = Fold {
         learned: Vec::new(),
@@ -161,13 +160,13 @@ fn run_fold(
             out.lane.rescues += 1;
             Class::Ham
         };
-        worker.learn(&raw, crate::learn::counter(class));
+        worker.learn(&raw, crate::scan::learn_counter(class));
         out.learned.push(i);
     }
-    passes.finish(scanner.classifier(), config.classifier.learn_passes);
+    passes.finish(scanner.classifier(), settings.scan.classifier.learn_passes);
     let mut sweeper = SimulatedSweeper {
         store: &store,
-        cycle_secs: config.server.sweep_cycle_secs.max(1),
+        cycle_secs: settings.sweep_cycle_secs.max(1),
         last: start_time,
         owed: 0.0,
         removed: 0,
