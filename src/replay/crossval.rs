@@ -28,11 +28,6 @@ use crate::shingle::hash_bytes;
 /// of a few thousand messages, and the passes multiply.
 pub const MAX_FOLDS: usize = 20;
 
-/// Whether the classifier and the store learn a label in cross-validation.
-pub fn is_trained(label: Label) -> bool {
-    matches!(label, Label::Spam | Label::Ham)
-}
-
 /// Per corpus item, the fold that holds it out (learned in every other fold), or `None` for
 /// the labels nobody trains on (scored in every fold). Within each trained label the items are
 /// ordered by a hash of (seed, name relative to the corpus path) and dealt round-robin, so the
