@@ -18,13 +18,11 @@ use shrike::scan::Scanner;
 use shrike::store::{ReputationStore, Store, SystemClock};
 
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; the calling thread's own clock.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    // (The calling thread's own clock cannot fail; a zero would only spoil this measurement.)
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(Duration::ZERO, |ts| {
+            Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32)
+        })
 }
 
 fn main() {

@@ -3,8 +3,9 @@
 //! Owns: the shape of `shrike.toml`: which section holds which module's options, reading the
 //! file, and running each module's checks. The option types, their defaults and their checks
 //! live in the modules they configure (`scan`, `verdict`, `engine`, `classify`, `store`,
-//! `server`, `proto::milter`); this module sits above them and composes them, and only
-//! `main.rs`, `server` and `replay` know it. Never touches: sockets, Lua.
+//! `server`, `proto::milter`); this module sits above them and composes what each command
+//! takes (`ScanSettings`, `ServeSettings`, `LearnSettings`, `ReplaySettings`), and only
+//! `main.rs` knows it. Never touches: sockets, Lua.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,14 +18,16 @@ use crate::dns::{DnsConfig, DnsConfigError};
 use crate::dnsbl::{DnsblConfigError, ZoneConfig};
 use crate::engine::{EngineConfig, OverrideError, Overrides, RulesConfig};
 use crate::history::{HistoryConfig, HistoryConfigError};
+use crate::learn::LearnSettings;
 use crate::message::Limits;
+use crate::replay::ReplaySettings;
 use crate::scan::{ScanSettings, TrafficConfig};
 use crate::secrets::{redact, redact_all, MASK};
 use crate::server::access::AccessConfig;
 use crate::server::http::HttpConfig;
 use crate::server::milter::MilterConfig;
 use crate::server::spamd::SpamdConfig;
-use crate::server::ServerConfig;
+use crate::server::{Reread, ServeSettings, ServerConfig};
 use crate::store::{PersistConfig, StoreConfig, StoreConfigError};
 use crate::verdict::{ActionsConfig, VerdictConfig};
 
@@ -161,6 +164,48 @@ impl Config {
         }
     }
 
+    /// What `shrike serve` is configured by.
+    pub fn serve_settings(&self) -> ServeSettings {
+        ServeSettings {
+            server: self.server.clone(),
+            http: self.http.clone(),
+            milter: self.milter.clone(),
+            spamd: self.spamd.clone(),
+            access: self.access.clone(),
+            store: self.store.clone(),
+            persist: self.persist.clone(),
+            history: self.history.clone(),
+            dns: self.dns.clone(),
+            dnsbl: self.dnsbl.clone(),
+            auth: self.auth.clone(),
+            scan: self.scan_settings(),
+            reread: self.source.clone().map(|path| Reread {
+                path,
+                read: reread_overrides,
+            }),
+        }
+    }
+
+    /// What `shrike learn` is configured by.
+    pub fn learn_settings(&self) -> LearnSettings {
+        LearnSettings {
+            data_dir: self.server.data_dir.clone(),
+            workers: self.server.workers,
+            store: self.store.clone(),
+            persist: self.persist.clone(),
+            scan: self.scan_settings(),
+        }
+    }
+
+    /// What `shrike replay` is configured by.
+    pub fn replay_settings(&self) -> ReplaySettings {
+        ReplaySettings {
+            scan: self.scan_settings(),
+            store: self.store.clone(),
+            sweep_cycle_secs: self.server.sweep_cycle_secs,
+        }
+    }
+
     /// Checks values that parse but make no sense: each module's own checks.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.scan_settings().validate().map_err(ConfigError::Scan)?;
@@ -183,6 +228,14 @@ impl Config {
         self.overrides()?;
         Ok(())
     }
+}
+
+/// A reload's `[scores]` and `[rules]`: the file at `path` read and checked whole, as at start
+/// (`Reread::read`, so that `server` need not know this module).
+fn reread_overrides(path: &Path) -> Result<Overrides, String> {
+    Config::from_file(path)
+        .and_then(|c| c.overrides())
+        .map_err(|e| e.to_string())
 }
 
 /// A TOML error as `line L, column C: what`, without the excerpt of the file `toml` quotes (the

@@ -10,9 +10,10 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::classify::{journal::Journal, Classifier, SnapshotError};
-use crate::config::Config;
-use crate::store::{Durable, PersistError, Recovery, SystemClock};
+use crate::classify::{journal::Journal, Classifier, ClassifierConfig, SnapshotError};
+use crate::store::{
+    Durable, FsyncPolicy, PersistConfig, PersistError, Recovery, StoreConfig, SystemClock,
+};
 
 /// The classifier's weights in the data directory.
 pub const CLASSIFIER_FILE: &str = "classifier.bin";
@@ -66,22 +67,22 @@ pub struct DataDir {
     pub lock: File,
 }
 
-/// Opens `config.server.data_dir` (creating it) the way the daemon keeps it; `salvage` moves
-/// damaged files aside instead of refusing.
-pub fn open(config: &Config, salvage: bool) -> Result<DataDir, DataDirError> {
-    let dir = &config.server.data_dir;
+/// Opens the data directory `dir` (`[server] data_dir`, creating it) the way the daemon keeps
+/// it: the store as `[store]` and `[persist]` say, the classifier as `[classifier]` says;
+/// `salvage` moves damaged files aside instead of refusing.
+pub fn open(
+    dir: &Path,
+    store: &StoreConfig,
+    persist: &PersistConfig,
+    classifier: &ClassifierConfig,
+    salvage: bool,
+) -> Result<DataDir, DataDirError> {
     let lock = lock(dir)?;
-    let (durable, recovery) = Durable::open(
-        dir,
-        &config.store,
-        &config.persist,
-        Arc::new(SystemClock),
-        salvage,
-    )
-    .map_err(|source| DataDirError::OpenData {
-        dir: dir.display().to_string(),
-        source,
-    })?;
+    let (durable, recovery) = Durable::open(dir, store, persist, Arc::new(SystemClock), salvage)
+        .map_err(|source| DataDirError::OpenData {
+            dir: dir.display().to_string(),
+            source,
+        })?;
     tracing::info!(
         dir = %dir.display(),
         snapshot_keys = recovery.snapshot_keys,
@@ -99,8 +100,8 @@ pub fn open(config: &Config, salvage: bool) -> Result<DataDir, DataDirError> {
             unfinished.display()
         )))?;
     }
-    let classifier = Arc::new(load_classifier(config, &classifier_path, salvage)?);
-    open_learn_journal(config, &classifier, &classifier_path, &durable)?;
+    let classifier = Arc::new(load_classifier(classifier, &classifier_path, salvage)?);
+    open_learn_journal(persist.fsync, &classifier, &classifier_path, &durable)?;
     Ok(DataDir {
         durable,
         recovery,
@@ -113,14 +114,14 @@ pub fn open(config: &Config, salvage: bool) -> Result<DataDir, DataDirError> {
 /// Opens the classifier's learn journal, trains again what it holds beyond the snapshot just
 /// loaded (the learns a killed process acknowledged but had not saved), and attaches it.
 fn open_learn_journal(
-    config: &Config,
+    fsync: FsyncPolicy,
     classifier: &Classifier,
     snapshot: &Path,
     durable: &Durable,
 ) -> Result<(), DataDirError> {
     let path = snapshot.with_file_name(JOURNAL_FILE);
     let crc = Classifier::file_crc(snapshot);
-    let sync_each = config.persist.fsync == crate::store::FsyncPolicy::Always;
+    let sync_each = fsync == FsyncPolicy::Always;
     let (mut journal, learns) = Journal::open(&path, crc, sync_each).map_err(DataDirError::io(
         format!("opening the classifier journal {}", path.display()),
     ))?;
@@ -143,14 +144,14 @@ fn open_learn_journal(
 /// The classifier saved by the last shutdown, or a fresh one when there is none. A damaged or
 /// incompatible file stops startup with the reason, unless `salvage` moves it aside.
 fn load_classifier(
-    config: &Config,
+    config: &ClassifierConfig,
     path: &Path,
     salvage: bool,
 ) -> Result<Classifier, DataDirError> {
     if !path.exists() {
-        return Ok(Classifier::new(&config.classifier));
+        return Ok(Classifier::new(config));
     }
-    match Classifier::load(&config.classifier, path) {
+    match Classifier::load(config, path) {
         Ok(model) => {
             let (spam, ham) = model.learned();
             tracing::info!(spam, ham, "classifier loaded");
@@ -161,7 +162,7 @@ fn load_classifier(
             tracing::error!(error = %e, aside = %aside.display(), "classifier snapshot refused; moved aside, starting afresh");
             std::fs::rename(path, &aside)
                 .map_err(DataDirError::io(format!("moving {} aside", path.display())))?;
-            Ok(Classifier::new(&config.classifier))
+            Ok(Classifier::new(config))
         }
         Err(e) => Err(DataDirError::LoadClassifier(e)),
     }
@@ -210,6 +211,17 @@ pub fn lock(dir: &Path) -> Result<File, DataDirError> {
 mod tests {
     use super::*;
 
+    /// `dir` opened with the default options.
+    fn open_default(dir: &Path) -> Result<DataDir, DataDirError> {
+        open(
+            dir,
+            &StoreConfig::default(),
+            &PersistConfig::default(),
+            &ClassifierConfig::default(),
+            false,
+        )
+    }
+
     #[test]
     fn a_data_directory_serves_one_process() {
         let dir = tempfile::tempdir().unwrap();
@@ -223,14 +235,12 @@ mod tests {
     #[test]
     fn opening_removes_the_temporary_files_of_interrupted_snapshots() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::default();
-        config.server.data_dir = dir.path().join("data");
-        drop(open(&config, false).unwrap());
-        let data = &config.server.data_dir;
+        let data = &dir.path().join("data");
+        drop(open_default(data).unwrap());
         for tmp in ["classifier.tmp", "snapshot-0000000000000005.tmp"] {
             std::fs::write(data.join(tmp), b"half").unwrap();
         }
-        let _open = open(&config, false).unwrap();
+        let _open = open_default(data).unwrap();
         for tmp in ["classifier.tmp", "snapshot-0000000000000005.tmp"] {
             assert!(!data.join(tmp).exists(), "{tmp}");
         }
@@ -240,13 +250,12 @@ mod tests {
     #[test]
     fn open_twice_is_refused_while_the_first_is_open() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::default();
-        config.server.data_dir = dir.path().join("data");
-        let first = open(&config, false).unwrap();
-        let err = open(&config, false).err().expect("second open refused");
+        let data = dir.path().join("data");
+        let first = open_default(&data).unwrap();
+        let err = open_default(&data).err().expect("second open refused");
         assert!(matches!(err, DataDirError::InUse { .. }), "{err}");
         drop(first);
-        let again = open(&config, false).unwrap();
+        let again = open_default(&data).unwrap();
         assert!(again.classifier_path.ends_with(CLASSIFIER_FILE));
     }
 }

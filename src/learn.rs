@@ -17,22 +17,36 @@ use parking_lot::Mutex;
 
 use crate::classify::passes::Passes;
 use crate::classify::{Class, SnapshotError};
-use crate::config::Config;
 use crate::datadir::DataDirError;
 use crate::engine::{LoadError, RuleLocation};
 use crate::replay::corpus::{self, Arrival, CorpusError, Item};
-use crate::scan::Scanner;
+use crate::scan::{learn_counter, ScanSettings, Scanner};
 use crate::secrets::Redacted;
-use crate::store::{Counter, PersistError, ReputationStore};
+use crate::store::{PersistConfig, PersistError, ReputationStore, StoreConfig};
 
 /// Requests in flight at most when learning through a daemon: enough to keep two scan workers
 /// busy across the round trips, few enough not to fill its queue.
 pub const HTTP_IN_FLIGHT: usize = 4;
 
+/// What a learn reads of the configuration (`Config::learn_settings` composes it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnSettings {
+    /// The data directory an offline learn opens (`[server] data_dir`).
+    pub data_dir: PathBuf,
+    /// Offline learn threads (`[server] workers`; 0: one per core).
+    pub workers: usize,
+    /// The data directory's store (`[store]`; a shared one refuses an offline learn).
+    pub store: StoreConfig,
+    /// The data directory's durability (`[persist]`).
+    pub persist: PersistConfig,
+    /// The scanner's settings; their `classifier` is the data directory's classifier's.
+    pub scan: ScanSettings,
+}
+
 /// Where the learns go.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// Into `config.server.data_dir`, with these rules (they decide the classifier's features,
+    /// Into `LearnSettings::data_dir`, with these rules (they decide the classifier's features,
     /// so use the daemon's).
     Offline { rules: RuleLocation },
     /// Through a running daemon: its base URL (`http://127.0.0.1:11333`) and the controller
@@ -167,12 +181,12 @@ enum Outcome {
 
 /// Learns every message under `options.spam` and `options.ham`; unreadable files and refused
 /// messages are reported on stderr and counted, without stopping.
-pub fn run(config: &Config, options: &Options) -> Result<Summary, LearnError> {
+pub fn run(settings: &LearnSettings, options: &Options) -> Result<Summary, LearnError> {
     if options.spam.is_empty() && options.ham.is_empty() {
         return Err(LearnError::NoPaths);
     }
     if matches!(options.target, Target::Offline { .. })
-        && config.store.backend == crate::store::redis::Backend::Redis
+        && settings.store.backend == crate::store::redis::Backend::Redis
     {
         return Err(LearnError::SharedStore);
     }
@@ -231,7 +245,7 @@ pub fn run(config: &Config, options: &Options) -> Result<Summary, LearnError> {
         bar.inc(1);
     };
     match &options.target {
-        Target::Offline { rules } => offline(config, rules.clone(), &jobs, &mut tally)?,
+        Target::Offline { rules } => offline(settings, rules.clone(), &jobs, &mut tally)?,
         Target::Server { url, password } => over_http(url, password.as_deref(), &jobs, &mut tally)?,
     }
     bar.finish_and_clear();
@@ -269,25 +283,27 @@ fn find(path: &std::path::Path, class: Class, jobs: &mut Vec<Job>, say: &dyn Fn(
 /// Learns `jobs` into the data directory: one scan worker a thread, as the daemon's pool does,
 /// then saves the classifier and closes the store durably.
 fn offline(
-    config: &Config,
+    settings: &LearnSettings,
     rules: RuleLocation,
     jobs: &[Job],
     tally: &mut (dyn FnMut(Outcome) + Send),
 ) -> Result<(), LearnError> {
-    let dir = crate::datadir::open(config, false).map_err(|e| match e {
+    let dir = crate::datadir::open(
+        &settings.data_dir,
+        &settings.store,
+        &settings.persist,
+        &settings.scan.classifier,
+        false,
+    )
+    .map_err(|e| match e {
         // The lock's own message advises a daemon; a learn has other choices.
         DataDirError::InUse { dir, lock } => LearnError::DataDirInUse { dir, lock },
         other => LearnError::DataDir(other),
     })?;
     let store: Arc<dyn ReputationStore> = dir.durable.store().clone();
-    let scanner = Scanner::with_classifier(
-        &config.scan_settings(),
-        rules,
-        store,
-        dir.classifier.clone(),
-    )
-    .map_err(LearnError::Rules)?;
-    let threads = match config.server.workers {
+    let scanner = Scanner::with_classifier(&settings.scan, rules, store, dir.classifier.clone())
+        .map_err(LearnError::Rules)?;
+    let threads = match settings.workers {
         0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
         n => n,
     }
@@ -308,7 +324,7 @@ fn offline(
                     while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
                         let outcome = match job.item.raw() {
                             Ok(raw) => {
-                                let l = worker.learn(&raw, counter(job.class));
+                                let l = worker.learn(&raw, learn_counter(job.class));
                                 match l.journal_error {
                                     Some(why) => Outcome::Refused {
                                         name: job.item.name.clone(),
@@ -334,7 +350,7 @@ fn offline(
     })?;
     // Further passes over what this run learned (not journalled: a learn killed meanwhile keeps
     // its first pass).
-    passes.finish(&dir.classifier, config.classifier.learn_passes);
+    passes.finish(&dir.classifier, settings.scan.classifier.learn_passes);
     // The scanner holds the store and the classifier; both are written once it is gone.
     drop(scanner);
     dir.classifier
@@ -343,14 +359,6 @@ fn offline(
     dir.durable.close().map_err(LearnError::CloseData)?;
     drop(dir.lock);
     Ok(())
-}
-
-/// A learn's counter: what `/learnspam` and `/learnham` record.
-pub fn counter(class: Class) -> Counter {
-    match class {
-        Class::Spam => Counter::Complaint,
-        Class::Ham => Counter::Rescue,
-    }
 }
 
 /// Posts `jobs` to the daemon at `url`, `HTTP_IN_FLIGHT` at a time.

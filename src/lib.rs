@@ -1,5 +1,8 @@
 //! shrike: an anti-spam rules-engine daemon. See ARCHITECTURE.md for the module map.
-#![deny(unsafe_code)]
+//!
+//! No unsafe code (`unsafe_code = "deny"` in Cargo.toml's `[lints.rust]`, for every target)
+//! outside the two modules that allow it under their safety contracts: `engine::ffi` and
+//! `engine::preempt`.
 
 pub mod auth;
 pub mod classify;

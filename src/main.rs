@@ -423,7 +423,7 @@ fn serve(mut config: Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         config.server.workers = workers;
     }
     let location = args.rules.location(&config)?;
-    shrike::server::serve(config, location)?;
+    shrike::server::serve(config.serve_settings(), location)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -512,7 +512,7 @@ fn learn(mut config: Config, args: LearnArgs) -> anyhow::Result<ExitCode> {
         target,
         progress: io::stderr().is_terminal(),
     };
-    let summary = learn::run(&config, &options)?;
+    let summary = learn::run(&config.learn_settings(), &options)?;
     let mut out = io::stdout().lock();
     writeln!(out, "learned spam: {}", summary.spam)?;
     writeln!(out, "learned ham: {}", summary.ham)?;
@@ -598,10 +598,19 @@ fn replay(config: &Config, args: ReplayArgs) -> anyhow::Result<ExitCode> {
         return cross_validate(config, &args, rules_a, &corpus, 0);
     }
     let (a, b) = match args.compare_rules.clone() {
-        None => (replay::run(config, rules_a, &corpus, &feedback)?, None),
+        None => (
+            replay::run(&config.replay_settings(), rules_a, &corpus, &feedback)?,
+            None,
+        ),
         Some(dir) => {
             let rules_b = compare_location(config, dir, args.rules.no_default_rules)?;
-            let (a, b) = replay::run_pair(config, rules_a, rules_b, &corpus, &feedback)?;
+            let (a, b) = replay::run_pair(
+                &config.replay_settings(),
+                rules_a,
+                rules_b,
+                &corpus,
+                &feedback,
+            )?;
             (a, Some(b))
         }
     };
@@ -653,8 +662,8 @@ fn cross_validate(
 ) -> anyhow::Result<ExitCode> {
     use shrike::replay::{crossval, report};
     let cv = match args.split_by_date {
-        Some(fraction) => crossval::run_split(config, rules, corpus, fraction)?,
-        None => crossval::run(config, rules, corpus, k, args.seed)?,
+        Some(fraction) => crossval::run_split(&config.replay_settings(), rules, corpus, fraction)?,
+        None => crossval::run(&config.replay_settings(), rules, corpus, k, args.seed)?,
     };
     if let Some(path) = &args.csv {
         let file =
@@ -1012,8 +1021,14 @@ fn store_transfer(mut config: Config, cmd: StoreCommand) -> anyhow::Result<ExitC
             if let Some(d) = data {
                 config.server.data_dir = d;
             }
-            let dir =
-                shrike::datadir::open(&config, false).context("opening the data directory")?;
+            let dir = shrike::datadir::open(
+                &config.server.data_dir,
+                &config.store,
+                &config.persist,
+                &config.classifier,
+                false,
+            )
+            .context("opening the data directory")?;
             let mut sink: Box<dyn Write> = match out {
                 Some(path) => Box::new(io::BufWriter::new(
                     std::fs::File::create(&path)

@@ -178,6 +178,21 @@ pub struct Classifier {
 /// What `Classifier::set_learn_hook` calls: (class, message key, features).
 pub type LearnHook = Box<dyn Fn(Class, Option<u64>, &Features) + Send + Sync>;
 
+/// The classifier shared through a Redis store's learn stream (`[store.redis]
+/// shared_classifier`): its user learns published, the other daemons' applied quietly.
+impl crate::store::redis::learns::SharedModel for Classifier {
+    fn publish_learns(&self, publish: crate::store::redis::learns::Publish) {
+        self.set_learn_hook(Box::new(move |class, key, features| {
+            publish(class == Class::Spam, key, features.hashes());
+        }));
+    }
+
+    fn apply_learn(&self, spam: bool, key: Option<u64>, hashes: Vec<u64>) -> std::io::Result<bool> {
+        let class = if spam { Class::Spam } else { Class::Ham };
+        self.learn_quietly(&Features::from_hashes(hashes), class, key)
+    }
+}
+
 impl std::fmt::Debug for Classifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Classifier")

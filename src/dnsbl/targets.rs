@@ -134,7 +134,7 @@ fn base64_texts(headers: &[(&[u8], &[u8])], body: &[u8]) -> Vec<Vec<u8>> {
             data.clear();
         }
     };
-    for line in crate::netcheck::lines(body) {
+    for line in crate::message::lines(body) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.starts_with(b"--") {
             flush(&mut data, &mut out);

@@ -18,6 +18,10 @@
 //! Races are settled by epochs: each budgeted call gets a fresh number; the watchdog names the
 //! epoch it wants stopped, and the handler arms the hook only if that call is still the one
 //! running on the interrupted thread. A signal that arrives after the call ended does nothing.
+
+// Cargo.toml denies unsafe code in every target; this module is one of the two that allow it
+// (the other is `engine::ffi`): signals, thread CPU clocks and the stop hook, each unsafe block
+// with the reason it holds (`SAFETY:`).
 #![allow(unsafe_code)]
 
 use std::cell::Cell;

@@ -402,6 +402,22 @@ pub fn utf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
     }
 }
 
+/// The lines of `text` (split at LF by memchr, not byte by byte), each without its LF:
+/// what the network checks' and the DNS lists' raw-byte readers walk.
+pub(crate) fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut start = 0;
+    let mut ends = memchr::memchr_iter(b'\n', text);
+    std::iter::from_fn(move || {
+        if start > text.len() {
+            return None;
+        }
+        let end = ends.next().unwrap_or(text.len());
+        let line = &text[start..end];
+        start = end + 1;
+        Some(line)
+    })
+}
+
 /// Drops a leading mbox "From sender date" separator line: files cut from mailboxes carry it,
 /// and it is not a header (no colon after the name).
 fn without_mbox_separator(raw: &[u8]) -> &[u8] {

@@ -579,27 +579,12 @@ impl Got {
     }
 }
 
-/// The lines of `text` (split at LF by memchr, not byte by byte).
-pub(crate) fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut start = 0;
-    let mut ends = memchr::memchr_iter(b'\n', text);
-    std::iter::from_fn(move || {
-        if start > text.len() {
-            return None;
-        }
-        let end = ends.next().unwrap_or(text.len());
-        let line = &text[start..end];
-        start = end + 1;
-        Some(line)
-    })
-}
-
 /// DKIM-Signature headers in the header section, and whether there is an ARC-Seal.
 fn signature_headers(raw: &[u8]) -> (usize, bool) {
     let end = memchr::memmem::find(raw, b"\r\n\r\n").unwrap_or(raw.len());
     let head = &raw[..end];
     let (mut dkim, mut arc) = (0, false);
-    for line in lines(head) {
+    for line in crate::message::lines(head) {
         let starts = |p: &[u8]| line.len() >= p.len() && line[..p.len()].eq_ignore_ascii_case(p);
         if starts(b"dkim-signature:") {
             dkim += 1;

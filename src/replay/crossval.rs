@@ -18,21 +18,15 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{pipeline, score, Corpus, Label, Lane, ReplayError, SimulatedSweeper};
+use super::{pipeline, score, Corpus, Label, Lane, ReplayError, ReplaySettings, SimulatedSweeper};
 use crate::classify::passes::Passes;
 use crate::classify::Class;
-use crate::config::Config;
 use crate::engine::RuleLocation;
 use crate::shingle::hash_bytes;
 
 /// Most folds: beyond this a fold's held-out share is too small to mean anything on a corpus
 /// of a few thousand messages, and the passes multiply.
 pub const MAX_FOLDS: usize = 20;
-
-/// Whether the classifier and the store learn a label in cross-validation.
-pub fn is_trained(label: Label) -> bool {
-    matches!(label, Label::Spam | Label::Ham)
-}
 
 /// Per corpus item, the fold that holds it out (learned in every other fold), or `None` for
 /// the labels nobody trains on (scored in every fold). Within each trained label the items are
@@ -89,7 +83,7 @@ pub struct CrossValidation {
 
 /// Runs the K folds, as many at a time as the machine has cores.
 pub fn run(
-    config: &Config,
+    settings: &ReplaySettings,
     rules: RuleLocation,
     corpus: &Corpus,
     k: usize,
@@ -111,7 +105,7 @@ pub fn run(
                 if fold >= k {
                     break;
                 }
-                let result = run_fold(config, rules.clone(), corpus, &held, fold);
+                let result = run_fold(settings, rules.clone(), corpus, &held, fold);
                 done.lock()[fold] = Some(result);
             });
         }
@@ -159,7 +153,7 @@ pub fn assign_by_date(corpus: &Corpus, fraction: f64) -> Vec<Option<usize>> {
 /// then the rest is scored at its arrival times, without feedback. The temporal protocol:
 /// the model is judged on mail that came after everything it learned.
 pub fn run_split(
-    config: &Config,
+    settings: &ReplaySettings,
     rules: RuleLocation,
     corpus: &Corpus,
     fraction: f64,
@@ -175,7 +169,7 @@ pub fn run_split(
         .or_else(|| corpus.items.first().map(|i| i.arrival))
         .unwrap_or(0);
     let started = Instant::now();
-    let fold = run_fold_at(config, rules, corpus, &held, LATER, learn_at)?;
+    let fold = run_fold_at(settings, rules, corpus, &held, LATER, learn_at)?;
     Ok(CrossValidation {
         k: 1,
         split: Some((fraction, learn_at)),
@@ -189,26 +183,26 @@ pub fn run_split(
 /// arrival time (a bulk learn takes moments), then the held-out and untrained messages are
 /// scanned at their arrival times, in arrival order.
 fn run_fold(
-    config: &Config,
+    settings: &ReplaySettings,
     rules: RuleLocation,
     corpus: &Corpus,
     held: &[Option<usize>],
     fold: usize,
 ) -> Result<Fold, ReplayError> {
     let start_time = corpus.items.first().map_or(0, |i| i.arrival);
-    run_fold_at(config, rules, corpus, held, fold, start_time)
+    run_fold_at(settings, rules, corpus, held, fold, start_time)
 }
 
 /// `run_fold` with the learning done at `start_time`.
 fn run_fold_at(
-    config: &Config,
+    settings: &ReplaySettings,
     rules: RuleLocation,
     corpus: &Corpus,
     held: &[Option<usize>],
     fold: usize,
     start_time: u64,
 ) -> Result<Fold, ReplayError> {
-    let (clock, store, scanner) = pipeline(config, rules, start_time)?;
+    let (clock, store, scanner) = pipeline(settings, rules, start_time)?;
     let mut worker = scanner.worker();
     let mut out = Fold {
         learned: Vec::new(),
@@ -233,13 +227,13 @@ fn run_fold_at(
             out.lane.rescues += 1;
             Class::Ham
         };
-        worker.learn(&raw, crate::learn::counter(class));
+        worker.learn(&raw, crate::scan::learn_counter(class));
         out.learned.push(i);
     }
-    passes.finish(scanner.classifier(), config.classifier.learn_passes);
+    passes.finish(scanner.classifier(), settings.scan.classifier.learn_passes);
     let mut sweeper = SimulatedSweeper {
         store: &store,
-        cycle_secs: config.server.sweep_cycle_secs.max(1),
+        cycle_secs: settings.sweep_cycle_secs.max(1),
         last: start_time,
         owed: 0.0,
         removed: 0,

@@ -16,12 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::classify::Class;
-use crate::config::Config;
 use crate::engine::{LoadError, RuleLocation};
 use crate::message::prepare;
-use crate::scan::{ScanWorker, Scanner};
+use crate::scan::{ScanSettings, ScanWorker, Scanner};
 use crate::shingle::hash_bytes;
-use crate::store::{Counter, ManualClock, Store, StoreError};
+use crate::store::{Counter, ManualClock, Store, StoreConfig, StoreError};
 use crate::verdict::Action;
 
 pub use corpus::{Arrival, Corpus, Item, Label};
@@ -34,6 +33,18 @@ const REPLAY_SHARDS: usize = 256;
 /// the daemon's sweeper does with real time, without a long gap in the mail costing a
 /// full pass per message.
 const SWEEP_STEPS_PER_EVENT: u64 = 4;
+
+/// What a replay reads of the configuration (`Config::replay_settings` composes it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplaySettings {
+    /// The scanner's settings.
+    pub scan: ScanSettings,
+    /// The fresh store each replay scans with (`[store]`; `shards = 0` takes `REPLAY_SHARDS`).
+    pub store: StoreConfig,
+    /// Seconds a full sweep of the store takes (`[server] sweep_cycle_secs`), on the simulated
+    /// clock.
+    pub sweep_cycle_secs: u64,
+}
 
 /// The simulated users.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,17 +173,17 @@ pub enum ReplayError {
 /// Each message is scanned at its arrival time and its verdict recorded; feedback about it
 /// applies later (test, then train). The error names what failed to load.
 pub fn run(
-    config: &Config,
+    settings: &ReplaySettings,
     rules: RuleLocation,
     corpus: &Corpus,
     feedback: &Feedback,
 ) -> Result<Lane, ReplayError> {
     let start_time = corpus.items.first().map_or(0, |i| i.arrival);
-    let (clock, store, scanner) = pipeline(config, rules, start_time)?;
+    let (clock, store, scanner) = pipeline(settings, rules, start_time)?;
     let mut worker = scanner.worker();
     let mut sweeper = SimulatedSweeper {
         store: &store,
-        cycle_secs: config.server.sweep_cycle_secs.max(1),
+        cycle_secs: settings.sweep_cycle_secs.max(1),
         last: start_time,
         owed: 0.0,
         removed: 0,
@@ -241,15 +252,18 @@ pub fn run(
 type Pipeline = (Arc<ManualClock>, Arc<Store>, Arc<Scanner>);
 
 /// A fresh store and scanner (with a fresh classifier) on a simulated clock set to `start`.
-fn pipeline(config: &Config, rules: RuleLocation, start: u64) -> Result<Pipeline, ReplayError> {
+fn pipeline(
+    settings: &ReplaySettings,
+    rules: RuleLocation,
+    start: u64,
+) -> Result<Pipeline, ReplayError> {
     let clock = Arc::new(ManualClock::new(start));
-    let mut store_config = config.store.clone();
+    let mut store_config = settings.store.clone();
     if store_config.shards == 0 {
         store_config.shards = REPLAY_SHARDS;
     }
     let store = Arc::new(Store::new(&store_config, clock.clone()).map_err(ReplayError::Store)?);
-    let scanner =
-        Scanner::new(&config.scan_settings(), rules, store.clone()).map_err(ReplayError::Rules)?;
+    let scanner = Scanner::new(&settings.scan, rules, store.clone()).map_err(ReplayError::Rules)?;
     Ok((clock, store, scanner))
 }
 
@@ -309,15 +323,15 @@ fn score(
 /// Replays the same stream through two rule sets, each with its own store and clock, on two
 /// threads.
 pub fn run_pair(
-    config: &Config,
+    settings: &ReplaySettings,
     a: RuleLocation,
     b: RuleLocation,
     corpus: &Corpus,
     feedback: &Feedback,
 ) -> Result<(Lane, Lane), ReplayError> {
     std::thread::scope(|s| {
-        let other = s.spawn(|| run(config, b, corpus, feedback));
-        let first = run(config, a, corpus, feedback);
+        let other = s.spawn(|| run(settings, b, corpus, feedback));
+        let first = run(settings, a, corpus, feedback);
         let second = other.join().unwrap_or(Err(ReplayError::Panicked));
         Ok((
             first?,

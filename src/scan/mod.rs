@@ -491,6 +491,16 @@ pub struct Learned {
     pub store_error: Option<String>,
 }
 
+/// A learn's counter, what `/learnspam` and `/learnham` record: a complaint for spam, a rescue
+/// for ham (`ScanWorker::learn` maps it back to the class). `shrike learn` and replay's
+/// cross-validation learn through it.
+pub fn learn_counter(class: Class) -> Counter {
+    match class {
+        Class::Spam => Counter::Complaint,
+        Class::Ham => Counter::Rescue,
+    }
+}
+
 /// Shingles whose keys count messages (the paired ones count distinct recipients instead).
 fn counted(shingles: &[Shingle]) -> impl Iterator<Item = &Shingle> {
     shingles

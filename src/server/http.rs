@@ -448,7 +448,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         }
     };
     let v = &answer.verdict;
-    let add_headers = spam_headers(v, daemon.config.verdict.add_header);
+    let add_headers = spam_headers(v, daemon.config.scan.verdict.add_header);
     let remove_headers = add_headers.iter().map(|(n, _)| n.clone()).collect();
     let body = check_reply(
         v,

@@ -239,7 +239,7 @@ where
                 Step::Unscanned => {
                     daemon.metrics.milter_messages.fetch_add(1, Relaxed);
                     daemon.metrics.milter_fallbacks.fetch_add(1, Relaxed);
-                    for r in session.verdict(None, &policy, daemon.config.verdict.add_header) {
+                    for r in session.verdict(None, &policy, daemon.config.scan.verdict.add_header) {
                         encode(&r, &mut out);
                     }
                 }
@@ -298,7 +298,9 @@ where
                         });
                     }
                     let verdict = result.as_ref().ok().map(|a| &a.verdict);
-                    for r in session.verdict(verdict, &policy, daemon.config.verdict.add_header) {
+                    for r in
+                        session.verdict(verdict, &policy, daemon.config.scan.verdict.add_header)
+                    {
                         encode(&r, &mut out);
                     }
                 }

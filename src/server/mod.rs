@@ -23,7 +23,7 @@ pub mod spamd;
 mod ui;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,15 +31,53 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Semaphore};
 
+use crate::auth::AuthConfig;
 use crate::classify::SnapshotError;
-use crate::config::Config;
 use crate::datadir::DataDir;
-use crate::engine::{LoadError, RuleLocation};
-use crate::scan::Scanner;
-use crate::store::{Committer, PersistError, ReputationStore, Store, Sweeper, SystemClock};
+use crate::dns::DnsConfig;
+use crate::dnsbl::ZoneConfig;
+use crate::engine::{LoadError, Overrides, RuleLocation};
+use crate::history::HistoryConfig;
+use crate::scan::{ScanSettings, Scanner};
+use crate::store::{
+    Committer, PersistConfig, PersistError, ReputationStore, Store, StoreConfig, Sweeper,
+    SystemClock,
+};
 use listen::Listen;
 use metrics::Metrics;
 use pool::Pool;
+
+/// What the daemon reads of the configuration (`Config::serve_settings` composes it): its own
+/// sections, those of the modules it starts, the scanner's settings, and how a reload reads the
+/// file again.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub server: ServerConfig,
+    pub http: http::HttpConfig,
+    pub milter: milter::MilterConfig,
+    pub spamd: spamd::SpamdConfig,
+    pub access: access::AccessConfig,
+    pub store: StoreConfig,
+    pub persist: PersistConfig,
+    pub history: HistoryConfig,
+    pub dns: DnsConfig,
+    pub dnsbl: Vec<ZoneConfig>,
+    pub auth: AuthConfig,
+    /// `[limits]`, `[verdict]`, `[scan]`, `[engine]`, `[classifier]`, `[scores]` and `[rules]`.
+    pub scan: ScanSettings,
+    /// Where SIGHUP and `POST /reload` read `[scores]` and `[rules]` again (none without a
+    /// configuration file).
+    pub reread: Option<Reread>,
+}
+
+/// The configuration file a reload reads again, and how: `read` parses and checks the whole
+/// file as at start and gives its rule-set overrides, or the error as a message
+/// (`config::reread_overrides`).
+#[derive(Debug, Clone)]
+pub struct Reread {
+    pub path: PathBuf,
+    pub read: fn(&Path) -> Result<Overrides, String>,
+}
 
 /// `[server]`: workers, queue, state directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,7 +235,7 @@ impl Default for ServerConfig {
 
 /// The shared state of a running daemon.
 pub struct Daemon {
-    pub config: Config,
+    pub config: ServeSettings,
     pub scanner: Arc<Scanner>,
     pub store: Arc<Store>,
     /// Writes a learn's increments to the WAL before it is acknowledged.
@@ -242,15 +280,15 @@ impl Daemon {
     /// sections apply at the next start); a file that no longer parses fails the reload.
     pub fn reload(&self) -> Result<u64, LoadError> {
         let engine = self.scanner.engine();
-        let Some(path) = &self.config.source else {
+        let Some(reread) = &self.config.reread else {
             return engine.reload();
         };
-        match Config::from_file(path).and_then(|c| c.overrides()) {
+        match (reread.read)(&reread.path) {
             Ok(overrides) => engine.reload_with(overrides),
-            Err(e) => {
+            Err(message) => {
                 let e = LoadError::Read {
-                    file: path.display().to_string(),
-                    message: e.to_string(),
+                    file: reread.path.display().to_string(),
+                    message,
                 };
                 engine.reload_failed(&e);
                 Err(e)
@@ -260,7 +298,7 @@ impl Daemon {
 }
 
 /// Runs the daemon until SIGTERM/SIGINT.
-pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
+pub fn serve(config: ServeSettings, rules: RuleLocation) -> Result<(), ServeError> {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let s = &config.server;
     // With a shared store a scan waits for its reads on the network: more workers than cores
@@ -288,7 +326,13 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
         classifier_path,
         lock: _lock,
         ..
-    } = crate::datadir::open(&config, s.salvage)?;
+    } = crate::datadir::open(
+        &s.data_dir,
+        &config.store,
+        &config.persist,
+        &config.scan.classifier,
+        s.salvage,
+    )?;
     let (history, history_writer) =
         crate::history::open(&s.data_dir, &config.history).map_err(ServeError::History)?;
     if history.enabled() {
@@ -311,9 +355,8 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
             redis
         }
     };
-    let scanner =
-        Scanner::with_classifier(&config.scan_settings(), rules, shared, classifier.clone())
-            .map_err(ServeError::Rules)?;
+    let scanner = Scanner::with_classifier(&config.scan, rules, shared, classifier.clone())
+        .map_err(ServeError::Rules)?;
     let persist_health = durable.health();
     let classifier_snapshots = ClassifierSnapshots::spawn(
         classifier.clone(),
@@ -344,7 +387,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
             0 => budget::default_limit(largest_message(
                 &config.http,
                 &config.spamd,
-                config.limits.max_message_bytes,
+                config.scan.limits.max_message_bytes,
             )),
             n => n,
         },
@@ -352,7 +395,7 @@ pub fn serve(config: Config, rules: RuleLocation) -> Result<(), ServeError> {
     );
     let access = access::Access::new(&config.access, config.http.password());
     let daemon = Arc::new(Daemon {
-        thresholds: config.verdict.thresholds(),
+        thresholds: config.scan.verdict.thresholds(),
         budget,
         config,
         scanner,
@@ -491,7 +534,7 @@ impl Drop for ClassifierSnapshots {
 /// The start-up warnings of an access model open wider than it may look: admin or read access
 /// beyond loopback without a password hash while HTTP listens beyond loopback, and a plain-text
 /// password.
-fn warn_about_access(config: &Config, http: &Listen) {
+fn warn_about_access(config: &ServeSettings, http: &Listen) {
     let a = &config.access;
     let beyond_loopback = match http {
         Listen::Tcp(addr) => addr

@@ -204,7 +204,7 @@ impl Daemon {
         if hashes.is_empty() {
             return Err(format!("{value:?} is not a valid {} value", kind.name()));
         }
-        let namespace = self.config.scan.namespace;
+        let namespace = self.config.scan.traffic.namespace;
         let windows: Vec<String> = self
             .store
             .windows_secs()

@@ -189,7 +189,7 @@ async fn answer(
     daemon: &Daemon,
     role: Role,
 ) -> Result<Vec<u8>, Refusal> {
-    let threshold = daemon.config.verdict.add_header;
+    let threshold = daemon.config.scan.verdict.add_header;
     let method = request.method;
     match method {
         Method::Ping => return Ok(pong(request.protocol)),

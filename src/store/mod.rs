@@ -23,12 +23,9 @@
 //! - `lookup.rs`: `lookup_many`, its sum plan, window sums and timelines;
 //! - `table.rs`, `timeline.rs`, `sums.rs`: a shard's entry table, a key's buckets, window sums
 //!   without allocation; `rate.rs`: rate counters; `sweeper.rs`: the sweeping thread;
-//!   `persist/`: the WAL, snapshots and recovery; `clock.rs`: the injected clock;
-//! - `features.rs`: windowed count/sum and distinct features, not reachable yet (nothing in
-//!   `Store` calls them).
+//!   `persist/`: the WAL, snapshots and recovery; `clock.rs`: the injected clock.
 
 pub mod clock;
-mod features;
 mod keys;
 mod layout;
 mod lookup;

@@ -17,8 +17,7 @@ pub struct RateResult {
     pub over: bool,
 }
 
-/// A window split into sub-buckets of window/60 (at least 1 s), plus one: the ring that rate
-/// counters and count/sum features share.
+/// A window split into sub-buckets of window/60 (at least 1 s), plus one: a rate counter's ring.
 #[derive(Debug)]
 pub(crate) struct SlidingWindow<T> {
     sub_secs: u64,

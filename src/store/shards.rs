@@ -35,8 +35,7 @@ pub(super) struct Shard {
     seq: u64,
 }
 
-/// What a shard holds besides its timelines and log. (The windowed features of `features.rs` would
-/// live here too once rules can reach them; until then nothing allocates or sweeps them.)
+/// What a shard holds besides its timelines and log.
 #[derive(Default)]
 pub(super) struct Extras {
     pub(super) rates: rate::RateTable,

@@ -53,6 +53,8 @@
 //!    `plain_hit` reads the rule's results at 3..top and leaves the stack as it found it;
 //!    `slow_call` passes the C function's first `nargs` arguments on, unchanged.
 
+// Cargo.toml denies unsafe code in every target; this module, under the contract above, is one
+// of the two that allow it (the other is `engine::preempt`).
 #![allow(unsafe_code)]
 
 mod api;

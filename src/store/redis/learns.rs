@@ -6,12 +6,15 @@
 //!   without Redis, then appends (origin, class, message key, feature hashes) to the stream
 //!   (capped at about `MAX_LEN` entries).
 //! - A tail task reads the stream every `POLL` from the last entry applied and trains on each
-//!   entry of another origin (`Classifier::learn_quietly`: into the learn journal, so a kill
-//!   keeps it; not published again). A message trains once per class while remembered, so an
-//!   entry met twice trains once.
+//!   entry of another origin (`SharedModel::apply_learn`, the classifier's `learn_quietly`:
+//!   into the learn journal, so a kill keeps it; not published again). A message trains once
+//!   per class while remembered, so an entry met twice trains once.
 //! - The origin is a random id kept in the data directory; the last entry applied is kept
 //!   there too (`redis-learns.pos`), so a restarted daemon continues where it stopped, and a
 //!   new one replays the capped stream instead of starting cold.
+//!
+//! The stream knows a learn as a class bit, a message key and feature hashes; the classifier
+//! (`classify`, above the store) implements `SharedModel` to publish and apply them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
@@ -21,7 +24,6 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{keys, RedisStore};
-use crate::classify::{Class, Classifier, Features};
 
 const MAX_LEN: u64 = 1_000_000;
 const POLL: Duration = Duration::from_millis(200);
@@ -34,10 +36,21 @@ const POS_FILE: &str = "redis-learns.pos";
 #[error("sharing the classifier through redis: {0}")]
 pub struct ShareError(#[from] std::io::Error);
 
+/// A user learn as the stream carries it: (spam, message key, feature hashes).
+pub type Publish = Box<dyn Fn(bool, Option<u64>, &[u64]) + Send + Sync>;
+
+/// The model whose learns the stream shares: the classifier.
+pub trait SharedModel: Send + Sync + 'static {
+    /// Calls `publish` after each learn of this daemon's users that trained.
+    fn publish_learns(&self, publish: Publish);
+    /// Trains on another daemon's learn (journalled, not published again); whether it trained.
+    fn apply_learn(&self, spam: bool, key: Option<u64>, hashes: Vec<u64>) -> std::io::Result<bool>;
+}
+
 /// Publishes this daemon's learns and applies the others'. Runs until the store is dropped.
-pub fn share(
+pub fn share<M: SharedModel>(
     store: &Arc<RedisStore>,
-    classifier: &Arc<Classifier>,
+    classifier: &Arc<M>,
     data_dir: &Path,
 ) -> Result<(), ShareError> {
     let origin = origin(data_dir)?;
@@ -52,7 +65,7 @@ pub fn share(
     {
         let stream = stream.clone();
         let origin = origin.clone();
-        classifier.set_learn_hook(Box::new(move |class, key, features| {
+        classifier.publish_learns(Box::new(move |spam, key, features| {
             let Some(store) = weak.upgrade() else { return };
             let mut cmd = redis::cmd("XADD");
             cmd.arg(&stream)
@@ -63,7 +76,7 @@ pub fn share(
                 .arg("o")
                 .arg(&origin)
                 .arg("c")
-                .arg(u8::from(class == Class::Spam))
+                .arg(u8::from(spam))
                 .arg("k")
                 .arg(key.map(|k| k.to_string()).unwrap_or_default())
                 .arg("f")
@@ -99,8 +112,7 @@ pub fn share(
             }
             for e in &entries {
                 if e.origin != origin {
-                    let features = Features::from_hashes(e.hashes.clone());
-                    match classifier.learn_quietly(&features, e.class, e.key) {
+                    match classifier.apply_learn(e.spam, e.key, e.hashes.clone()) {
                         Ok(_) => {
                             stats.learns_applied.fetch_add(1, Relaxed);
                         }
@@ -145,18 +157,14 @@ fn origin(dir: &Path) -> std::io::Result<String> {
     Ok(id)
 }
 
-fn encode(features: &Features) -> Vec<u8> {
-    features
-        .hashes()
-        .iter()
-        .flat_map(|h| h.to_le_bytes())
-        .collect()
+fn encode(features: &[u64]) -> Vec<u8> {
+    features.iter().flat_map(|h| h.to_le_bytes()).collect()
 }
 
 struct Entry {
     id: String,
     origin: String,
-    class: Class,
+    spam: bool,
     key: Option<u64>,
     hashes: Vec<u64>,
 }
@@ -184,7 +192,7 @@ fn parse(reply: &Value) -> Vec<Entry> {
         let mut e = Entry {
             id: String::from_utf8_lossy(id).into_owned(),
             origin: String::new(),
-            class: Class::Ham,
+            spam: false,
             key: None,
             hashes: Vec::new(),
         };
@@ -194,13 +202,7 @@ fn parse(reply: &Value) -> Vec<Entry> {
             };
             match name {
                 b"o" => e.origin = String::from_utf8_lossy(value).into_owned(),
-                b"c" => {
-                    e.class = if value == b"1" {
-                        Class::Spam
-                    } else {
-                        Class::Ham
-                    }
-                }
+                b"c" => e.spam = value == b"1",
                 b"k" => e.key = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()),
                 b"f" => {
                     e.hashes = value

@@ -1,0 +1,115 @@
+//! README.md's "## Tests" list against the tree: it names every integration test file
+//! (`tests/*.rs`) and every fuzz target (`fuzz/Cargo.toml`'s `[[bin]]`s), and nothing that is
+//! not there, so a test added without a line in the README fails here.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// README.md's "## Tests" section, up to the next section.
+fn tests_section() -> String {
+    let readme = read(Path::new("README.md"));
+    let start = readme
+        .find("\n## Tests\n")
+        .expect("README.md has a \"## Tests\" section");
+    let rest = &readme[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3);
+    rest[..end].to_string()
+}
+
+/// The file names (`golden.rs`) of `dir`'s entries ending in `.rs`.
+fn rust_files(dir: &str) -> BTreeSet<String> {
+    std::fs::read_dir(root().join(dir))
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|e| {
+            e.expect("a directory entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".rs"))
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_every_test_file() {
+    let section = tests_section();
+    // Each test file is one bullet: "- `tests/NAME.rs`: what it checks".
+    let listed: BTreeSet<String> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("- `tests/"))
+        .filter_map(|l| l.split_once("`:"))
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let files = rust_files("tests");
+    let missing: Vec<_> = files.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&files).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "README.md's test list (a \"- `tests/NAME.rs`: …\" bullet each under \"## Tests\"):\n\
+         not listed: {missing:?}\nlisted but not in tests/: {stale:?}"
+    );
+}
+
+#[test]
+fn the_readme_names_every_fuzz_target() {
+    let section = tests_section();
+    let manifest = read(Path::new("fuzz/Cargo.toml"));
+    let doc: toml::Value = toml::from_str(&manifest).expect("fuzz/Cargo.toml parses");
+    let bins = doc
+        .get("bin")
+        .and_then(toml::Value::as_array)
+        .expect("fuzz/Cargo.toml has [[bin]] targets");
+    let mut targets = BTreeSet::new();
+    let mut paths = BTreeSet::new();
+    for bin in bins {
+        let name = bin
+            .get("name")
+            .and_then(toml::Value::as_str)
+            .expect("a name");
+        let path = bin
+            .get("path")
+            .and_then(toml::Value::as_str)
+            .expect("a path");
+        targets.insert(name.to_string());
+        paths.insert(path.trim_start_matches("fuzz_targets/").to_string());
+    }
+    // Every file of fuzz_targets/ is a target or a module a target declares (`mod split;`), so
+    // a target file missing from fuzz/Cargo.toml is caught too.
+    let sources: String = paths
+        .iter()
+        .map(|p| read(&Path::new("fuzz/fuzz_targets").join(p)))
+        .collect();
+    for file in rust_files("fuzz/fuzz_targets") {
+        let module = file.trim_end_matches(".rs");
+        assert!(
+            paths.contains(&file) || sources.contains(&format!("mod {module};")),
+            "fuzz/fuzz_targets/{file} is neither a [[bin]] of fuzz/Cargo.toml nor a module of one"
+        );
+    }
+    let fuzz = section
+        .lines()
+        .skip_while(|l| !l.starts_with("- Fuzzing:"))
+        .take_while(|l| !l.starts_with("- ") || l.starts_with("- Fuzzing:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !fuzz.is_empty(),
+        "README.md's test list has a \"- Fuzzing:\" bullet"
+    );
+    let unnamed: Vec<_> = targets
+        .iter()
+        .filter(|t| !fuzz.contains(&format!("`{t}`")))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "README.md's \"- Fuzzing:\" bullet does not name the fuzz targets {unnamed:?}:\n{fuzz}"
+    );
+}
