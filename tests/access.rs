@@ -284,7 +284,8 @@ fn without_passwords_nothing_can_let_a_client_in_and_wide_networks_are_warned_of
 }
 
 /// nginx (Debian's nginx-light) on a free loopback port in front of the daemon, setting
-/// X-Forwarded-For as its documentation shows; stopped when dropped.
+/// X-Forwarded-For as its documentation shows; one process (no master: killing a master would
+/// leave its workers behind, holding the test's output open), stopped when dropped.
 struct Nginx {
     child: Child,
     port: u16,
@@ -297,7 +298,7 @@ impl Nginx {
         // As root, nginx's workers would switch to `nobody`, who cannot write its temp dirs.
         let user = if nix_root() { "user root;" } else { "" };
         let conf = format!(
-            "{user}\nworker_processes 1;\nerror_log stderr;\npid {dir}/nginx.pid;\n\
+            "{user}\nmaster_process off;\nerror_log stderr;\npid {dir}/nginx.pid;\n\
              events {{ worker_connections 64; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n\
                proxy_temp_path {dir}/proxy;\n  fastcgi_temp_path {dir}/fcgi;\n\
