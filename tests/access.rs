@@ -237,7 +237,7 @@ fn every_row_of_the_access_table() {
         "{said}"
     );
     // Learned by the admin (once), the admin password (once) and rspamc: nothing else.
-    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 3);
+    assert_eq!(d.learns("spam"), 3);
     let log = d.log_text();
     assert!(!log.contains(ADMIN_PW) && !log.contains(READ_PW));
     assert!(log.contains("wrong password"), "{log}");
@@ -389,7 +389,7 @@ fn a_proxy_names_its_clients_only_when_trusted_and_never_counts_as_loopback() {
             200,
             "scanning through the proxy is open"
         );
-        assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 0);
+        assert_eq!(d.learns("spam"), 0);
         // Direct loopback clients are admins as before.
         assert_eq!(history(d.http, "127.0.0.1", &[]), 200);
     }
@@ -577,8 +577,8 @@ fn a_remote_host_scans_and_nothing_else() {
         MESSAGE,
     );
     assert!(!o.status.success(), "TELL from a remote host");
-    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 0);
-    assert_eq!(d.metric("shrike_learns_total{class=\"ham\"}"), 0);
+    assert_eq!(d.learns("spam"), 0);
+    assert_eq!(d.learns("ham"), 0);
     // The same spamc on loopback is an admin.
     let mut c = Command::new("spamc")
         .args(["-d", "127.0.0.1", "-p", &port, "-L", "spam"])
@@ -593,7 +593,7 @@ fn a_remote_host_scans_and_nothing_else() {
         .unwrap();
     let o = c.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
-    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 1);
+    assert_eq!(d.learns("spam"), 1);
 }
 
 /// A daemon serving HTTP on a Unix socket only; killed when dropped.
