@@ -195,6 +195,7 @@ fn generate(data: &Path, n: u64, batch: usize) {
                 .collect(),
             generation: 7,
             scan_us: 500 + x() % 5000,
+            duplicate: false,
         }
     });
     let (written, bytes) = write_all(data, records, batch);

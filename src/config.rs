@@ -31,6 +31,11 @@ use crate::server::{Reread, ServeSettings, ServerConfig};
 use crate::store::{PersistConfig, StoreConfig, StoreConfigError};
 use crate::verdict::{ActionsConfig, VerdictConfig};
 
+/// Every option with its default, commented (docs/shrike.toml): what `shrike config defaults`
+/// prints. Options without a default are in it commented out; a test keeps it equal to
+/// `Config::default()` and holding every such option.
+pub const REFERENCE: &str = include_str!("../docs/shrike.toml");
+
 /// The whole configuration. Every field has a default, so an empty file is valid.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -82,10 +87,12 @@ pub struct Config {
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
+    /// The cause is in the message, not a `source`: an error printed with its chain would
+    /// show it twice.
+    #[error("cannot read config {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// `message` names the line and column; it does not quote the file, which may hold
     /// passwords.
@@ -112,9 +119,9 @@ pub enum ConfigError {
 impl Config {
     /// Reads and validates a TOML file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let mut config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
@@ -238,18 +245,81 @@ fn reread_overrides(path: &Path) -> Result<Overrides, String> {
         .map_err(|e| e.to_string())
 }
 
-/// A TOML error as `line L, column C: what`, without the excerpt of the file `toml` quotes (the
-/// line may set a password), and with any URL's password in the message masked (serde quotes
-/// a value of the wrong type).
+/// A TOML error as `line L, column C (section.key): what`, without the excerpt of the file
+/// `toml` quotes (the line may set a password), with any URL's password in the message masked
+/// (serde quotes a value of the wrong type) and Rust's type names said in words.
 fn parse_message(text: &str, e: &toml::de::Error) -> String {
-    let what = redact(e.message().trim()).into_owned();
+    let what = readable_types(&redact(e.message().trim()));
     let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
         return what;
     };
     let before = text.get(..at).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    format!("line {line}, column {column}: {what}")
+    match key_at(text, at) {
+        Some(key) => format!("line {line}, column {column} ({key}): {what}"),
+        None => format!("line {line}, column {column}: {what}"),
+    }
+}
+
+/// serde names the type it expected as Rust spells it (`expected usize`); an operator reads
+/// what kind of value to write instead.
+fn readable_types(message: &str) -> String {
+    const WORDS: [(&str, &str); 12] = [
+        ("usize", "a whole number, 0 or more"),
+        ("u64", "a whole number, 0 or more"),
+        ("u32", "a whole number, 0 or more"),
+        ("u16", "a whole number from 0 to 65535"),
+        ("u8", "a whole number from 0 to 255"),
+        ("isize", "a whole number"),
+        ("i64", "a whole number"),
+        ("i32", "a whole number"),
+        ("i16", "a whole number"),
+        ("i8", "a whole number"),
+        ("f64", "a number"),
+        ("f32", "a number"),
+    ];
+    let mut out = message.to_string();
+    for (rust, words) in WORDS {
+        for lead in ["expected ", "expected an ", "expected a "] {
+            let from = format!("{lead}{rust}");
+            if let Some(i) = out.find(&from) {
+                let end = i + from.len();
+                // Only the whole word: `u8` is not the start of `u16`.
+                if out[end..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                    continue;
+                }
+                out.replace_range(i..end, &format!("expected {words}"));
+            }
+        }
+    }
+    out
+}
+
+/// The option the byte at `at` belongs to, as `section.key`: the key of its line (text before
+/// `=`) under the last `[section]` header before it. Names only, never values.
+fn key_at(text: &str, at: usize) -> Option<String> {
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or_default();
+    let key = line.split_once('=')?.0.trim();
+    let is_name = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    };
+    if !is_name(key) {
+        return None;
+    }
+    let section = text[..start].lines().rev().find_map(|l| {
+        let l = l.trim();
+        let name = l.strip_prefix('[')?.trim_start_matches('[');
+        let name = name.split(']').next()?.trim();
+        is_name(name).then_some(name)
+    });
+    Some(match section {
+        Some(section) => format!("{section}.{key}"),
+        None => key.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -293,6 +363,53 @@ mod tests {
                 "{optional} not documented"
             );
         }
+    }
+
+    /// Every option without a default (`None`) is in docs/shrike.toml commented out in its
+    /// section, so that `config defaults`, which prints that file, shows it.
+    #[test]
+    fn options_without_a_default_are_printed_commented() {
+        let mut section = String::new();
+        let mut commented = std::collections::BTreeSet::new();
+        for line in REFERENCE.lines() {
+            if let Some(name) = line.strip_prefix('[') {
+                section = name
+                    .trim_matches(['[', ']'])
+                    .split(']')
+                    .next()
+                    .unwrap()
+                    .into();
+            }
+            if let Some((key, _)) = line.strip_prefix("# ").and_then(|l| l.split_once(" = ")) {
+                commented.insert(format!("{section}.{key}"));
+            }
+        }
+        fn nulls(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+            if let serde_json::Value::Object(m) = v {
+                for (k, v) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    if v.is_null() {
+                        out.push(p);
+                    } else {
+                        nulls(v, &p, out);
+                    }
+                }
+            }
+        }
+        // (`dns.enabled` is left out of the serialized form when unset, so it is named here.)
+        let mut unset = vec!["dns.enabled".to_string()];
+        nulls(
+            &serde_json::to_value(Config::default()).unwrap(),
+            "",
+            &mut unset,
+        );
+        assert!(unset.len() >= 10, "{unset:?}");
+        let missing: Vec<&String> = unset.iter().filter(|o| !commented.contains(*o)).collect();
+        assert!(missing.is_empty(), "not in docs/shrike.toml: {missing:?}");
     }
 
     #[test]

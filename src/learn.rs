@@ -332,7 +332,7 @@ fn offline(
                                     },
                                     None => Outcome::Learned {
                                         class: job.class,
-                                        trained: l.trained,
+                                        trained: !l.duplicate,
                                     },
                                 }
                             }

@@ -121,7 +121,8 @@ struct HistoryArgs {
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Print the embedded defaults as TOML (every option).
+    /// Print every option with its default as commented TOML (docs/shrike.toml); options
+    /// without a default are printed commented out, with an example value.
     Defaults,
     /// Validate the file given with --config (or the defaults) and print it as used, with
     /// every password shown as ***.
@@ -346,11 +347,28 @@ fn main() -> ExitCode {
         .init();
     match run(cli) {
         Ok(code) => code,
+        // The reader of the output went away (`shrike rules list | head`): nothing is wrong
+        // that it would want to hear about. (Rust ignores SIGPIPE, so the write fails instead
+        // of the process being stopped by the signal as a C tool's would be.)
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shrike: {e:#}");
             ExitCode::from(1)
         }
     }
+}
+
+/// Whether an error is a write to a closed pipe (directly, or through serde_json's writer).
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        let kind = match cause.downcast_ref::<io::Error>() {
+            Some(io) => Some(io.kind()),
+            None => cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind),
+        };
+        kind == Some(io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -373,17 +391,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Store(cmd) => store_transfer(config, cmd),
         Command::Passwd => passwd(),
         Command::Config(ConfigCommand::Defaults) => {
-            print!(
-                "{}",
-                toml::to_string(&Config::default()).context("encoding the defaults")?
-            );
+            let mut out = io::stdout().lock();
+            out.write_all(shrike::config::REFERENCE.as_bytes())?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config(ConfigCommand::Check) => {
-            print!(
-                "{}",
-                toml::to_string(&config.redacted()).context("encoding the configuration")?
-            );
+            let text = toml::to_string(&config.redacted()).context("encoding the configuration")?;
+            let mut out = io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -978,7 +995,15 @@ fn history(config: &Config, args: HistoryArgs) -> anyhow::Result<ExitCode> {
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k, v)))
     .collect();
-    let q = Query::parse(pairs, shrike::history::now_us())?;
+    let q = Query::parse(pairs, shrike::history::now_us()).map_err(|e| match e {
+        // The query's names are /history's; here the user typed flags.
+        query::QueryError::Bad {
+            name,
+            value,
+            reason,
+        } => anyhow::anyhow!("{}: {reason} (got {value:?})", history_flag(name)),
+        e => e.into(),
+    })?;
     let page = query::run(&data.join(shrike::history::DIR), &q)?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -1001,6 +1026,15 @@ fn history(config: &Config, args: HistoryArgs) -> anyhow::Result<ExitCode> {
         eprintln!("shrike: more records: --cursor {}", c.encode());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `shrike history` flag that gives `/history`'s parameter `name`.
+fn history_flag(name: &str) -> String {
+    match name {
+        "from" => "--since".into(),
+        "to" => "--until".into(),
+        other => format!("--{}", other.replace('_', "-")),
+    }
 }
 
 fn read_input(file: &str) -> io::Result<Vec<u8>> {

@@ -252,7 +252,10 @@ fn rspamc_verdicts_and_learns_are_found_over_http_and_by_the_cli() {
         .output()
         .unwrap();
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("from: not a time"));
+    // It names the flag given, not the /history parameter it becomes.
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("--since: not a time"), "{said}");
+    assert!(!said.contains("from"), "{said}");
 }
 
 /// Records a flush wrote survive `kill -9`; the restarted daemon writes a new segment beside
@@ -361,7 +364,19 @@ fn hashed_privacy_hides_addresses_and_still_finds_them() {
         "gtube.eml",
     );
     wait_until("a record", 30, || count(&d, "") == 1);
+    // A domain is found too: the hashed address keeps its domain's hash.
+    assert_eq!(count(&d, "rcpt=@example.com"), 1);
+    assert_eq!(count(&d, "sender=@EXAMPLE.net"), 1);
+    assert_eq!(count(&d, "rcpt=@example.net"), 0);
     d.stop();
+    for (flag, value, found) in [
+        ("--rcpt", "@example.com", 1),
+        ("--sender", "@example.net", 1),
+        ("--rcpt", "@example.net", 0),
+    ] {
+        let (out, _) = cli(&d.data, &["--json", flag, value]);
+        assert_eq!(json_lines(&out).len(), found, "{flag} {value}");
+    }
     let (out, _) = cli(&d.data, &["--json", "--sender", "secret@example.net"]);
     let lines = json_lines(&out);
     assert_eq!(lines.len(), 1, "found by the plain address");

@@ -192,3 +192,136 @@ fn rules_check_fails_a_backtracking_pattern() {
     assert!(ok, "{out}");
     assert!(out.contains("0 super-linear"), "{out}");
 }
+
+/// The fenced blocks of a Markdown text, fences indented or not: (language, text).
+fn fenced_blocks(markdown: &str) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(String, usize, String)> = None;
+    for line in markdown.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        match (&mut open, trimmed.strip_prefix("```")) {
+            (None, Some(lang)) => open = Some((lang.trim().to_string(), indent, String::new())),
+            (Some(_), Some("")) => {
+                let (lang, _, text) = open.take().unwrap();
+                blocks.push((lang, text));
+            }
+            (Some((_, indent, text)), _) => {
+                text.push_str(line.get(*indent..).unwrap_or(line.trim_start()));
+                text.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    assert!(open.is_none(), "an unclosed fence");
+    blocks
+}
+
+/// `shrike rules list --json`, over the shipped rules, with `dir` laid over them when given.
+fn listed(dir: Option<&Path>) -> Vec<serde_json::Value> {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shrike"));
+    cmd.args(["rules", "list", "--json"]);
+    if let Some(dir) = dir {
+        cmd.arg("--rules").arg(dir);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// docs/rules.md's examples load and fire as printed: every ```lua block (but the editor
+/// setup) is a rule file that `shrike rules check` takes over the shipped rules (luacheck
+/// included when installed), and the rule tests it prints pass. None collides with a shipped
+/// symbol or replaces a shipped file: the shipped set is whole beside them, and the layout's
+/// file names are not shipped ones.
+#[test]
+fn the_examples_of_docs_rules_md_load_and_fire_as_printed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/rules.md")).unwrap();
+    let blocks = fenced_blocks(&doc);
+    let lua: Vec<&String> = blocks
+        .iter()
+        .filter(|(lang, _)| lang == "lua")
+        .map(|(_, text)| text)
+        .collect();
+    // The Neovim setup is the one Lua block that is no rule file.
+    let rules: Vec<&&String> = lua
+        .iter()
+        .filter(|t| !t.contains("require(\"lspconfig\")"))
+        .collect();
+    assert_eq!(lua.len() - rules.len(), 1);
+    assert!(rules.len() >= 3, "rule examples: {}", rules.len());
+    let tests: Vec<&String> = blocks
+        .iter()
+        .filter(|(lang, text)| lang.is_empty() && text.starts_with("expect "))
+        .map(|(_, text)| text)
+        .collect();
+    assert!(!tests.is_empty(), "a message an example fires on");
+
+    let dir = tempfile::tempdir().unwrap();
+    let myrules = dir.path().join("myrules");
+    std::fs::create_dir_all(myrules.join("tests")).unwrap();
+    for (i, text) in rules.iter().enumerate() {
+        std::fs::write(myrules.join(format!("5{i}_doc_example.lua")), text).unwrap();
+    }
+    for (i, text) in tests.iter().enumerate() {
+        std::fs::write(myrules.join(format!("tests/doc_{i}.test")), text).unwrap();
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shrike"))
+        .args(["rules", "check"])
+        .arg(&myrules)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    let n = tests.len();
+    assert!(
+        said.contains(&format!("{n} tests, {n} passed, 0 failed")),
+        "{said}"
+    );
+
+    let shipped = |list: &[serde_json::Value]| -> Vec<String> {
+        list.iter()
+            .filter(|l| l["source"] == "shipped")
+            .map(|l| l["symbol"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let alone = listed(None);
+    let with_examples = listed(Some(&myrules));
+    assert_eq!(shipped(&with_examples), shipped(&alone));
+    assert!(with_examples.len() > alone.len());
+    assert!(with_examples.iter().all(|l| l["overridden"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|o| !o.as_str().unwrap().contains("replaces"))));
+
+    let layout = blocks
+        .iter()
+        .find(|(lang, text)| lang.is_empty() && text.starts_with("myrules/"))
+        .map(|(_, text)| text)
+        .expect("the layout example");
+    let names: Vec<&str> = layout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.ends_with(".lua"))
+        .collect();
+    assert!(names.len() >= 2, "{layout}");
+    for name in names {
+        assert!(
+            !root.join("rules").join(name).exists(),
+            "the layout names the shipped file {name}: copied, it would replace it"
+        );
+    }
+}

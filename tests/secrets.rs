@@ -456,7 +456,7 @@ fn an_empty_password_header_is_no_password_and_only_the_whole_password_lets_in()
     assert!(!head.to_ascii_lowercase().contains("set-cookie"), "{head}");
     // Loopback clients are unchanged.
     assert_eq!(d.post("/reload", &[("Password", "")], b"").status, 200);
-    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 0);
+    assert_eq!(d.learns("spam"), 0);
 
     // A password configured: the whole one lets in, on every admin endpoint and the UI's
     // login; an empty, a shorter, a longer or a wrong one is refused (401, then 429 while the
@@ -466,7 +466,7 @@ fn an_empty_password_header_is_no_password_and_only_the_whole_password_lets_in()
         let (status, _) = request(ip, d.http, line, &[("Password", HTTP_PW)], body);
         assert_eq!(status, 200, "{line} with the password");
     }
-    let learned = d.metric("shrike_learns_total{class=\"spam\"}");
+    let learned = d.learns("spam");
     assert_eq!(learned, 1);
     let (status, head) = request(
         ip,
@@ -493,7 +493,7 @@ fn an_empty_password_header_is_no_password_and_only_the_whole_password_lets_in()
     // An empty header is no password: refused without counting as a guess.
     let (status, _) = request(ip, d.http, "GET /history", &[("Password", "")], b"");
     assert!(status == 401 || status == 429, "{status}");
-    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), learned);
+    assert_eq!(d.learns("spam"), learned);
     let log = d.log_text();
     assert_no_secret("the log", &log);
 }

@@ -132,8 +132,10 @@ fn checkv2_and_shrike_endpoints() {
     assert_eq!(d.get("/reputation?type=subject").status, 400);
     assert_eq!(d.get("/nowhere").status, 404);
     assert_eq!(d.get("/checkv2").status, 405);
+    // One learn of each class; the two repeats are counted apart.
     let stat = d.get("/stat").json();
-    assert_eq!(stat["learned"], 4);
+    assert_eq!(stat["learned"], 2, "{stat}");
+    assert_eq!(stat["duplicate_learns"]["spam"], 2, "{stat}");
 }
 
 /// Runs the real `rspamc` against the daemon with `args` on a fixture; its output, once it has
@@ -858,4 +860,305 @@ fn admin_requests_a_browser_sends_for_another_site_are_refused() {
         ),
         200
     );
+}
+
+/// A rule error found by the directory watcher stays in `/health` and `/metrics` only while
+/// the files are broken: once they are back to the serving set (the broken file removed) it is
+/// cleared, although no reload runs. Failed reloads take no generation number: the next good
+/// one is 2.
+#[test]
+fn a_fixed_rule_error_clears_and_failed_reloads_take_no_generation_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    let rule = |name: &str| {
+        format!(
+            "rule {{ name = \"{name}\", score = 1.5, description = \"test\",\n\
+             check = function(msg) return true end }}\n"
+        )
+    };
+    std::fs::write(rules.join("a.lua"), rule("FIRST_RULE")).unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some("[engine]\nreload_debounce_ms = 50\n".into()),
+            rules: Some(rules.clone()),
+            ..Options::default()
+        },
+    );
+    let health = |d: &Daemon| d.get("/health").json();
+    let error_metric = |d: &Daemon| {
+        d.get("/metrics")
+            .text()
+            .lines()
+            .find(|l| l.starts_with("shrike_last_reload_error{"))
+            .expect("shrike_last_reload_error")
+            .to_string()
+    };
+
+    std::fs::write(rules.join("46_b.lua"), "rule { name = \"B\", check = ").unwrap();
+    wait_until("the watcher's reload error", 30, || {
+        health(&d)["last_reload_error"].is_string()
+    });
+    assert!(error_metric(&d).ends_with("} 1"), "{}", error_metric(&d));
+    for _ in 0..2 {
+        let r = d.post("/reload", &[], b"");
+        assert_eq!(r.status, 422, "{}", r.text());
+        assert_eq!(r.json()["generation"], 1);
+    }
+    assert_eq!(health(&d)["generation"], 1);
+
+    std::fs::remove_file(rules.join("46_b.lua")).unwrap();
+    wait_until("the error cleared once the file is gone", 30, || {
+        health(&d)["last_reload_error"].is_null()
+    });
+    assert_eq!(error_metric(&d), "shrike_last_reload_error{error=\"\"} 0");
+    let h = health(&d);
+    assert_eq!(
+        h["generation"], 1,
+        "the same bytes build no generation: {h}"
+    );
+    assert!(h["reload_failures"].as_u64().unwrap() >= 3, "{h}");
+
+    std::fs::write(rules.join("c.lua"), rule("SECOND_RULE")).unwrap();
+    wait_until("the new rule", 30, || health(&d)["rules"] == 2);
+    assert_eq!(health(&d)["generation"], 2);
+    let r = d.post("/reload", &[], b"");
+    assert_eq!(r.json()["generation"], 3, "{}", r.text());
+}
+
+/// Runs the real `rspamc` with a controller command (no message); its output once it has
+/// succeeded.
+fn rspamc_command(d: &Daemon, args: &[&str]) -> String {
+    let out = Command::new("rspamc")
+        .args(["-h", &format!("127.0.0.1:{}", d.http)])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("rspamc is installed (scripts/test.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rspamc {args:?} failed: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// rspamd's controller commands through the real `rspamc`: `counters` (per-symbol hits, score
+/// and time), `uptime` (rspamd's `/auth`), `stat_reset` (admin: answers the counts and starts
+/// `/stat` again, `/metrics` untouched); the fuzzy storage's commands are answered "not
+/// supported" (501) rather than 404.
+#[test]
+fn rspamc_counters_uptime_stat_reset_and_fuzzy() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path(), Options::default());
+    rspamc(&d, &[], "gtube.eml");
+
+    // Idle workers hand their per-rule counters over about once a second.
+    wait_until("GTUBE's hit in /counters", 30, || {
+        d.get("/counters")
+            .json()
+            .as_array()
+            .is_some_and(|a| a.iter().any(|c| c["symbol"] == "GTUBE" && c["hits"] == 1))
+    });
+    let counters = d.get("/counters").json();
+    let gtube = counters
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["symbol"] == "GTUBE")
+        .unwrap();
+    for field in ["weight", "frequency", "frequency_stddev", "time"] {
+        assert!(gtube[field].is_number(), "{field}: {gtube}");
+    }
+    let text = rspamc_command(&d, &["counters"]);
+    let row = text
+        .lines()
+        .find(|l| l.contains("| GTUBE "))
+        .unwrap_or_else(|| panic!("no GTUBE row:\n{text}"));
+    let hits = row.trim().trim_end_matches('|').rsplit('|').next().unwrap();
+    assert_eq!(hits.trim(), "1", "{row}");
+
+    // (Debian's rspamc 3.4 prints the version line's format string, not the version.)
+    let text = rspamc_command(&d, &["uptime"]);
+    assert!(text.contains("Uptime: "), "{text}");
+    let text = rspamc_command(&d, &["--json", "uptime"]);
+    let auth: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(auth["version"], env!("CARGO_PKG_VERSION"), "{auth}");
+    assert_eq!(auth["reject"], 1, "{auth}");
+    assert!(auth["uptime"].is_u64(), "{auth}");
+
+    // A page of another site cannot reset them (a GET with nothing a browser cannot send).
+    assert_eq!(d.get("/statreset").status, 403);
+    let text = rspamc_command(&d, &["stat_reset"]);
+    assert!(text.contains("Messages scanned: 1"), "{text}");
+    let stat = d.get("/stat").json();
+    assert_eq!(stat["scanned"], 0, "{stat}");
+    assert_eq!(stat["actions"]["reject"], 0, "{stat}");
+    let text = rspamc_command(&d, &["stat"]);
+    assert!(text.contains("Messages scanned: 0"), "{text}");
+    assert_eq!(d.metric("shrike_scans_total{action=\"reject\"}"), 1);
+    rspamc(&d, &[], "gtube.eml");
+    assert_eq!(d.get("/stat").json()["scanned"], 1);
+
+    for path in ["/fuzzyadd", "/fuzzydel", "/fuzzydelhash"] {
+        let r = d.post(path, &[], &read("gtube.eml"));
+        assert_eq!(r.status, 501, "{path}: {}", r.text());
+        assert!(r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("not supported"));
+    }
+    let out = Command::new("rspamc")
+        .args(["-h", &format!("127.0.0.1:{}", d.http), "fuzzy_add"])
+        .arg(data("gtube.eml"))
+        .output()
+        .expect("rspamc");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success());
+    assert!(
+        said.contains("501, Fuzzy storage is not supported"),
+        "{said}"
+    );
+}
+
+/// A learn of a message the classifier already has is counted apart everywhere: `/stat`'s
+/// `learned_*` and `rspamc stat`'s "Messages learned" agree with the classifier, `/metrics`
+/// has a `duplicate` label, and the history record says so.
+#[test]
+fn duplicate_learns_are_counted_apart_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            config: Some("[history]\nflush_ms = 100\n".into()),
+            ..Options::default()
+        },
+    );
+    for _ in 0..2 {
+        let text = rspamc(&d, &["learn_ham"], HAM);
+        assert!(text.contains("success = true"), "{text}");
+    }
+    let stat = d.get("/stat").json();
+    assert_eq!(stat["learned_ham"], 1, "{stat}");
+    assert_eq!(stat["learned"], 1, "{stat}");
+    assert_eq!(stat["duplicate_learns"]["ham"], 1, "{stat}");
+    assert_eq!(
+        stat["learned_ham"], stat["classifier"]["learned_ham"],
+        "{stat}"
+    );
+    let text = rspamc_command(&d, &["stat"]);
+    assert!(text.contains("Messages learned: 1\n"), "{text}");
+    assert_eq!(
+        d.metric("shrike_learns_total{class=\"ham\",duplicate=\"false\"}"),
+        1
+    );
+    assert_eq!(
+        d.metric("shrike_learns_total{class=\"ham\",duplicate=\"true\"}"),
+        1
+    );
+    wait_until("two learn records", 30, || {
+        d.get("/history?action=learn").json()["records"]
+            .as_array()
+            .is_some_and(|r| r.len() == 2)
+    });
+    let records = d.get("/history?action=learn").json();
+    let duplicates: Vec<bool> = records["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["duplicate"].as_bool().expect("duplicate"))
+        .collect();
+    assert_eq!(duplicates, [true, false], "newest first: {records}");
+}
+
+/// A response read from a kept-alive connection: status, headers (lower-cased names), body.
+fn read_response(s: &mut std::net::TcpStream) -> std::io::Result<(u16, String, Vec<u8>)> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("closed after {} bytes", head.len()),
+            ));
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("content-length");
+    let mut body = vec![0; length];
+    s.read_exact(&mut body)?;
+    Ok((status, head, body))
+}
+
+/// From SIGTERM until the requests in flight are answered, the daemon still answers: `/health`
+/// 503 (on a new connection and on one kept alive from before), new scans 503, and each reply
+/// closes its connection; the request in flight is answered, then the daemon exits.
+#[test]
+fn health_answers_503_while_stopping() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), Options::default());
+    let port = d.http;
+    let connect = || {
+        let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s
+    };
+    let health = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    let mut kept = connect();
+    kept.write_all(health).unwrap();
+    assert_eq!(read_response(&mut kept).unwrap().0, 200);
+
+    // A scan in flight: its body arrives only when the test sends the rest.
+    let message = read(HAM);
+    let (first, rest) = message.split_at(message.len() / 2);
+    let before = d.metric("shrike_http_requests_total");
+    let mut held = connect();
+    write!(
+        held,
+        "POST /checkv2 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: message/rfc822\r\n\
+         Content-Length: {}\r\n\r\n",
+        message.len()
+    )
+    .unwrap();
+    held.write_all(first).unwrap();
+    wait_until("the held request reaches the daemon", 30, || {
+        d.metric("shrike_http_requests_total") >= before + 2
+    });
+
+    d.signal("TERM");
+    wait_until("/health 503 on a new connection", 30, || {
+        daemon::http(d.http, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 503)
+    });
+    let r = daemon::http(d.http, "GET", "/health", &[], b"").unwrap();
+    assert_eq!(r.json()["ready"], false);
+    assert_eq!(r.header("connection"), Some("close"));
+    kept.write_all(health).unwrap();
+    let (status, head, _) = read_response(&mut kept).expect("an answer on the kept connection");
+    assert_eq!(status, 503, "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    let r = d.post("/checkv2", &[], &read(HAM));
+    assert_eq!(r.status, 503, "{}", r.text());
+
+    held.write_all(rest).unwrap();
+    let (status, _, body) = read_response(&mut held).expect("the scan in flight is answered");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    d.wait_exit();
 }

@@ -136,12 +136,7 @@ fn real_spamc_checks_processes_lists_symbols_and_pings_on_both_ports() {
 fn real_spamc_learns_spam_and_ham_once_and_forget_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (d, port) = spamd_daemon(dir.path());
-    let learned = |d: &Daemon| {
-        (
-            d.metric("shrike_learns_total{class=\"spam\"}"),
-            d.metric("shrike_learns_total{class=\"ham\"}"),
-        )
-    };
+    let learned = |d: &Daemon| (d.learns("spam"), d.learns("ham"));
     assert_eq!(learned(&d), (0, 0));
     let (code, text) = spamc(port, &["-L", "spam"], "gtube.eml");
     assert_eq!(code, 0, "{text}\n{}", d.log_text());
@@ -150,13 +145,26 @@ fn real_spamc_learns_spam_and_ham_once_and_forget_is_refused() {
     let (code, text) = spamc(port, &["-L", "spam"], "gtube.eml");
     assert_eq!(code, 0, "{text}");
     assert_eq!(text.trim(), "Message was already un/learned");
+    assert_eq!(
+        d.metric("shrike_learns_total{class=\"spam\",duplicate=\"true\"}"),
+        1,
+        "the repeat is counted apart"
+    );
     // Over the HTTP port too.
     let (code, text) = spamc(d.http, &["-L", "ham"], HAM);
     assert_eq!(code, 0, "{text}");
     assert_eq!(text.trim(), "Message successfully un/learned");
     assert_eq!(learned(&d), (2, 1));
     let (code, text) = spamc(port, &["-L", "forget"], HAM);
-    assert_ne!(code, 0, "forget is refused: {text}");
+    // The daemon answers EX_UNAVAILABLE (69); spamc reports any failed TELL as EX_IOERR (74).
+    assert_eq!(code, 74, "forget is refused: {text}");
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/integrations.md"))
+            .unwrap();
+    assert!(
+        doc.contains("`-L forget` is refused: spamc exits 74"),
+        "docs/integrations.md says what spamc does"
+    );
     assert_eq!(learned(&d), (2, 1), "a refused forget learns nothing");
     assert!(
         d.log_text().contains("TELL Remove (forget) refused"),
@@ -395,9 +403,10 @@ fn tell_from_a_remote_client_is_refused_and_learns_nothing() {
     ));
     assert_eq!(
         reply,
-        "SPAMD/1.0 77 TELL needs a client in access.admin_networks (or the daemon's user on a Unix socket)\r\n"
+        "SPAMD/1.0 77 TELL needs a client in access.admin_networks (or the daemon's user on a \
+         Unix socket)\r\n"
     );
-    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 0);
+    assert_eq!(d.learns("spam"), 0);
     let reply = exchange_from(&with_body("CHECK SPAMC/1.5\r\n", &gtube));
     assert!(
         reply.starts_with("SPAMD/1.1 0 EX_OK\r\nSpam: True"),

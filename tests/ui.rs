@@ -638,7 +638,7 @@ async fn every_page_works_in_a_real_browser() {
         "return document.getElementById('learn-result').textContent.startsWith('Learned as spam')",
     )
     .await;
-    assert_eq!(d.metric("shrike_learns_total{class=\"spam\"}"), 1);
+    assert_eq!(d.learns("spam"), 1);
     no_console_errors(&c, driver.port, "learn").await;
 
     // A reputation chart from a click on an entity of the tested message.

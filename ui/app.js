@@ -136,7 +136,8 @@ async function status() {
     card("rule generation", `${s.generation} (${s.rules} rules)`),
     card("last reload error", s.last_reload_error || "none"),
     card("store", `${fmt(st.keys)} keys, ${bytes(st.approx_bytes || 0)}`),
-    card("learned", `${s.learned_spam} spam, ${s.learned_ham} ham`),
+    card("learned", `${s.learned_spam} spam, ${s.learned_ham} ham` +
+      (s.duplicate_spam + s.duplicate_ham ? ` (+${s.duplicate_spam + s.duplicate_ham} duplicates)` : "")),
     card("history", s.history.enabled ? `${fmt(s.history.written)} records, ${bytes(s.history.bytes)}` : "off"),
   );
   const minute = s.now_minute * 60000;

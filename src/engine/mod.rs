@@ -132,6 +132,8 @@ pub struct Generation {
     pub counters: Vec<RuleCounters>,
     /// Wall time the build took.
     pub build_time: Duration,
+    /// When the build ended: the counters count from about then (`/counters`' rates).
+    pub built_at: std::time::Instant,
 }
 
 /// One symbol a rule emitted in a scan.
@@ -198,10 +200,20 @@ pub struct Engine {
     reload_lock: Mutex<()>,
     reloads: AtomicU64,
     reload_failures: AtomicU64,
-    last_error: Mutex<Option<String>>,
+    last_error: Mutex<Option<LastError>>,
     states_built: AtomicU64,
     /// The last generation whose Lua state failed to build in a worker (logged once).
     state_failed: AtomicU64,
+}
+
+/// The last reload's error, kept for `health()` until a reload succeeds or the rule set it was
+/// about is fixed.
+#[derive(Debug, Clone)]
+struct LastError {
+    message: String,
+    /// It came from the rule files (reading or building them), not from the configuration
+    /// file: a directory that loads again and equals the serving set clears it.
+    rules: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -291,7 +303,7 @@ impl Engine {
     /// Records a reload that failed before the rules were read (the configuration could not
     /// be read again): counted and kept for `health()` like a rule error.
     pub fn reload_failed(&self, e: &LoadError) {
-        self.failed(e);
+        self.failed(e, false);
     }
 
     /// What the directory watcher calls: reads the rule set and builds a new generation only
@@ -302,24 +314,39 @@ impl Engine {
         let _one_at_a_time = self.reload_lock.lock();
         let sources = self.read_sources()?;
         if sources.fingerprint == self.current.load().sources.fingerprint {
-            tracing::debug!("rule files unchanged; no reload");
+            // The files are back to the serving set (a broken file removed or repaired): an
+            // error they caused no longer describes them. One from the configuration file
+            // stays until a reload reads it.
+            let mut last = self.last_error.lock();
+            if last.as_ref().is_some_and(|e| e.rules) {
+                *last = None;
+                tracing::info!("rule files are back to the serving set; reload error cleared");
+            } else {
+                tracing::debug!("rule files unchanged; no reload");
+            }
             return Ok(None);
         }
         self.swap_in(sources).map(Some)
     }
 
     fn read_sources(&self) -> Result<source::Sources, LoadError> {
-        source::read(&self.location).inspect_err(|e| self.failed(e))
+        source::read(&self.location).inspect_err(|e| self.failed(e, true))
     }
 
-    fn failed(&self, e: &LoadError) {
+    /// Counts a failed reload and keeps its error; `rules`: the rule files caused it.
+    fn failed(&self, e: &LoadError, rules: bool) {
         self.reload_failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(error = %e, "rules reload failed; the previous generation keeps serving");
-        *self.last_error.lock() = Some(e.to_string());
+        *self.last_error.lock() = Some(LastError {
+            message: e.to_string(),
+            rules,
+        });
     }
 
     fn swap_in(&self, sources: source::Sources) -> Result<u64, LoadError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // Taken only when the generation swaps in (reloads run one at a time under
+        // `reload_lock`): a failed build leaves no gap in the generations' numbers.
+        let id = self.next_id.load(Ordering::Relaxed);
         let overrides = Arc::clone(&self.overrides.lock());
         match state::build_generation(
             id,
@@ -334,13 +361,14 @@ impl Engine {
                 let ms = generation.build_time.as_secs_f64() * 1e3;
                 let rules = generation.rules.len();
                 self.current.store(Arc::new(generation));
+                self.next_id.store(id + 1, Ordering::Relaxed);
                 self.reloads.fetch_add(1, Ordering::Relaxed);
                 *self.last_error.lock() = None;
                 tracing::info!(generation = id, rules, ms, "rules reloaded");
                 Ok(id)
             }
             Err(e) => {
-                self.failed(&e);
+                self.failed(&e, true);
                 Err(e)
             }
         }
@@ -370,7 +398,7 @@ impl Engine {
             location: self.location.describe(),
             reloads: self.reloads.load(Ordering::Relaxed),
             reload_failures: self.reload_failures.load(Ordering::Relaxed),
-            last_error: self.last_error.lock().clone(),
+            last_error: self.last_error.lock().as_ref().map(|e| e.message.clone()),
             last_build_ms: g.build_time.as_secs_f64() * 1e3,
             states_built: self.states_built.load(Ordering::Relaxed),
         }

@@ -477,5 +477,6 @@ pub(super) fn build_generation(
         symbols,
         counters,
         build_time: start.elapsed(),
+        built_at: std::time::Instant::now(),
     })
 }

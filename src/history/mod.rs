@@ -41,7 +41,8 @@ pub enum Privacy {
     #[default]
     None,
     /// Replaced by a keyed hash (`h:` and 16 hex digits; the key is `history/key`, made at first
-    /// start): a query for an address still finds it, the log alone does not reveal it.
+    /// start): a query for an address still finds it, the log alone does not reveal it. An
+    /// address keeps its domain's hash after an `@` (`h:…@h:…`), so `@domain` queries work.
     Hash,
 }
 
@@ -210,6 +211,9 @@ pub struct Record {
     pub generation: u64,
     /// Wall time from the request to the verdict, microseconds.
     pub scan_us: u64,
+    /// A learn of a message the classifier had already learned as that class: acknowledged,
+    /// not trained again, no complaint or rescue.
+    pub duplicate: bool,
 }
 
 impl Default for Record {
@@ -234,6 +238,7 @@ impl Default for Record {
             symbols: Vec::new(),
             generation: 0,
             scan_us: 0,
+            duplicate: false,
         }
     }
 }
@@ -319,6 +324,9 @@ impl Record {
             put("generation", json!(self.generation));
         }
         put("scan_ms", json!(self.scan_us as f64 / 1000.0));
+        if !matches!(self.kind, Kind::Scan(_)) {
+            put("duplicate", json!(self.duplicate));
+        }
         serde_json::Value::Object(o)
     }
 }
@@ -403,18 +411,34 @@ impl Hasher {
         out
     }
 
+    /// An address as `privacy = "hash"` stores it: the hash of the whole address, then `@` and
+    /// the hash of `@domain` when it has a domain (`h:…@h:…`), so that a query for the address
+    /// and one for its domain (`@example.com`) both find it without the domain in clear.
+    pub fn hash_address(&self, value: &str) -> String {
+        let whole = self.hash(value, true);
+        let normal = value.trim().trim_matches(['<', '>']).to_lowercase();
+        match normal.rsplit_once('@') {
+            Some((_, domain)) if !domain.is_empty() => {
+                format!("{whole}@{}", self.hash(&format!("@{domain}"), true))
+            }
+            _ => whole,
+        }
+    }
+
     /// Replaces the record's subject, addresses and user by their hashes.
     pub fn apply(&self, r: &mut Record) {
         let addr = |v: &mut Option<String>| {
             if let Some(s) = v.as_mut() {
-                *s = self.hash(s, true);
+                *s = self.hash_address(s);
             }
         };
         addr(&mut r.sender);
         addr(&mut r.from);
-        addr(&mut r.user);
+        if let Some(user) = r.user.as_mut() {
+            *user = self.hash(user, true);
+        }
         for rcpt in &mut r.rcpt {
-            *rcpt = self.hash(rcpt, true);
+            *rcpt = self.hash_address(rcpt);
         }
         if let Some(s) = r.subject.as_mut() {
             *s = self.hash(s, false);
@@ -495,11 +519,12 @@ impl Recorder {
 /// Why the history could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
-    #[error("history directory {path}: {source}")]
+    /// (The cause is in the message, not a `source`: printed with its chain it would show
+    /// twice.)
+    #[error("history directory {path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -514,9 +539,9 @@ pub fn open(
         return Ok((Recorder::disabled(), None));
     }
     let dir = data_dir.join(DIR);
-    let io = |source| HistoryError::Io {
+    let io = |error| HistoryError::Io {
         path: dir.clone(),
-        source,
+        error,
     };
     // Made for the daemon's user alone, like the data directory; kept as it is if it exists.
     crate::secrets::private_dir(&dir).map_err(io)?;
@@ -618,7 +643,10 @@ mod tests {
         };
         h.apply(&mut r);
         let s = r.sender.clone().unwrap();
-        assert!(s.starts_with("h:") && s.len() == 18, "{s}");
+        assert!(s.starts_with("h:") && s.len() == 18 + 1 + 18, "{s}");
+        assert_eq!(s, h.hash_address("<Bob@Example.COM>"));
+        assert!(s.ends_with(&format!("@{}", h.hash("@example.com", true))));
+        assert_eq!(h.hash_address("postmaster"), h.hash("postmaster", true));
         assert!(!format!("{r:?}").contains("example"));
         assert!(!format!("{r:?}").contains("Secret"));
         let other = tempfile::tempdir().unwrap();

@@ -35,11 +35,12 @@ pub enum QueryError {
         value: String,
         reason: &'static str,
     },
-    #[error("reading the history {path}: {source}")]
+    /// (The cause is in the message, not a `source`: printed with its chain it would show
+    /// twice.)
+    #[error("reading the history {path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -47,8 +48,10 @@ pub enum QueryError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Text {
     value: String,
-    /// The value's hash under the directory's key (`privacy = "hash"`).
-    hashed: Option<String>,
+    /// Under `privacy = "hash"`, the forms a hashed record holds: for an address, `h:…@h:…`
+    /// and the bare `h:…` of records written before domains were kept; for a domain, the
+    /// `@h:…` a hashed address ends with.
+    hashed: Vec<String>,
     domain: bool,
     /// An address or message-id: angle brackets around the stored value do not count.
     address: bool,
@@ -64,7 +67,7 @@ impl Text {
         };
         Text {
             value: v.to_string(),
-            hashed: None,
+            hashed: Vec::new(),
             domain: address && v.starts_with('@'),
             address,
         }
@@ -77,11 +80,12 @@ impl Text {
             s
         };
         if self.domain {
-            return s.len() >= self.value.len()
+            let plain = s.len() >= self.value.len()
                 && s.is_char_boundary(s.len() - self.value.len())
                 && s[s.len() - self.value.len()..].eq_ignore_ascii_case(&self.value);
+            return plain || self.hashed.iter().any(|h| s.ends_with(h.as_str()));
         }
-        s.eq_ignore_ascii_case(&self.value) || self.hashed.as_deref() == Some(s)
+        s.eq_ignore_ascii_case(&self.value) || self.hashed.iter().any(|h| h == s)
     }
 }
 
@@ -192,16 +196,22 @@ impl Query {
             let f = &mut q.filter;
             match k {
                 "from" => {
-                    f.from_us = Some(
-                        parse_time(v, now_us)
-                            .ok_or_else(|| bad("from", v, "not a time or duration"))?,
+                    f.from_us = Some(parse_time(v, now_us).ok_or_else(|| {
+                        bad(
+                        "from",
+                        v,
+                        "not a time (RFC 3339, a date, Unix seconds) or a duration ago (2h, 7d)",
                     )
+                    })?)
                 }
                 "to" => {
-                    f.to_us = Some(
-                        parse_time(v, now_us)
-                            .ok_or_else(|| bad("to", v, "not a time or duration"))?,
+                    f.to_us = Some(parse_time(v, now_us).ok_or_else(|| {
+                        bad(
+                        "to",
+                        v,
+                        "not a time (RFC 3339, a date, Unix seconds) or a duration ago (2h, 7d)",
                     )
+                    })?)
                 }
                 "action" => {
                     let mut codes = f.kinds.take().unwrap_or_default();
@@ -378,17 +388,19 @@ impl Filter {
 /// Runs a query over the history directory `dir` (`DATA_DIR/history`). A missing directory is
 /// an empty history.
 pub fn run(dir: &Path, query: &Query) -> Result<Page, QueryError> {
-    let io = |source| QueryError::Io {
+    let io = |error| QueryError::Io {
         path: dir.to_path_buf(),
-        source,
+        error,
     };
     let mut page = Page::default();
     let mut filter = query.filter.clone();
     if let Some(h) = Hasher::open(dir, false).map_err(io)? {
         for t in [&mut filter.sender, &mut filter.rcpt].into_iter().flatten() {
-            if !t.domain {
-                t.hashed = Some(h.hash(&t.value, true));
-            }
+            t.hashed = if t.domain {
+                vec![format!("@{}", h.hash(&t.value, true))]
+            } else {
+                vec![h.hash_address(&t.value), h.hash(&t.value, true)]
+            };
         }
     }
     let segs = match segments(dir) {
@@ -524,11 +536,15 @@ pub fn write_table(out: &mut impl std::io::Write, records: &[Record]) -> std::io
             .take(4)
             .map(|s| format!("{}({})", s.name, s.score))
             .collect();
+        let action = match (r.kind, r.duplicate) {
+            (Kind::LearnSpam | Kind::LearnHam, true) => format!("{} dup", r.kind.name()),
+            _ => r.kind.name().to_string(),
+        };
         writeln!(
             out,
             "{:<19}  {:<15}  {:>7}  {:<6}  {:<12}  {:<15}  {:<24}  {:<24}  {:<24}  {}",
             time,
-            r.kind.name(),
+            action,
             score,
             cut(&r.listener, 6),
             cut(r.queue_id.as_deref().unwrap_or("-"), 12),
@@ -726,7 +742,7 @@ mod tests {
             (vec![("bogus", "1")], "unknown parameter \"bogus\""),
             (
                 vec![("from", "yesterday-ish")],
-                "from: not a time or duration",
+                "from: not a time (RFC 3339",
             ),
             (vec![("action", "nuke")], "action: not an action"),
             (
@@ -783,6 +799,14 @@ mod tests {
             .iter()
             .all(|r| r.sender.as_deref().unwrap().starts_with("h:")));
         assert!(all(&dir, &[("rcpt", "all@example.org")]).len() == 20);
+        // A domain is found by its hash too.
+        assert_eq!(all(&dir, &[("rcpt", "@Example.org")]).len(), 20);
+        let sender0: Vec<u64> = (0..20).filter(|i: &u64| i.is_multiple_of(3)).collect();
+        assert_eq!(
+            all(&dir, &[("sender", "@sender0.example")]).len(),
+            sender0.len()
+        );
+        assert!(all(&dir, &[("sender", "@example")]).is_empty());
         let missing = run(&base.path().join("nope"), &Query::default()).unwrap();
         assert!(missing.records.is_empty());
     }

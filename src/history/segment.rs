@@ -27,7 +27,8 @@
 //! ```
 //!
 //! A `ref` is a varint: 0 for none, else 1 + the string's index. Scores are thousandths.
-//! `flags`: 1 an IPv4 address follows, 2 an IPv6 one, 4 a required score is present. The
+//! `flags`: 1 an IPv4 address follows, 2 an IPv6 one, 4 a required score is present, 8 a
+//! learn of a message already learned (a duplicate; readers that predate it ignore it). The
 //! string table makes a batch's repeated values (symbol names, listeners, HELOs, recipients,
 //! options) one byte each, and lets a query skip a whole batch when no string of it matches a
 //! sender, recipient, symbol, message-id or queue-id filter.
@@ -200,6 +201,9 @@ pub fn encode_batch_at(records: &[Record], level: i32) -> Vec<u8> {
         }
         if r.required_score.is_some() {
             flags |= 4;
+        }
+        if r.duplicate {
+            flags |= 8;
         }
         body.push(flags);
         match r.ip {
@@ -376,6 +380,8 @@ pub struct RecordRef {
     pub scan_us: u64,
     /// Range of `Batch::symbols`.
     pub symbols: (u32, u32),
+    /// Flag 8: a duplicate learn.
+    pub duplicate: bool,
 }
 
 pub const F_LISTENER: usize = 0;
@@ -489,6 +495,7 @@ pub fn decode<'a>(plain: &'a [u8], out: &mut Batch<'a>) -> Result<(), FormatErro
             ..RecordRef::default()
         };
         let flags = r.byte()?;
+        rec.duplicate = flags & 8 != 0;
         if flags & 1 != 0 {
             let o: [u8; 4] = r.bytes(4)?.try_into().map_err(|_| FormatError::Short)?;
             rec.ip = Some(IpAddr::from(o));
@@ -588,6 +595,7 @@ impl Batch<'_> {
                 .collect(),
             generation: rec.generation,
             scan_us: rec.scan_us,
+            duplicate: rec.duplicate,
         }
     }
 }
@@ -657,6 +665,7 @@ pub(crate) mod tests {
             ],
             generation: 3 + i % 2,
             scan_us: 1234 + i,
+            duplicate: i.is_multiple_of(9),
         }
     }
 

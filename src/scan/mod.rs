@@ -90,8 +90,10 @@ impl ScanSettings {
 /// Why an in-memory scanner could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum InMemoryError {
+    /// (The cause is in the message, not a `source`: printed with its chain it would show
+    /// twice.)
     #[error("creating the store: {0}")]
-    Store(#[source] StoreError),
+    Store(StoreError),
     #[error(transparent)]
     Rules(#[from] LoadError),
 }
@@ -483,8 +485,12 @@ pub struct Learned {
     /// Store keys counted.
     pub keys: usize,
     pub message_id: Option<String>,
-    /// Whether the classifier trained on it (not when it already had this message).
+    /// Whether the classifier trained on it (not when it already had this message, nor when
+    /// it is off).
     pub trained: bool,
+    /// The classifier had already learned this message as this class (Message-ID, else body):
+    /// it was not trained again and the store got no complaint or rescue for it.
+    pub duplicate: bool,
     /// The classifier's journal could not record the training (the learn is not durable).
     pub journal_error: Option<String>,
     /// A shared store did not take the counts (nothing was learned).
@@ -701,6 +707,7 @@ impl ScanWorker {
                 keys: 0,
                 message_id: scanned.analysis.entities.message_id.clone(),
                 trained: false,
+                duplicate: !fresh,
                 journal_error: Some(e.to_string()),
                 store_error: None,
             };
@@ -713,6 +720,7 @@ impl ScanWorker {
                         keys: 0,
                         message_id: scanned.analysis.entities.message_id.clone(),
                         trained: false,
+                        duplicate: false,
                         journal_error: None,
                         store_error: Some(e.to_string()),
                     };
@@ -731,6 +739,7 @@ impl ScanWorker {
             keys,
             message_id: scanned.analysis.entities.message_id.clone(),
             trained,
+            duplicate: !fresh,
             journal_error,
             store_error: None,
         }

@@ -217,6 +217,8 @@ pub enum Operation {
     UiRead,
     Learn,
     Reload,
+    /// rspamd's `/statreset`: the scan and learn counters of `/stat` back to zero.
+    StatReset,
 }
 
 impl Operation {
@@ -230,14 +232,17 @@ impl Operation {
             | Operation::History
             | Operation::Reputation
             | Operation::UiRead => Role::Read,
-            Operation::Learn | Operation::Reload => Role::Admin,
+            Operation::Learn | Operation::Reload | Operation::StatReset => Role::Admin,
         }
     }
 
     /// Whether it changes state: a browser's request for it must prove it was not sent by a
     /// page of another site.
     pub fn changes_state(self) -> bool {
-        matches!(self, Operation::Learn | Operation::Reload)
+        matches!(
+            self,
+            Operation::Learn | Operation::Reload | Operation::StatReset
+        )
     }
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP server (hyper 1.x): rspamd's protocol (`/checkv2`, `/learnspam`, `/learnham`,
-//! `/ping`, `/stat`) and shrike's own endpoints (`/metrics`, `/health`, `/reload`,
+//! `/ping`, `/stat`, `/statreset`, `/counters`, `/auth`; the fuzzy storage's commands answered
+//! "not supported") and shrike's own endpoints (`/metrics`, `/health`, `/reload`,
 //! `/reputation`).
 //!
 //! Owns: routing, request limits (body size, header size and count, read timeouts, connection
@@ -26,7 +27,7 @@ use tokio::sync::{watch, Semaphore};
 use super::access::{Denied, Operation, Peer};
 use super::budget::{grow, Protocol, Reservation};
 use super::listen::{accept_loop, Listener, LogThrottle, Stream};
-use super::metrics::{counter_header, gauge, label};
+use super::metrics::{counter_header, gauge, label, StatCounts};
 use super::ops::{LearnError, Learned};
 use super::pool::{PoolError, ScanRequest};
 use super::sniff::{sniff, Sniffed};
@@ -84,7 +85,8 @@ impl Default for HttpConfig {
     }
 }
 
-/// Serves HTTP until `stop` turns true.
+/// Serves HTTP until `stop` turns true: at shutdown, once the requests the listener was
+/// answering are answered (`server::run`); until then it answers as a stopping daemon does.
 pub async fn run(
     listener: Listener,
     daemon: Arc<Daemon>,
@@ -156,8 +158,9 @@ async fn serve_connection<S>(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(c.header_read_timeout_secs.max(1)))
-        .max_buf_size(c.max_header_bytes.max(8192))
-        .max_headers(c.max_headers.max(16));
+        // (`validate` refuses smaller values; these guard a config built in code)
+        .max_buf_size(c.max_header_bytes.max(super::MIN_HTTP_HEADER_BYTES))
+        .max_headers(c.max_headers.max(super::MIN_HTTP_HEADERS));
     let service = {
         let daemon = daemon.clone();
         hyper::service::service_fn(move |req| {
@@ -198,14 +201,38 @@ fn error(status: StatusCode, message: &str) -> Reply {
     json(status, error_body(message))
 }
 
+/// Counts a request in `Daemon::http_in_flight` for as long as it lives.
+struct InFlight<'a>(&'a Daemon);
+
+impl<'a> InFlight<'a> {
+    fn new(daemon: &'a Daemon) -> InFlight<'a> {
+        daemon.http_in_flight.fetch_add(1, Relaxed);
+        InFlight(daemon)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.http_in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
 async fn handle(req: Request<Incoming>, daemon: &Arc<Daemon>, peer: Peer) -> Reply {
+    let _counted = InFlight::new(daemon);
     daemon.metrics.http_requests.fetch_add(1, Relaxed);
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let method = req.method().clone();
-    let r = route(req, &method, &path, daemon, peer).await;
+    let stopping = !daemon.ready.load(Relaxed);
+    let mut r = route(req, &method, &path, daemon, peer).await;
     if r.status().is_client_error() || r.status().is_server_error() {
         daemon.metrics.http_errors.fetch_add(1, Relaxed);
         tracing::debug!(%method, path, status = %r.status(), "HTTP request refused");
+    }
+    if stopping {
+        // Each connection ends with its next answer: the listener closes once the requests
+        // in flight are answered.
+        r.headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
 }
@@ -224,7 +251,24 @@ async fn route(
         (&Method::GET, "/ping") => return reply(StatusCode::OK, "text/plain", "pong\r\n"),
         (&Method::POST, "/checkv2" | "/check" | "/symbols") => Operation::Scan,
         (&Method::POST, "/learnspam" | "/learnham") => Operation::Learn,
-        (&Method::GET, "/stat") => Operation::Stat,
+        (&Method::GET, "/stat" | "/counters" | "/auth") => Operation::Stat,
+        // rspamc sends GET; rspamd takes any method.
+        (&Method::GET | &Method::POST, "/statreset") => Operation::StatReset,
+        // rspamd's fuzzy storage (a plugin's commands there): shrike's fuzzy body hashes are
+        // reputation shingles, learned with the message, not a store of their own.
+        (_, "/fuzzyadd" | "/fuzzydel" | "/fuzzydelhash") => {
+            let mut r = error(
+                StatusCode::NOT_IMPLEMENTED,
+                "fuzzy storage is not supported: shrike has no fuzzy hash store to add to or \
+                 delete from; learn the message (learn_spam, learn_ham) instead",
+            );
+            // rspamc prints the status line, not the body.
+            r.extensions_mut()
+                .insert(hyper::ext::ReasonPhrase::from_static(
+                    b"Fuzzy storage is not supported by shrike",
+                ));
+            return r;
+        }
         (&Method::GET, "/metrics") => Operation::Metrics,
         (&Method::GET, "/health") => Operation::Health,
         (&Method::POST, "/reload") => Operation::Reload,
@@ -233,18 +277,30 @@ async fn route(
         (
             _,
             "/ping" | "/checkv2" | "/check" | "/symbols" | "/learnspam" | "/learnham" | "/stat"
-            | "/metrics" | "/health" | "/reload" | "/reputation" | "/history",
+            | "/counters" | "/auth" | "/statreset" | "/metrics" | "/health" | "/reload"
+            | "/reputation" | "/history",
         ) => return error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         _ => return error(StatusCode::NOT_FOUND, "no such endpoint"),
     };
     if let Err(denied) = daemon.access.authorize_http(op, peer, req.headers()).await {
         return refused(&denied);
     }
+    if matches!(op, Operation::Scan | Operation::Learn) && !daemon.ready.load(Relaxed) {
+        // Shutting down: what is queued is finished, nothing new is taken.
+        return pool_error(PoolError::Stopped);
+    }
     match op {
         Operation::Scan => check(req, daemon).await,
         Operation::Learn if path == "/learnham" => learn(req, daemon, Counter::Rescue).await,
         Operation::Learn => learn(req, daemon, Counter::Complaint).await,
-        Operation::Stat => json(StatusCode::OK, stat(daemon)),
+        Operation::Stat if path == "/counters" => json(StatusCode::OK, counters(daemon)),
+        Operation::Stat if path == "/auth" => json(StatusCode::OK, auth(daemon)),
+        Operation::Stat => json(StatusCode::OK, stat(daemon, &daemon.metrics.stat())),
+        Operation::StatReset => {
+            let before = daemon.metrics.reset_stat();
+            tracing::info!("statistics reset (/statreset)");
+            json(StatusCode::OK, stat(daemon, &before))
+        }
         Operation::Metrics => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(daemon)),
         Operation::Health => health(daemon),
         Operation::Reload => reload(daemon).await,
@@ -505,9 +561,9 @@ pub(super) fn learned_json(l: &Learned) -> serde_json::Value {
         "keys": l.keys,
         "message-id": l.message_id,
         "trained": l.trained,
-        // The classifier had already learned this message (Message-ID, else body): the
-        // store's counters got it again, the classifier did not.
-        "duplicate": !l.trained,
+        // The classifier had already learned this message (Message-ID, else body): it was
+        // not trained again and the store got no complaint or rescue.
+        "duplicate": l.duplicate,
     })
 }
 
@@ -582,21 +638,23 @@ fn health(daemon: &Daemon) -> Reply {
     json(status, body.to_string())
 }
 
-fn stat(daemon: &Daemon) -> String {
-    let m = &daemon.metrics;
-    let actions: BTreeMap<&str, u64> = crate::verdict::Action::ALL
+/// `/stat` (and, with the counts before their reset, `/statreset`): rspamd's fields where they
+/// exist, counted since start or the last `/statreset`.
+fn stat(daemon: &Daemon, counts: &StatCounts) -> String {
+    use crate::verdict::Action;
+    let actions: BTreeMap<&str, u64> = Action::ALL
         .iter()
-        .enumerate()
-        .map(|(i, a)| (a.as_str(), m.scans[i].load(Relaxed)))
+        .zip(&counts.scans)
+        .map(|(a, n)| (a.as_str(), *n))
         .collect();
-    let spam: u64 = crate::verdict::Action::ALL
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| **a >= crate::verdict::Action::AddHeader)
-        .map(|(i, _)| m.scans[i].load(Relaxed))
-        .sum();
-    let scanned = m.total_scans();
-    let (learned_spam, learned_ham) = (m.learned_spam.load(Relaxed), m.learned_ham.load(Relaxed));
+    let spam_actions: Vec<Action> = Action::ALL
+        .into_iter()
+        .filter(|a| *a >= Action::AddHeader)
+        .collect();
+    let spam = counts.of(&spam_actions);
+    let scanned = counts.scanned();
+    // Duplicates apart: what was learned agrees with what the classifier counts.
+    let learned = counts.learned_spam + counts.learned_ham;
     let store = daemon.store.stats();
     let classifier = daemon.scanner.classifier();
     let (clf_spam, clf_ham) = classifier.learned();
@@ -606,16 +664,17 @@ fn stat(daemon: &Daemon) -> String {
         "uptime": daemon.started.elapsed().as_secs(),
         "read_only": false,
         "scanned": scanned,
-        "learned": learned_spam + learned_ham,
-        "learned_spam": learned_spam,
-        "learned_ham": learned_ham,
+        "learned": learned,
+        "learned_spam": counts.learned_spam,
+        "learned_ham": counts.learned_ham,
+        "duplicate_learns": {"spam": counts.duplicate_spam, "ham": counts.duplicate_ham},
         "actions": actions,
         "spam_count": spam,
         "ham_count": scanned - spam.min(scanned),
-        "connections": m.http_connections.load(Relaxed),
+        "connections": counts.http_connections,
         "control_connections": 0,
-        "milter_connections": m.milter_connections.load(Relaxed),
-        "total_learns": learned_spam + learned_ham,
+        "milter_connections": counts.milter_connections,
+        "total_learns": learned,
         "statfiles": [],
         "fuzzy_hashes": {},
         "store": store,
@@ -634,6 +693,63 @@ fn stat(daemon: &Daemon) -> String {
         "rules_generation": daemon.scanner.engine().generation().id,
     })
     .to_string()
+}
+
+/// rspamd's `/auth`, which `rspamc uptime` reads: version, uptime and the action counts in its
+/// names (`probable`: add header and rewrite subject).
+fn auth(daemon: &Daemon) -> String {
+    use crate::verdict::Action;
+    let c = daemon.metrics.stat();
+    serde_json::json!({
+        "auth": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime": daemon.started.elapsed().as_secs(),
+        "clean": c.of(&[Action::NoAction]),
+        "probable": c.of(&[Action::AddHeader, Action::RewriteSubject]),
+        "greylist": c.of(&[Action::Greylist]),
+        "reject": c.of(&[Action::Reject]),
+        "soft_reject": c.of(&[Action::SoftReject]),
+        "scanned": c.scanned(),
+        "learned": c.learned_spam + c.learned_ham,
+        "read_only": false,
+        "error": "none",
+    })
+    .to_string()
+}
+
+/// rspamd's `/counters` (`rspamc counters`): one object per symbol of the serving generation,
+/// in rspamd's shape: `symbol`, `weight` (its score), `frequency` (hits a second since the
+/// generation was built), `frequency_stddev` (not kept: 0), `hits` and `time` (milliseconds a
+/// run, on average). The counters are the rule's: the symbols of a multi-symbol rule each show
+/// its hits and time, as rspamd's virtual symbols show their parent's.
+fn counters(daemon: &Daemon) -> String {
+    let generation = daemon.scanner.engine().generation();
+    let age = generation.built_at.elapsed().as_secs_f64().max(1.0);
+    let round = |x: f64, digits: i32| {
+        let p = 10f64.powi(digits);
+        (x * p).round() / p
+    };
+    let mut out = Vec::new();
+    for (rule, c) in generation.rules.iter().zip(&generation.counters) {
+        let hits = c.hits.load(Relaxed);
+        let runs = c.runs.load(Relaxed);
+        let ms = if runs == 0 {
+            0.0
+        } else {
+            c.nanos.load(Relaxed) as f64 / runs as f64 / 1e6
+        };
+        for symbol in rule.symbols.iter().filter(|s| !s.off) {
+            out.push(serde_json::json!({
+                "symbol": symbol.name,
+                "weight": round(symbol.score, 3),
+                "frequency": round(hits as f64 / age, 6),
+                "frequency_stddev": 0.0,
+                "hits": hits,
+                "time": round(ms, 3),
+            }));
+        }
+    }
+    serde_json::Value::Array(out).to_string()
 }
 
 fn metrics(daemon: &Daemon) -> String {

@@ -113,8 +113,13 @@ pub const STAGE_NAMES: [&str; 6] = ["queue", "analyze", "lookup", "rules", "tota
 pub struct Metrics {
     /// Scans by action, indexed like `Action::ALL`.
     pub scans: [AtomicU64; Action::ALL.len()],
+    /// Learns the classifier took, by class (what it counts too).
     pub learned_spam: AtomicU64,
     pub learned_ham: AtomicU64,
+    /// Learns of a message the classifier had already learned as that class: acknowledged,
+    /// neither trained again nor added to the store.
+    pub duplicate_spam: AtomicU64,
+    pub duplicate_ham: AtomicU64,
     /// Learns refused, by `ops::LEARN_REFUSALS` reason.
     pub learns_refused: [AtomicU64; super::ops::LEARN_REFUSALS.len()],
     /// Requests refused because the scan queue was full.
@@ -147,6 +152,56 @@ pub struct Metrics {
     pub stages: [Histogram; STAGE_NAMES.len()],
     /// Scans by action per minute over the last day (the web UI's Status chart).
     pub activity: super::activity::Activity,
+    /// What `/stat` counts from: the counts at its last `/statreset` (zero before any).
+    /// `/metrics` never goes back: Prometheus counters only grow.
+    stat_base: parking_lot::Mutex<StatCounts>,
+}
+
+/// The counts `/stat` (and rspamd's `/auth`) report, since start or the last `/statreset`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatCounts {
+    /// Scans by action, indexed like `Action::ALL`.
+    pub scans: [u64; Action::ALL.len()],
+    pub learned_spam: u64,
+    pub learned_ham: u64,
+    pub duplicate_spam: u64,
+    pub duplicate_ham: u64,
+    pub http_connections: u64,
+    pub milter_connections: u64,
+}
+
+impl StatCounts {
+    pub fn scanned(&self) -> u64 {
+        self.scans.iter().sum()
+    }
+
+    /// Scans whose action is one of these.
+    pub fn of(&self, actions: &[Action]) -> u64 {
+        Action::ALL
+            .iter()
+            .zip(&self.scans)
+            .filter(|(a, _)| actions.contains(a))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn minus(&self, base: &StatCounts) -> StatCounts {
+        let mut d = *self;
+        for (n, b) in d.scans.iter_mut().zip(&base.scans) {
+            *n = n.saturating_sub(*b);
+        }
+        for (n, b) in [
+            (&mut d.learned_spam, base.learned_spam),
+            (&mut d.learned_ham, base.learned_ham),
+            (&mut d.duplicate_spam, base.duplicate_spam),
+            (&mut d.duplicate_ham, base.duplicate_ham),
+            (&mut d.http_connections, base.http_connections),
+            (&mut d.milter_connections, base.milter_connections),
+        ] {
+            *n = n.saturating_sub(b);
+        }
+        d
+    }
 }
 
 impl Metrics {
@@ -157,6 +212,17 @@ impl Metrics {
             PoolError::Timeout => self.timeouts.fetch_add(1, Relaxed),
             PoolError::Stopped => 0,
         };
+    }
+
+    /// Counts an acknowledged learn: spam or ham, first or duplicate.
+    pub fn learned(&self, ham: bool, duplicate: bool) {
+        let counter = match (ham, duplicate) {
+            (false, false) => &self.learned_spam,
+            (true, false) => &self.learned_ham,
+            (false, true) => &self.duplicate_spam,
+            (true, true) => &self.duplicate_ham,
+        };
+        counter.fetch_add(1, Relaxed);
     }
 
     /// Counts a learn refused for `reason` (one of `ops::LEARN_REFUSALS`).
@@ -177,6 +243,33 @@ impl Metrics {
         self.stages[stage as usize].observe(d);
     }
 
+    fn stat_now(&self) -> StatCounts {
+        StatCounts {
+            scans: std::array::from_fn(|i| self.scans[i].load(Relaxed)),
+            learned_spam: self.learned_spam.load(Relaxed),
+            learned_ham: self.learned_ham.load(Relaxed),
+            duplicate_spam: self.duplicate_spam.load(Relaxed),
+            duplicate_ham: self.duplicate_ham.load(Relaxed),
+            http_connections: self.http_connections.load(Relaxed),
+            milter_connections: self.milter_connections.load(Relaxed),
+        }
+    }
+
+    /// `/stat`'s counts: since start, or since the last `/statreset`.
+    pub fn stat(&self) -> StatCounts {
+        self.stat_now().minus(&self.stat_base.lock())
+    }
+
+    /// rspamd's `/statreset`: the counts so far (what it answers), and `/stat` counts from
+    /// zero again.
+    pub fn reset_stat(&self) -> StatCounts {
+        let mut base = self.stat_base.lock();
+        let now = self.stat_now();
+        let since = now.minus(&base);
+        *base = now;
+        since
+    }
+
     pub fn total_scans(&self) -> u64 {
         self.scans.iter().map(|c| c.load(Relaxed)).sum()
     }
@@ -195,18 +288,20 @@ impl Metrics {
         counter_header(
             out,
             "shrike_learns_total",
-            "Complaints and rescues recorded.",
+            "Learns acknowledged, by class; duplicate=\"true\": the classifier had already learned the message (not trained again, no complaint or rescue).",
         );
-        let _ = writeln!(
-            out,
-            "shrike_learns_total{{class=\"spam\"}} {}",
-            self.learned_spam.load(Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "shrike_learns_total{{class=\"ham\"}} {}",
-            self.learned_ham.load(Relaxed)
-        );
+        for (class, duplicate, n) in [
+            ("spam", false, &self.learned_spam),
+            ("spam", true, &self.duplicate_spam),
+            ("ham", false, &self.learned_ham),
+            ("ham", true, &self.duplicate_ham),
+        ] {
+            let _ = writeln!(
+                out,
+                "shrike_learns_total{{class=\"{class}\",duplicate=\"{duplicate}\"}} {}",
+                n.load(Relaxed)
+            );
+        }
         counter_header(
             out,
             "shrike_learns_refused_total",

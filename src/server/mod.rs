@@ -116,6 +116,16 @@ pub enum SettingsError {
     #[error("http.max_body_bytes must be greater than 0")]
     MaxBody,
     #[error(
+        "http.max_headers must be at least {MIN_HTTP_HEADERS}, got {0}: clients send several \
+         headers of their own (rspamc 5 to 10)"
+    )]
+    MaxHeaders(usize),
+    #[error(
+        "http.max_header_bytes must be at least {MIN_HTTP_HEADER_BYTES}, got {0}: the HTTP \
+         parser's smallest read buffer"
+    )]
+    MaxHeaderBytes(usize),
+    #[error(
         "server.inflight_bytes ({budget}) must hold two messages of the largest size accepted \
          ({largest} bytes: http.max_body_bytes, spamd.max_body_bytes, limits.max_message_bytes)"
     )]
@@ -127,6 +137,11 @@ pub enum SettingsError {
     #[error(transparent)]
     Access(#[from] access::AccessConfigError),
 }
+
+/// The fewest request headers `[http] max_headers` may allow.
+pub const MIN_HTTP_HEADERS: usize = 16;
+/// The smallest request head `[http] max_header_bytes` may allow: hyper's least buffer size.
+pub const MIN_HTTP_HEADER_BYTES: usize = 8192;
 
 /// Checks the daemon's sections: values that parse but make no sense. `max_message_bytes`
 /// (`[limits]`) bounds what a milter session collects.
@@ -142,6 +157,12 @@ pub fn validate(
     }
     if http.max_body_bytes == 0 {
         return Err(SettingsError::MaxBody);
+    }
+    if http.max_headers < MIN_HTTP_HEADERS {
+        return Err(SettingsError::MaxHeaders(http.max_headers));
+    }
+    if http.max_header_bytes < MIN_HTTP_HEADER_BYTES {
+        return Err(SettingsError::MaxHeaderBytes(http.max_header_bytes));
     }
     // A message briefly needs twice its size (a compressed body beside what it inflates to, a
     // milter message beside the parts it is built from): a smaller budget would refuse the
@@ -253,6 +274,9 @@ pub struct Daemon {
     pub started: Instant,
     /// False until the listeners are up, and again from the start of shutdown.
     pub ready: AtomicBool,
+    /// HTTP requests being answered: at shutdown the HTTP listener serves (`/health` 503, new
+    /// scans refused) until none is left.
+    pub http_in_flight: std::sync::atomic::AtomicUsize,
     /// The web UI's login sessions.
     pub ui: ui::Sessions,
     /// Who may do what (`[access]`).
@@ -407,6 +431,7 @@ pub fn serve(config: ServeSettings, rules: RuleLocation) -> Result<(), ServeErro
         history,
         started: Instant::now(),
         ready: AtomicBool::new(false),
+        http_in_flight: std::sync::atomic::AtomicUsize::new(0),
         ui: ui::Sessions::default(),
         access,
     });
@@ -563,7 +588,10 @@ fn warn_about_access(config: &ServeSettings, http: &Listen) {
 
 async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
     use tokio::signal::unix::{signal, SignalKind};
+    // `stop`: SIGTERM. `closed`: the HTTP listener stops too, once the requests it was
+    // answering at SIGTERM are answered: meanwhile it tells load balancers `/health` 503.
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (closed_tx, closed_rx) = watch::channel(false);
     let http_listen = Listen::parse(&daemon.config.http.listen);
     let milter_listen = Listen::parse(&daemon.config.milter.listen);
     let spamd_listen = Listen::parse(&daemon.config.spamd.listen);
@@ -601,7 +629,7 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
             listener,
             daemon.clone(),
             http_limit.clone(),
-            stop_rx.clone(),
+            closed_rx.clone(),
         )));
     }
     if milter_listen != Listen::Off {
@@ -653,24 +681,29 @@ async fn run(daemon: Arc<Daemon>) -> Result<(), ServeError> {
         }
     }
     notify::stopping();
-    tracing::info!("shutting down: no new connections; finishing the open ones");
+    tracing::info!("shutting down: finishing the open connections; /health answers 503");
     daemon.ready.store(false, Ordering::Relaxed);
     let _ = stop_tx.send(true);
+    // Wait for the open connections (each holds a permit) up to the grace period. The HTTP
+    // listener goes on answering meanwhile (every reply closes its connection, new scans are
+    // refused) until the requests it had are answered; then it closes and its connections
+    // (idle keep-alive ones now) end.
+    let grace = Duration::from_secs(daemon.config.server.shutdown_grace_secs);
+    let drained = tokio::time::timeout(grace, async {
+        for (limit, n) in [(&milter_limit, milter_slots), (&spamd_limit, spamd_slots)] {
+            let _ = limit.acquire_many(n as u32).await;
+        }
+        while daemon.http_in_flight.load(Ordering::Relaxed) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = closed_tx.send(true);
+        let _ = http_limit.acquire_many(http_slots as u32).await;
+    })
+    .await;
+    let _ = closed_tx.send(true);
     for server in servers {
         let _ = server.await;
     }
-    // Wait for the open connections (each holds a permit) up to the grace period.
-    let grace = Duration::from_secs(daemon.config.server.shutdown_grace_secs);
-    let drained = tokio::time::timeout(grace, async {
-        for (limit, n) in [
-            (&http_limit, http_slots),
-            (&milter_limit, milter_slots),
-            (&spamd_limit, spamd_slots),
-        ] {
-            let _ = limit.acquire_many(n as u32).await;
-        }
-    })
-    .await;
     if drained.is_err() {
         tracing::warn!(
             ?grace,

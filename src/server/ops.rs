@@ -3,7 +3,6 @@
 //! result; so the same learn gets the same outcome, history record and metrics on each.
 //! Who may call them is `access`'s; scanning goes through `record` (`Daemon::recorded`).
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use super::budget::Reservation;
@@ -20,9 +19,12 @@ pub struct Learned {
     /// Store keys that got the complaint or rescue.
     pub keys: usize,
     pub message_id: Option<String>,
-    /// False when the classifier had already learned this message (Message-ID, else body):
-    /// the store's counters got it again, the classifier did not.
+    /// Whether the classifier trained on it.
     pub trained: bool,
+    /// The classifier had already learned this message as this class (Message-ID, else
+    /// body): not trained again, no complaint or rescue; counted apart
+    /// (`shrike_learns_total{duplicate="true"}`) and marked in its history record.
+    pub duplicate: bool,
 }
 
 impl Learned {
@@ -97,11 +99,8 @@ impl Daemon {
         let result = self.learn_durably(raw, held, counter).await;
         match &result {
             Ok(reply) => {
-                let counted = match counter {
-                    Counter::Rescue => &self.metrics.learned_ham,
-                    _ => &self.metrics.learned_spam,
-                };
-                counted.fetch_add(1, Relaxed);
+                self.metrics
+                    .learned(counter == Counter::Rescue, reply.duplicate);
                 self.record_learn(listener, counter, envelope, size, reply, start);
             }
             Err(e) => {
@@ -121,6 +120,7 @@ impl Daemon {
             keys: l.keys,
             message_id: l.message_id,
             trained: l.trained,
+            duplicate: l.duplicate,
         })
     }
 

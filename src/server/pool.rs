@@ -73,6 +73,8 @@ pub struct LearnReply {
     pub message_id: Option<String>,
     /// Whether the classifier trained on it (not when it had already learned this message).
     pub trained: bool,
+    /// The classifier had already learned it: not trained again, no complaint or rescue.
+    pub duplicate: bool,
     /// Why the classifier's training of it was not recorded, if it was not.
     pub journal_error: Option<String>,
     /// Why a shared store did not take it (nothing was learned).
@@ -576,6 +578,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
                 keys: learned.keys,
                 message_id: learned.message_id,
                 trained: learned.trained,
+                duplicate: learned.duplicate,
                 journal_error: learned.journal_error,
                 store_error: learned.store_error,
             });

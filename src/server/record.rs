@@ -50,6 +50,7 @@ impl Daemon {
         r.message_id = learned.message_id.clone();
         r.size = size as u64;
         r.scan_us = start.elapsed().as_micros() as u64;
+        r.duplicate = learned.duplicate;
         self.history.record(r);
     }
 }

@@ -343,7 +343,7 @@ async fn learn(
         .learn("spamd", message, held, counter, &envelope)
         .await
     {
-        Ok(l) => Ok(tell_reply(minor, l.trained, false)),
+        Ok(l) => Ok(tell_reply(minor, !l.duplicate, false)),
         Err(e) => Err((Exit::TempFail, e.to_string())),
     }
 }

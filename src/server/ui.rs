@@ -415,6 +415,8 @@ fn status(daemon: &Daemon) -> serde_json::Value {
         "scanned": m.total_scans(),
         "learned_spam": m.learned_spam.load(Relaxed),
         "learned_ham": m.learned_ham.load(Relaxed),
+        "duplicate_spam": m.duplicate_spam.load(Relaxed),
+        "duplicate_ham": m.duplicate_ham.load(Relaxed),
         "busy": m.busy.load(Relaxed),
         "timeouts": m.timeouts.load(Relaxed),
         "throughput_1m": per_minute(1),

@@ -146,6 +146,11 @@ impl Daemon {
     /// SIGTERM, then waits for a clean exit; returns the log.
     pub fn stop(&mut self) -> String {
         self.signal("TERM");
+        self.wait_exit()
+    }
+
+    /// Waits for a clean exit (after a signal sent before); returns the log.
+    pub fn wait_exit(&mut self) -> String {
         let mut child = self.child.take().expect("running");
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -178,6 +183,18 @@ impl Daemon {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
             .unwrap_or_else(|| panic!("{name} in /metrics:\n{text}"))
+    }
+
+    /// Learns of `class` (`spam`, `ham`) acknowledged, first and duplicate ones together.
+    pub fn learns(&self, class: &str) -> u64 {
+        ["false", "true"]
+            .iter()
+            .map(|dup| {
+                self.metric(&format!(
+                    "shrike_learns_total{{class=\"{class}\",duplicate=\"{dup}\"}}"
+                ))
+            })
+            .sum()
     }
 
     pub fn get(&self, path: &str) -> HttpReply {

@@ -88,10 +88,12 @@ impl Default for PersistConfig {
 /// Why persistent state could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
-    #[error("{path}: {source}")]
+    /// (The cause is in the message, not a `source`: printed with its chain it would show
+    /// twice.)
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path} at byte {offset}: {what} (start with salvage to move it aside and use what is valid)")]
     Corrupt {
@@ -110,9 +112,9 @@ pub enum PersistError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PersistError + '_ {
-    move |source| PersistError::Io {
+    move |error| PersistError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

@@ -30,7 +30,8 @@ struct Line {
 /// Why a transfer stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
-    #[error("reading or writing the dump: {0}")]
+    /// (The cause is the `source`, printed after the message.)
+    #[error("reading or writing the dump")]
     Io(#[from] std::io::Error),
     #[error("line {0}: {1}")]
     Parse(u64, String),
