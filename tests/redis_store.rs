@@ -678,7 +678,7 @@ fn one_learn_outcome_on_every_protocol_with_the_store_down() {
     );
     let d = start(dir.path(), "a", &config);
     wait_until("the store connected", 10, || health_store(&d) == "ok");
-    let learned = || d.metric("shrike_learns_total{class=\"spam\"}");
+    let learned = || d.learns("spam");
     let refused = || d.metric("shrike_learns_refused_total{reason=\"store\"}");
     assert_eq!((learned(), refused()), (0, 0));
 

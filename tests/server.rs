@@ -141,10 +141,19 @@ fn checkv2_and_shrike_endpoints() {
 /// Runs the real `rspamc` against the daemon with `args` on a fixture; its output, once it has
 /// succeeded.
 fn rspamc(d: &Daemon, args: &[&str], fixture: &str) -> String {
-    let out = Command::new("rspamc")
-        .args(["-h", &format!("127.0.0.1:{}", d.http)])
-        .args(args)
-        .arg(data(fixture))
+    run_rspamc(d, args, Some(data(fixture)))
+}
+
+/// The real `rspamc` with `args`, and `file` or nothing on its standard input.
+fn run_rspamc(d: &Daemon, args: &[&str], file: Option<PathBuf>) -> String {
+    let mut cmd = Command::new("rspamc");
+    cmd.args(["-h", &format!("127.0.0.1:{}", d.http)])
+        .args(args);
+    match file {
+        Some(f) => cmd.arg(f),
+        None => cmd.stdin(std::process::Stdio::null()),
+    };
+    let out = cmd
         .output()
         .expect("rspamc is installed (scripts/test.sh installs it)");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -930,19 +939,7 @@ fn a_fixed_rule_error_clears_and_failed_reloads_take_no_generation_number() {
 /// Runs the real `rspamc` with a controller command (no message); its output once it has
 /// succeeded.
 fn rspamc_command(d: &Daemon, args: &[&str]) -> String {
-    let out = Command::new("rspamc")
-        .args(["-h", &format!("127.0.0.1:{}", d.http)])
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("rspamc is installed (scripts/test.sh installs it)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "rspamc {args:?} failed: {text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    run_rspamc(d, args, None)
 }
 
 /// rspamd's controller commands through the real `rspamc`: `counters` (per-symbol hits, score
