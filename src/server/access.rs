@@ -805,18 +805,24 @@ impl Throttle {
     }
 }
 
+/// A request's headers from name-value pairs (the server's unit tests).
+#[cfg(test)]
+pub(super) fn test_headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(
+            *k,
+            hyper::header::HeaderValue::from_str(v).expect("header value"),
+        );
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::header::HeaderValue;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(*k, HeaderValue::from_str(v).expect("header value"));
-        }
-        h
-    }
+    use super::test_headers as headers;
 
     fn model(toml_text: &str) -> Access {
         let c: AccessConfig = toml::from_str(toml_text).expect("config");

@@ -540,15 +540,8 @@ async fn learn(req: Request<Incoming>, daemon: &Daemon) -> Reply {
 
 #[cfg(test)]
 mod tests {
+    use super::super::access::test_headers as headers;
     use super::*;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(*k, HeaderValue::from_str(v).expect("header value"));
-        }
-        h
-    }
 
     #[test]
     fn the_session_cookie_is_found_among_others() {
