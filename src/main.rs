@@ -124,9 +124,14 @@ enum ConfigCommand {
     /// Print every option with its default as commented TOML (docs/shrike.toml); options
     /// without a default are printed commented out, with an example value.
     Defaults,
-    /// Validate the file given with --config (or the defaults) and print it as used, with
-    /// every password shown as ***.
-    Check,
+    /// Validate the file given with --config (or the defaults) and the rule set it names
+    /// (with --rules as `serve` takes them), and print the configuration as used, with every
+    /// password shown as ***. Exits 1 on the first problem, before anything would start
+    /// (systemd's ExecStartPre).
+    Check {
+        #[command(flatten)]
+        rules: RuleArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -396,7 +401,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Config(ConfigCommand::Check) => {
+        Command::Config(ConfigCommand::Check { rules }) => {
+            let location = rules.location(&config)?;
+            let scanner = Scanner::in_memory(&config.scan_settings(), &config.store, location)
+                .context("loading the rule set")?;
+            let generation = scanner.engine().generation();
+            eprintln!(
+                "shrike: configuration and rule set ok: {} rules",
+                generation.rules.len()
+            );
             let text = toml::to_string(&config.redacted()).context("encoding the configuration")?;
             let mut out = io::stdout().lock();
             out.write_all(text.as_bytes())?;

@@ -1,7 +1,7 @@
 //! The command line's own messages, through the binary: configuration errors said once and in
 //! words (the option named, no Rust type names), `[http]` limits below their minimum refused,
 //! a closed output pipe ends the command quietly, and `config defaults` prints every option,
-//! those without a default commented out. (`shrike history`'s flag names in its errors are
+//! those without a default commented out, and `config check` loads the rule set. (`shrike history`'s flag names in its errors are
 //! tests/history.rs's.)
 
 use std::path::Path;
@@ -157,4 +157,26 @@ fn config_defaults_prints_the_options_without_a_default_commented() {
             "{option} not printed: {commented:?}"
         );
     }
+}
+
+/// `config check` loads the rule set `serve` would (systemd's ExecStartPre): a broken local
+/// rule file fails it, naming the file and line, before anything would start.
+#[test]
+fn config_check_fails_on_a_rule_set_that_does_not_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.d");
+    std::fs::create_dir_all(&rules).unwrap();
+    let o = shrike(&["config", "check", "--rules", rules.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("rule set ok"), "{}", stderr(&o));
+    std::fs::write(
+        rules.join("50_local.lua"),
+        "rule { name = \"LOCAL_BROKEN\", score = 1.0, check = function(msg) return end\n",
+    )
+    .unwrap();
+    let o = shrike(&["config", "check", "--rules", rules.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let said = stderr(&o);
+    assert!(said.contains("50_local.lua:2"), "{said}");
+    assert!(o.stdout.is_empty(), "nothing printed as if it were fine");
 }
