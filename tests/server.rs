@@ -312,17 +312,19 @@ fn a_connection_over_the_limit_gets_an_immediate_503_with_retry_after() {
     });
 }
 
+/// A rule file declaring `name`, hitting every message.
+fn rule(name: &str) -> String {
+    format!(
+        "rule {{ name = \"{name}\", score = 1.5, description = \"test\",\n\
+         check = function(msg) return true end }}\n"
+    )
+}
+
 #[test]
 fn reload_by_sighup_and_post_keeps_old_rules_on_error() {
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules");
     std::fs::create_dir_all(&rules).unwrap();
-    let rule = |name: &str| {
-        format!(
-            "rule {{ name = \"{name}\", score = 1.5, description = \"test\",\n\
-             check = function(msg) return true end }}\n"
-        )
-    };
     std::fs::write(rules.join("a.lua"), rule("FIRST_RULE")).unwrap();
     // A long debounce keeps the file watcher out of the way: the reloads here are explicit.
     let config = "[engine]\nreload_debounce_ms = 600000\n";
@@ -880,12 +882,6 @@ fn a_fixed_rule_error_clears_and_failed_reloads_take_no_generation_number() {
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules");
     std::fs::create_dir_all(&rules).unwrap();
-    let rule = |name: &str| {
-        format!(
-            "rule {{ name = \"{name}\", score = 1.5, description = \"test\",\n\
-             check = function(msg) return true end }}\n"
-        )
-    };
     std::fs::write(rules.join("a.lua"), rule("FIRST_RULE")).unwrap();
     let d = Daemon::start(
         dir.path(),

@@ -490,27 +490,36 @@ async fn open(c: &Client, base: &str, page: &str, driver: u16) {
     no_console_errors(c, driver, page).await;
 }
 
+/// A WebDriver session with a headless chromium using `profile`, with `extra` arguments.
+async fn browser(driver: &Driver, profile: &Path, extra: &[&str]) -> Client {
+    let mut args = vec![
+        "--headless=new".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-dev-shm-usage".into(),
+        "--window-size=1300,1000".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args },
+        "goog:loggingPrefs": { "browser": "ALL" },
+    }))
+    .expect("capabilities");
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a WebDriver session with chromium")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_works_in_a_real_browser() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = start_daemon(dir.path());
     let driver = Driver::start(&dir.path().join("chromedriver.log"));
-    let profile = dir.path().join("chromium-profile");
-    let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": {
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1300,1000", format!("--user-data-dir={}", profile.display())],
-        },
-        "goog:loggingPrefs": { "browser": "ALL" },
-    }))
-    .expect("capabilities");
-    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{}", driver.port))
-        .await
-        .expect("a WebDriver session with chromium");
+    let c = browser(&driver, &dir.path().join("chromium-profile"), &[]).await;
 
     // A verdict to find later, sent as an MTA would, with its queue id.
     let message = gtube();
@@ -825,24 +834,9 @@ async function attempt(name, url, init) {{
     let attacker = serve_page(page);
 
     let driver = Driver::start(&dir.path().join("chromedriver.log"));
-    let profile = dir.path().join("chromium-profile");
-    let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": {
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1300,1000", format!("--user-data-dir={}", profile.display()),
-                     // Both of the attacker's names are this machine, as its DNS would say.
-                     "--host-resolver-rules=MAP *.evil.example 127.0.0.1"],
-        },
-        "goog:loggingPrefs": { "browser": "ALL" },
-    }))
-    .expect("capabilities");
-    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{}", driver.port))
-        .await
-        .expect("a WebDriver session with chromium");
+    // Both of the attacker's names are this machine, as its DNS would say.
+    let resolve = ["--host-resolver-rules=MAP *.evil.example 127.0.0.1"];
+    let c = browser(&driver, &dir.path().join("chromium-profile"), &resolve).await;
 
     let metric = |name: &str| d.metric(name);
     let denied_before = metric("shrike_access_denied_total");

@@ -363,6 +363,15 @@ impl Access {
         self.admin_hash.is_some() || self.admin_plain.is_some() || self.read_hash.is_some()
     }
 
+    /// The `Password` header to check: none when it is empty (an empty one is no password) or
+    /// when no password is configured (nothing it could match).
+    pub fn sent_password<'h>(&self, headers: &'h HeaderMap) -> Option<&'h [u8]> {
+        headers
+            .get("password")
+            .map(|v| v.as_bytes())
+            .filter(|v| !v.is_empty() && self.has_password())
+    }
+
     /// Whether an admin password is configured.
     pub fn has_admin_password(&self) -> bool {
         self.admin_hash.is_some() || self.admin_plain.is_some()
@@ -563,7 +572,7 @@ impl Access {
         if role >= needs {
             return Ok(role);
         }
-        if let Some(given) = sent_password(headers).filter(|_| self.has_password()) {
+        if let Some(given) = self.sent_password(headers) {
             let granted = self.check_password(client, given).await?;
             return if granted >= needs {
                 Ok(granted)
@@ -651,14 +660,6 @@ const FORWARDING: [&str; 3] = ["x-forwarded-for", "forwarded", "x-real-ip"];
 
 static UNDECLARED_LOG: std::sync::LazyLock<LogThrottle> =
     std::sync::LazyLock::new(|| LogThrottle::new(Duration::from_secs(60)));
-
-/// The `Password` header, unless empty (an empty one is none).
-pub fn sent_password(headers: &HeaderMap) -> Option<&[u8]> {
-    headers
-        .get("password")
-        .map(|v| v.as_bytes())
-        .filter(|v| !v.is_empty())
-}
 
 static WRONG_LOG: std::sync::LazyLock<LogThrottle> =
     std::sync::LazyLock::new(|| LogThrottle::new(Duration::from_secs(10)));

@@ -30,15 +30,11 @@ pub struct Learned {
 impl Learned {
     /// `spam` or `ham`.
     pub fn class(&self) -> &'static str {
-        class(self.counter)
-    }
-}
-
-fn class(counter: Counter) -> &'static str {
-    if counter == Counter::Rescue {
-        "ham"
-    } else {
-        "spam"
+        if self.counter == Counter::Rescue {
+            "ham"
+        } else {
+            "spam"
+        }
     }
 }
 

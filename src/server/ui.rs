@@ -163,7 +163,7 @@ async fn access(headers: &HeaderMap, daemon: &Daemon, peer: Peer) -> Result<Acce
     if role >= Role::Read && !daemon.ui.network_csrf.is_empty() {
         return Ok(Access::Csrf(daemon.ui.network_csrf.clone(), role));
     }
-    if let Some(given) = super::access::sent_password(headers).filter(|_| model.has_password()) {
+    if let Some(given) = model.sent_password(headers) {
         return model
             .check_password(client, given)
             .await
