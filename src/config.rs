@@ -5,7 +5,7 @@
 //! live in the modules they configure (`scan`, `verdict`, `engine`, `classify`, `store`,
 //! `server`, `proto::milter`); this module sits above them and composes what each command
 //! takes (`ScanSettings`, `ServeSettings`, `LearnSettings`, `ReplaySettings`), and only
-//! `main.rs` knows it. Never touches: sockets, Lua.
+//! the binary (`main.rs`, `cli/`) knows it. Never touches: sockets, Lua.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //!
 //! A file maps to its top-level module (`src/server/http.rs` → `server`, `src/config.rs` →
 //! `config`); a sub-row such as `store/redis/` adds its uses to its top-level module's.
-//! `src/main.rs`, the binary, may use everything. Comments and string literals are not code.
+//! `src/main.rs`, the binary, and the modules it declares (`src/cli/`) may use everything. Comments and string literals are not code.
 //! Unit tests (`#[cfg(test)]` items and the files of `#[cfg(test)] mod x;`) build fixtures from
 //! whatever they need, as the integration tests do, and are not read.
 
@@ -494,9 +494,26 @@ fn lib_modules() -> BTreeSet<String> {
     out
 }
 
-/// Every path in src/ from one top-level module to another, outside test code and main.rs.
+/// The modules the binary's root, `src/main.rs`, declares (`cli`): the binary's own files,
+/// which may use everything as main.rs may.
+fn bin_modules() -> BTreeSet<String> {
+    let src = std::fs::read_to_string(root().join("src/main.rs")).expect("src/main.rs");
+    let toks = lex(&src);
+    toks.windows(2)
+        .filter(|w| ident(Some(&w[0])) == Some("mod"))
+        .filter_map(|w| ident(Some(&w[1])).map(str::to_string))
+        .collect()
+}
+
+/// Every path in src/ from one top-level module to another, outside test code and the binary.
 fn crate_uses() -> Vec<Use> {
     let modules = lib_modules();
+    let binary = bin_modules();
+    let shared: Vec<_> = modules.intersection(&binary).collect();
+    assert!(
+        shared.is_empty(),
+        "src/main.rs and src/lib.rs both declare {shared:?}"
+    );
     let src = root().join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
@@ -509,6 +526,9 @@ fn crate_uses() -> Vec<Use> {
             continue;
         }
         let top = module_path(&rel)[0].clone();
+        if binary.contains(&top) {
+            continue;
+        }
         if !modules.contains(&top) {
             // A `#[cfg(test)]` module of lib.rs (testing.rs).
             continue;

@@ -119,4 +119,35 @@ fn every_msg_method_and_global_is_annotated() {
         stale.is_empty(),
         "annotated globals the sandbox lacks: {stale:?}"
     );
+    let listed: BTreeSet<String> = super::SANDBOX_GLOBALS
+        .iter()
+        .map(|g| g.to_string())
+        .collect();
+    assert_eq!(
+        listed, ours,
+        "engine::SANDBOX_GLOBALS against the globals a built state adds"
+    );
+}
+
+/// `.luacheckrc`'s `read_globals = { … }` (the repository's luacheck settings for rule files).
+fn luacheckrc_read_globals() -> BTreeSet<String> {
+    let text = include_str!("../../.luacheckrc");
+    let start = text
+        .find("\nread_globals = {")
+        .expect(".luacheckrc sets read_globals");
+    let rest = &text[start..];
+    let body = &rest[rest.find('{').expect("{") + 1..rest.find('}').expect("}")];
+    body.split(',')
+        .map(|g| g.trim().trim_matches('"').to_string())
+        .filter(|g| !g.is_empty())
+        .collect()
+}
+
+#[test]
+fn luacheckrc_knows_the_sandbox_globals() {
+    let listed: BTreeSet<String> = super::SANDBOX_GLOBALS
+        .iter()
+        .map(|g| g.to_string())
+        .collect();
+    assert_eq!(luacheckrc_read_globals(), listed);
 }

@@ -61,6 +61,20 @@ pub const RULES_SKIPPED: &str = "RULES_SKIPPED";
 /// Store key type of `ratelimit()` counters (outside the shingle type table).
 pub const RATELIMIT_KIND: u16 = 1_000;
 
+/// The globals the sandbox (`prelude.lua`) adds to standard Lua 5.4, for tools that read rule
+/// files without the engine: `rules check` hands them to luacheck. The annotations' drift test
+/// holds this list to the globals a built state has, and to `.luacheckrc`'s.
+pub const SANDBOX_GLOBALS: &[&str] = &[
+    "rule",
+    "feature",
+    "re",
+    "log",
+    "list",
+    "ratelimit",
+    "char_counts",
+    "is_private_ip",
+];
+
 /// Why a rule set could not be loaded. Messages carry file and line where Lua gives them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
