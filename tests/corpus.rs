@@ -1,5 +1,6 @@
 //! Every message of the development corpus (../shared/corpus) goes through the whole pure
-//! pipeline, with LF and with CRLF line ends, and the results must look sane.
+//! pipeline, with LF and with CRLF line ends, and the results must look sane; the DNS lists'
+//! URL targets of every message are the URL domains its rules see.
 
 #[allow(dead_code)]
 mod common;
@@ -80,5 +81,47 @@ fn corpus_scans_without_panic_and_looks_sane() {
     assert!(
         with_fuzzy * 100 >= n * 80,
         "only {with_fuzzy} of {n} have fuzzy shingles"
+    );
+}
+
+/// The DNS lists ask about the URL domains the rules see, and only those: on every message of
+/// the corpus the lists' URL targets (`dnsbl::targets`, on the raw bytes as the network side
+/// gets them) are the registrable domains of the scan's URL records, in order, up to the
+/// lists' bound. (A scanner of the raw bytes of its own would miss scheme-less links, HTML
+/// attributes and encoded parts the rules read, and ask about hosts they never see.)
+#[test]
+fn dns_list_url_targets_are_the_rules_url_domains() {
+    use shrike::dnsbl::{targets, MAX_URL_DOMAINS};
+    let corpus = common::load_corpus();
+    let limits = Limits::default();
+    let (mut with_urls, mut capped, mut asked) = (0, 0, 0);
+    for m in &corpus {
+        let envelope = Envelope::default();
+        let input = prepare(&m.raw, &limits);
+        let a = analyze(&input, &envelope, &limits);
+        // What a rule sees: the domains of `msg:urls()`'s records, each once (`msg:domains()`).
+        let mut seen: Vec<&str> = Vec::new();
+        for d in a.entities.urls.iter().filter_map(|u| u.domain.as_deref()) {
+            if !seen.contains(&d) {
+                seen.push(d);
+            }
+        }
+        assert_eq!(a.entities.domains, seen, "{}/{}", m.label, m.name);
+        let t = targets(&m.raw, &envelope, Some(&limits));
+        let rules = &seen[..seen.len().min(MAX_URL_DOMAINS)];
+        assert_eq!(t.url_domains, rules, "{}/{}", m.label, m.name);
+        with_urls += usize::from(!seen.is_empty());
+        capped += usize::from(seen.len() > MAX_URL_DOMAINS);
+        asked += t.url_domains.len();
+        // Without a zone that asks for URL domains nothing is parsed for them.
+        assert!(targets(&m.raw, &envelope, None).url_domains.is_empty());
+    }
+    eprintln!(
+        "{with_urls} messages with URL domains, {asked} asked, {capped} over the bound of \
+         {MAX_URL_DOMAINS}"
+    );
+    assert!(
+        with_urls * 2 > corpus.len(),
+        "{with_urls} messages with URLs"
     );
 }

@@ -48,8 +48,14 @@ pub fn run(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
     let scanner = Scanner::in_memory(&config.scan_settings(), &config.store, location)?;
     let mut worker = scanner.worker();
     // Offline unless `[dns] enabled = true`: then each message gets the network checks first.
-    let checker = shrike::netcheck::from_config(&config.dns, &config.dnsbl, &config.auth, false)
-        .context("starting the DNS checks")?;
+    let checker = shrike::netcheck::from_config(
+        &config.dns,
+        &config.dnsbl,
+        &config.auth,
+        &config.limits,
+        false,
+    )
+    .context("starting the DNS checks")?;
     let runtime = match &checker {
         Some(_) => Some(
             tokio::runtime::Builder::new_current_thread()

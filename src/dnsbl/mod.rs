@@ -9,7 +9,7 @@
 
 mod targets;
 
-pub use targets::{body_of, targets, targets_of, Targets};
+pub use targets::{targets, targets_of, url_domains, Targets, MAX_URL_DOMAINS};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};

@@ -268,23 +268,31 @@ pub fn extract(message: &ParsedMessage<'_>, envelope: &Envelope) -> Entities {
     for rcpt in &envelope.rcpt_to {
         x.email(rcpt, None, EmailRole::EnvelopeRcpt);
     }
-    x.text(&message.body.display, UrlSource::Text);
-    for link in &message.html_links {
-        x.html_link(&link.target, link.attr, link.text.as_deref());
-    }
-    // An HTML-only message's body is its HTML text: read it once.
-    if message.html_text != message.body.display {
-        x.text(&message.html_text, UrlSource::HtmlText);
-    }
+    x.urls(message);
     for part in &message.attachments {
         x.attachment(part);
     }
     x.out
 }
 
+/// The registrable domains of a message's URLs, in order of first appearance: `extract`'s
+/// `Entities::domains`, by the same walk over the same sources, without the addresses, hops,
+/// anchors and attachments (the DNS lists' URL targets, asked on the network side for every
+/// message, need only these).
+pub fn url_domains(message: &ParsedMessage<'_>) -> Vec<String> {
+    let mut x = Extractor {
+        urls_only: true,
+        ..Extractor::default()
+    };
+    x.urls(message);
+    x.out.domains
+}
+
 #[derive(Default)]
 struct Extractor {
     out: Entities,
+    /// Only URLs are wanted (`url_domains`): addresses and anchors are not collected.
+    urls_only: bool,
     // These sets only deduplicate one message's items: keyed by 64-bit hashes of the canonical
     // strings (no copies) in FxHash sets.
     seen_urls: FxHashSet<(u64, UrlSource)>,
@@ -379,13 +387,31 @@ impl Extractor {
                 .map(|t| t.trim().to_string())
         })
         .filter(|m| !m.is_empty());
-        if let Some(list) = mime.header_raw(HeaderName::ListUnsubscribe) {
+    }
+
+    /// Every URL of the message, in the order that fixes `Entities::urls`, `hosts` and
+    /// `domains`: List-Unsubscribe, the body text, the HTML link targets, the HTML text; with
+    /// the addresses met in the text and the anchors.
+    fn urls(&mut self, message: &ParsedMessage<'_>) {
+        if let Some(list) = message
+            .mime
+            .as_ref()
+            .and_then(|m| m.header_raw(HeaderName::ListUnsubscribe))
+        {
             for found in url::find_in_text(list) {
                 match found {
                     url::Found::Url(u) => self.url(u, UrlSource::Header, None),
                     url::Found::Email(_) => {} // mailto: unsubscribe addresses are not senders
                 }
             }
+        }
+        self.text(&message.body.display, UrlSource::Text);
+        for link in &message.html_links {
+            self.html_link(&link.target, link.attr, link.text.as_deref());
+        }
+        // An HTML-only message's body is its HTML text: read it once.
+        if message.html_text != message.body.display {
+            self.text(&message.html_text, UrlSource::HtmlText);
         }
     }
 
@@ -398,7 +424,7 @@ impl Extractor {
     }
 
     fn email(&mut self, raw: &str, name: Option<&str>, role: EmailRole) {
-        if self.out.emails.len() >= MAX_EMAILS {
+        if self.urls_only || self.out.emails.len() >= MAX_EMAILS {
             return;
         }
         let Some((address, domain)) = canonical_email(raw) else {
@@ -445,7 +471,7 @@ impl Extractor {
         let Some(canonical) = canonical else {
             return;
         };
-        if let (Some(text), LinkAttr::Href) = (text, attr) {
+        if let (Some(text), LinkAttr::Href, false) = (text, attr, self.urls_only) {
             self.anchor(text, &canonical);
         }
         self.push_url_from(k, canonical, attr.into(), text);

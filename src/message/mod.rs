@@ -290,6 +290,20 @@ fn is_field_start(line: &[u8]) -> bool {
 
 /// Parses prepared input under `limits`. Never panics, never fails.
 pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> {
+    parse_with(input, limits, true)
+}
+
+/// `parse` without what only the rules and the classifier read: the subject's and body's
+/// normalized forms (left empty, so no mixed-script words either) and the attachments' SHA-256
+/// (left empty). The MIME walk, the body text, the HTML text and links are `parse`'s, so the
+/// URLs `entities` finds in it are the scan's: the DNS lists' URL targets, found on the network
+/// side for every message, need no more (normalization and hashing were a third of the parse
+/// there; docs/perf-log.md, "DNS lists' URL targets from entities").
+pub fn parse_links<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> {
+    parse_with(input, limits, false)
+}
+
+fn parse_with<'p>(input: &'p Prepared<'_>, limits: &Limits, full: bool) -> ParsedMessage<'p> {
     let raw: &'p [u8] = &input.bytes;
     let mut anomalies = input.anomalies.clone();
     let mime = match catch_unwind(AssertUnwindSafe(|| PARSER.parse(raw))) {
@@ -313,6 +327,7 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
         cut_off_html_bytes: 0,
         attachments: Vec::new(),
         part_count: 0,
+        hash_attachments: full,
     };
     // A parse with no valid header name read junk as a header: treat it as no headers at all.
     let mut mime = mime.filter(has_valid_header);
@@ -345,8 +360,16 @@ pub fn parse<'p>(input: &'p Prepared<'_>, limits: &Limits) -> ParsedMessage<'p> 
         walker.anomalies.add(Anomaly::EmptyBody);
     }
     let mut mixed = Vec::new();
-    let subject = Text::new(subject, &mut mixed);
-    let body = Text::new(walker.body, &mut mixed);
+    let (subject, body) = if full {
+        let subject = Text::new(subject, &mut mixed);
+        (subject, Text::new(walker.body, &mut mixed))
+    } else {
+        let display = |display| Text {
+            display,
+            normalized: String::new(),
+        };
+        (display(subject), display(walker.body))
+    };
     let mut anomalies = walker.anomalies;
     if !mixed.is_empty() {
         anomalies.add(Anomaly::MixedScript);
@@ -403,7 +426,7 @@ pub fn utf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
 }
 
 /// The lines of `text` (split at LF by memchr, not byte by byte), each without its LF:
-/// what the network checks' and the DNS lists' raw-byte readers walk.
+/// what the network checks' raw-byte readers walk.
 pub(crate) fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut start = 0;
     let mut ends = memchr::memchr_iter(b'\n', text);
@@ -486,6 +509,8 @@ struct Walker<'l> {
     cut_off_html_bytes: usize,
     attachments: Vec<AttachmentPart>,
     part_count: usize,
+    /// Whether attachments get their SHA-256 (`parse`) or an empty one (`parse_links`).
+    hash_attachments: bool,
 }
 
 impl Walker<'_> {
@@ -792,7 +817,11 @@ impl Walker<'_> {
             name: part.attachment_name().map(str::to_string),
             content_type,
             size: canonical.len(),
-            sha256: hex_digest(&canonical),
+            sha256: if self.hash_attachments {
+                hex_digest(&canonical)
+            } else {
+                String::new()
+            },
             depth,
         });
     }
@@ -948,6 +977,32 @@ mod tests {
 
     fn parse_str(s: &str) -> ParsedMessage<'static> {
         parse_bytes(s.as_bytes(), &Limits::default())
+    }
+
+    /// `parse_links` is `parse` without the normalized text and the attachments' hashes: the
+    /// rest, which the URLs are found in, is the same.
+    #[test]
+    fn parse_links_is_parse_without_normalized_text_and_hashes() {
+        let raw = "Subject: Caf\u{e9} OFFER\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n\
+                   --b\r\nContent-Type: text/plain\r\n\r\nSee WWW.Example.com now\r\n\
+                   --b\r\nContent-Type: text/html\r\n\r\n<a href=\"http://a.example/\">x</a> y\r\n\
+                   --b\r\nContent-Type: application/pdf; name=a.pdf\r\n\
+                   Content-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQK\r\n--b--\r\n";
+        let limits = Limits::default();
+        let input = prepare(raw.as_bytes(), &limits);
+        let (full, links) = (parse(&input, &limits), parse_links(&input, &limits));
+        assert_eq!(links.body.display, full.body.display);
+        assert_eq!(links.subject.display, full.subject.display);
+        assert_eq!(links.html_text, full.html_text);
+        assert_eq!(links.html_links, full.html_links);
+        assert_eq!(links.part_count, full.part_count);
+        assert!(!full.body.normalized.is_empty());
+        assert!(links.body.normalized.is_empty() && links.subject.normalized.is_empty());
+        assert_eq!(full.attachments.len(), 1);
+        assert_eq!(links.attachments.len(), 1);
+        assert_eq!(links.attachments[0].size, full.attachments[0].size);
+        assert_eq!(full.attachments[0].sha256.len(), 64);
+        assert!(links.attachments[0].sha256.is_empty());
     }
 
     /// Found by the `scan` fuzz target (minimized): a message/rfc822 part holding another,

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use crate::auth::{AuthResults, MethodResult, Piece, Status};
 use crate::dns::{Answer, Resolver};
 use crate::dnsbl::{self, Check, ListHit, Zone, ZoneKind};
-use crate::message::Envelope;
+use crate::message::{Envelope, Limits};
 
 /// List queries one message makes at most.
 const MAX_LIST_QUERIES: usize = 96;
@@ -76,6 +76,9 @@ pub struct Checker {
     /// mail-auth's parsed-record caches.
     caches: Arc<crate::auth::AuthCaches>,
     host: Arc<str>,
+    /// The scan's `[limits]`: the URL domains asked are those of the message as the scan
+    /// worker will parse it.
+    limits: Limits,
     pub counters: CheckCounters,
 }
 
@@ -102,8 +105,16 @@ impl Checker {
             caches: Arc::new(crate::auth::AuthCaches::new(cache_size, DEFAULT_AUTH_MEMO)),
             budget,
             host: Arc::from(host),
+            limits: Limits::default(),
             counters: CheckCounters::default(),
         }
+    }
+
+    /// The scan's `[limits]` (default: `Limits::default()`), under which the URL domains the
+    /// lists are asked about are found.
+    pub fn with_limits(mut self, limits: Limits) -> Checker {
+        self.limits = limits;
+        self
     }
 
     /// Unsigned messages' results reused for `ttl` (default 30 s; zero: never).
@@ -220,7 +231,7 @@ impl Checker {
             let mut queries: Vec<String> = Vec::new();
             if !zones.is_empty() {
                 let headers = parsed.as_ref().map_or(&[][..], |m| &m.headers[..]);
-                let t = dnsbl::targets_of(headers, &[], &envelope, false);
+                let t = dnsbl::targets_of(headers, &envelope);
                 for (_, _, _, query) in list_queries(&zones, &t) {
                     if queries.len() < MAX_LIST_QUERIES
                         && !queries.contains(&query)
@@ -338,10 +349,11 @@ impl Checker {
                 .zones
                 .iter()
                 .any(|z| z.checks.contains(&Check::UrlDomains));
-            let t = match &parsed {
-                Some(m) => dnsbl::targets_of(&m.headers, dnsbl::body_of(m), envelope, urls),
-                None => dnsbl::targets(raw, envelope, urls),
-            };
+            let headers = parsed.as_ref().map_or(&[][..], |m| &m.headers[..]);
+            let mut t = dnsbl::targets_of(headers, envelope);
+            if urls {
+                t.url_domains = dnsbl::url_domains(raw, &self.limits);
+            }
             let mut asked: Vec<String> = Vec::new();
             let mut queries = Vec::new();
             for (zi, check, name, query) in list_queries(&self.zones, &t) {
@@ -626,12 +638,13 @@ pub enum NetcheckError {
     Dnsbl(#[from] crate::dnsbl::DnsblConfigError),
 }
 
-/// The checker of `[dns]`, `[[dnsbl]]` and `[auth]`, or None when `[dns] enabled` (or, unset,
-/// the command's default `default_on`) says off.
+/// The checker of `[dns]`, `[[dnsbl]]` and `[auth]` for a scan under `limits`, or None when
+/// `[dns] enabled` (or, unset, the command's default `default_on`) says off.
 pub fn from_config(
     dns: &crate::dns::DnsConfig,
     zones: &[crate::dnsbl::ZoneConfig],
     auth: &crate::auth::AuthConfig,
+    limits: &Limits,
     default_on: bool,
 ) -> Result<Option<Checker>, NetcheckError> {
     if !dns.enabled_or(default_on) {
@@ -641,6 +654,7 @@ pub fn from_config(
     let zones = crate::dnsbl::resolve_all(zones)?;
     Ok(Some(
         Checker::new(resolver, zones, dns.budget(), &auth.authserv_id())
-            .with_auth_memo(dns.auth_memo()),
+            .with_auth_memo(dns.auth_memo())
+            .with_limits(limits.clone()),
     ))
 }

@@ -400,8 +400,14 @@ pub fn serve(config: ServeSettings, rules: RuleLocation) -> Result<(), ServeErro
         stuck_after,
     )
     .map_err(ServeError::io("starting the scan workers"))?;
-    let pool = match crate::netcheck::from_config(&config.dns, &config.dnsbl, &config.auth, true)
-        .map_err(ServeError::Dns)?
+    let pool = match crate::netcheck::from_config(
+        &config.dns,
+        &config.dnsbl,
+        &config.auth,
+        &config.scan.limits,
+        true,
+    )
+    .map_err(ServeError::Dns)?
     {
         Some(checker) => pool.with_checker(Arc::new(checker)),
         None => pool,
