@@ -25,7 +25,7 @@ use std::sync::Arc;
 use mlua::{Lua, Table, Value};
 use serde::Serialize;
 
-use super::state::{describe, BuildEnv, Ctx};
+use super::state::{describe, BuildEnv, StateCtx};
 use crate::shingle::hash_pair;
 use crate::store::{Counter, Increment, ReputationStore, StoreKey, COUNTERS};
 
@@ -291,7 +291,7 @@ impl Reader {
 /// Puts `feature`, `feature_state`, `feature_set` and `feature_read` into `rust`.
 pub(super) fn install(
     lua: &Lua,
-    ctx: &Rc<Ctx>,
+    ctx: &Rc<StateCtx>,
     rust: &Table,
     env: &BuildEnv<'_>,
 ) -> mlua::Result<()> {
@@ -466,7 +466,7 @@ fn contribution(meta: &FeatureMeta, namespace: u8, key: &Value, value: &Value) -
 /// After the rules: the failures to report and, unless the scan only observes, what the
 /// message adds. Distinct features not read yet are read here (a saturated one adds no value).
 pub(super) fn collect(
-    ctx: &Ctx,
+    ctx: &StateCtx,
     store: &Arc<dyn ReputationStore>,
     observe: bool,
     errors: &mut Vec<(String, String)>,

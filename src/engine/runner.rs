@@ -13,7 +13,7 @@ use mlua::{Function, Lua, Table, Value};
 use super::ffi;
 use super::hits::{error_value, interpret};
 use super::preempt::Stop;
-use super::state::{build_state, describe, BuildEnv, Ctx};
+use super::state::{build_state, describe, BuildEnv, StateCtx};
 use super::view::MessageData;
 use super::{Engine, Generation, Hit, RuleMeta, RuleOutcome};
 use crate::shingle::hash_bytes;
@@ -31,7 +31,7 @@ type LineSet = BTreeSet<(usize, u32, bool)>;
 struct LoadedState {
     generation: Arc<Generation>,
     lua: Lua,
-    ctx: Rc<Ctx>,
+    ctx: Rc<StateCtx>,
     begin: Function,
     /// The rules' checks, in order (a sequence).
     checks: Table,
@@ -124,7 +124,7 @@ impl RuleRunner {
         let hooked = st
             .lua
             .set_hook(mlua::HookTriggers::EVERY_LINE, move |lua, debug| {
-                let rule = ctx.current_rule.get();
+                let rule = ctx.scan.current_rule.get();
                 let line = debug.current_line().and_then(|l| u32::try_from(l).ok());
                 if let (Some(chunk), Some(line)) = (chunks.get(rule), line) {
                     if debug.source().source.as_deref() == Some(chunk.as_str()) {
@@ -268,29 +268,17 @@ impl RuleRunner {
         // Rules that did not finish: stopped by a budget, skipped for the message's, or out of
         // memory. Each adds its declared positive scores (`unfinished_score`).
         let mut unfinished: Vec<usize> = Vec::new();
-        ctx.applied.borrow_mut().clear();
-        ctx.plain_hits.borrow_mut().clear();
-        {
-            let mut applies = ctx.applies.borrow_mut();
-            applies.clear();
-            applies.extend(gen.rules.iter().enumerate().map(|(i, meta)| {
+        ctx.begin_scan(
+            gen.rules.iter().enumerate().map(|(i, meta)| {
                 !meta.shadow
                     && meta
                         .share
                         .is_none_or(|s| selected(sample, st.rule_seeds[i], s))
-            }));
-        }
-        *ctx.classified.borrow_mut() = None;
-        ctx.observe.set(data.observe);
-        {
-            let mut f = ctx.features.borrow_mut();
-            let n = f.metas.len();
-            f.slots.clear();
-            f.slots.resize(n, super::feature::Slot::Pending);
-        }
-        ctx.kinds_built.set(false);
-        let guard = ctx.scan.enter(data);
-        ctx.timed.set(self.scans.is_multiple_of(TIME_EVERY));
+            }),
+            data.observe,
+            self.scans.is_multiple_of(TIME_EVERY),
+        );
+        let guard = ctx.scan.slot.enter(data);
         ctx.preempt.begin_scan();
         let result = (|| -> mlua::Result<()> {
             let msg: Table = st.begin.call(())?;
@@ -300,9 +288,9 @@ impl RuleRunner {
             // read here, then the loop goes on after it.
             let mut next = 0usize;
             while next < n {
-                ctx.marks.borrow_mut().clear();
+                ctx.scan.marks.borrow_mut().clear();
                 // set by `run_checks` for each rule it starts
-                ctx.current_rule.set(usize::MAX);
+                ctx.scan.current_rule.set(usize::MAX);
                 let (r, stop) = ctx
                     .preempt
                     .run(|| ffi::run_rules(&st.lua, ctx, &st.checks, &msg, next, n));
@@ -311,8 +299,8 @@ impl RuleRunner {
                 let t_end = ctx.now();
                 // the plain hits `run_checks` read itself, before the rule it stopped at
                 {
-                    let mut plain = ctx.plain_hits.borrow_mut();
-                    let applies = ctx.applies.borrow();
+                    let mut plain = ctx.scan.plain_hits.borrow_mut();
+                    let applies = ctx.scan.applies.borrow();
                     let mut last = usize::MAX;
                     for (i, si, w, options) in plain.drain(..) {
                         let (Some(meta), Some(c)) = (gen.rules.get(i), counters.get_mut(i)) else {
@@ -337,8 +325,8 @@ impl RuleRunner {
                 }
                 {
                     // (on an untimed scan every mark is `epoch`: only the runs are counted)
-                    let timed = ctx.timed.get();
-                    let marks = ctx.marks.borrow();
+                    let timed = ctx.scan.timed.get();
+                    let marks = ctx.scan.marks.borrow();
                     for (k, &(i, t0)) in marks.iter().enumerate() {
                         if let Some(c) = counters.get_mut(i as usize) {
                             c.runs += 1;
@@ -365,7 +353,7 @@ impl RuleRunner {
                         // Raised outside every rule's own protected call (`exec_raw` failing):
                         // it belongs to the rule `run_checks` was running, if it had started
                         // one (so the loop moves on), else to the engine.
-                        let i = ctx.current_rule.get();
+                        let i = ctx.scan.current_rule.get();
                         let (Some(meta), Some(c)) = (gen.rules.get(i), counters.get_mut(i)) else {
                             return Err(e);
                         };
@@ -424,7 +412,7 @@ impl RuleRunner {
                     out.errors.push((meta.name.clone(), text));
                     continue;
                 }
-                let applied = ctx.applies.borrow().get(i).copied().unwrap_or(false);
+                let applied = ctx.scan.applies.borrow().get(i).copied().unwrap_or(false);
                 match interpret(meta, values.collect()) {
                     Ok(hits) => {
                         if !hits.is_empty() {
@@ -436,7 +424,7 @@ impl RuleRunner {
                                 continue;
                             }
                             if applied {
-                                ctx.applied.borrow_mut().push((i, si));
+                                ctx.scan.applied.borrow_mut().push((i, si));
                             }
                             out.hits.push(Hit {
                                 symbol: s.name.clone(),
@@ -454,8 +442,8 @@ impl RuleRunner {
                     }
                 }
             }
-            ctx.current_rule.set(usize::MAX);
-            let applies = ctx.applies.borrow();
+            ctx.scan.current_rule.set(usize::MAX);
+            let applies = ctx.scan.applies.borrow();
             (out.unfinished_score, out.unfinished) = unfinished_score(gen, &unfinished, |i| {
                 applies.get(i).copied().unwrap_or(false)
             });
@@ -506,7 +494,7 @@ impl RuleRunner {
         if let Err(e) = result {
             out.errors.push(("(engine)".into(), describe(&e)));
         }
-        if let Some((p, features)) = ctx.classified.borrow_mut().take() {
+        if let Some((p, features)) = ctx.scan.classified.borrow_mut().take() {
             out.probability = p;
             out.features = Some(features);
         }

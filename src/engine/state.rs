@@ -1,7 +1,8 @@
 //! One Lua state: its construction (the sandbox, the primitives of `api/` and `ffi/` in the
 //! table the prelude receives, the rule files loaded and their declarations checked against
-//! the generation's) and the context its primitives share (`Ctx`). Generations are built here
-//! too: a state loaded once to read and validate a rule set's declarations.
+//! the generation's) and the context its primitives share, by lifetime: `StateCtx`, built with
+//! the state, and in it `ScanCtx`, reset when a scan starts. Generations are built here too: a
+//! state loaded once to read and validate a rule set's declarations.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -29,12 +30,12 @@ const LOAD_CPU: Duration = Duration::from_secs(2);
 
 const PRELUDE: &str = include_str!("prelude.lua");
 
-/// State shared by the Rust primitives of one Lua state.
-pub(super) struct Ctx {
+/// The context the Rust primitives of one Lua state share, built with the state and kept for
+/// its life: configuration, the rule set's names, caches that outlive scans, what loading
+/// registered; and the part that lives for one scan (`scan`, reset when a scan starts).
+pub(super) struct StateCtx {
     /// CPU budgets of rule calls and scans (a watchdog, no instruction hook).
     pub(super) preempt: Preempt,
-    /// Index of the running rule (for log lines), `usize::MAX` while loading.
-    pub(super) current_rule: Cell<usize>,
     pub(super) rule_names: RefCell<Vec<String>>,
     pub(super) loading_file: RefCell<String>,
     /// (second, lines written in it, lines dropped since the last written one)
@@ -44,25 +45,42 @@ pub(super) struct Ctx {
     /// (empty) matching cache, so every call would rebuild its lazy DFA.
     pub(super) regex: RefCell<LruCache<String, Rc<Regex>>>,
     pub(super) registered: RefCell<Vec<(RuleMeta, Function)>>,
-    /// The message being scanned, published by `RuleRunner::run` for the duration of the
-    /// rules, and the raw field functions' buffers (`ffi::ScanSlot`).
-    pub(super) scan: ffi::ScanSlot,
     /// The generation whose rules run in this state (symbol names for `msg:classify()`).
     /// None in the state built only to validate a new generation's declarations.
     pub(super) generation: Option<Arc<Generation>>,
+    pub(super) windows: WindowNames,
+    pub(super) memory_limit: usize,
+    /// What every mark of an untimed scan is (`ScanCtx::timed`).
+    pub(super) epoch: Instant,
+    /// Registry reference of the string "weight", read from hit tables without allocating.
+    pub(super) weight_key: Cell<std::ffi::c_int>,
+    /// The declared windowed features (loading) and their state in the current scan
+    /// (`feature.rs`; its slots are reset with `scan`).
+    pub(super) features: RefCell<super::feature::Features>,
+    /// What lives for one scan.
+    pub(super) scan: ScanCtx,
+}
+
+/// The part of a state's context that lives for one scan: set up by `StateCtx::begin_scan`
+/// when `RuleRunner::run` starts one, written and read by the primitives during it.
+#[derive(Default)]
+pub(super) struct ScanCtx {
+    /// The message being scanned, published by `RuleRunner::run` for the duration of the
+    /// rules, and the raw field functions' buffers (`ffi::ScanSlot`).
+    pub(super) slot: ffi::ScanSlot,
+    /// Index of the running rule (for log lines), `usize::MAX` while loading and between
+    /// rules.
+    pub(super) current_rule: Cell<usize>,
     /// (rule, symbol) of the hits applied so far in the current scan, for `msg:classify()`.
     pub(super) applied: RefCell<Vec<(usize, usize)>>,
     /// What `msg:classify()` computed in the current scan: its probability and features.
     pub(super) classified: RefCell<Option<(Option<f64>, crate::classify::Features)>>,
-    pub(super) windows: WindowNames,
-    pub(super) memory_limit: usize,
     /// (rule index, start) of each rule `run_checks` started in the current call: the rules'
     /// run counts and times.
     pub(super) marks: RefCell<Vec<(u32, Instant)>>,
     /// Whether this scan reads the clock for `marks` (one in `TIME_EVERY`); else each mark is
-    /// `epoch`.
+    /// `StateCtx::epoch`.
     pub(super) timed: Cell<bool>,
-    pub(super) epoch: Instant,
     /// The scan's shingles by kind for `msg:stat`, built at its first call (`kinds_built`).
     pub(super) kinds: RefCell<super::view::KindIndex>,
     pub(super) kinds_built: Cell<bool>,
@@ -74,16 +92,12 @@ pub(super) struct Ctx {
     /// Per rule, for the current scan: whether its hits apply (not shadow, and in its test
     /// share for this message).
     pub(super) applies: RefCell<Vec<bool>>,
-    /// Registry reference of the string "weight", read from hit tables without allocating.
-    pub(super) weight_key: Cell<std::ffi::c_int>,
-    /// The declared windowed features and their state in the current scan (`feature.rs`).
-    pub(super) features: RefCell<super::feature::Features>,
 }
 
 /// A hit `run_checks` read: (rule, symbol, weight, options).
 pub(super) type PlainHit = (usize, usize, f64, Vec<String>);
 
-impl Ctx {
+impl StateCtx {
     /// The context of a state under construction (`lua`, whose memory limit is `limit`).
     pub(super) fn new(
         lua: &Lua,
@@ -92,13 +106,12 @@ impl Ctx {
         windows: &WindowNames,
         limit: usize,
     ) -> Self {
-        Ctx {
+        StateCtx {
             preempt: Preempt::new(
                 lua,
                 Duration::from_millis(config.rule_cpu_ms),
                 Duration::from_millis(config.message_cpu_ms),
             ),
-            current_rule: Cell::new(usize::MAX),
             rule_names: RefCell::new(Vec::new()),
             loading_file: RefCell::new(String::new()),
             log_window: Cell::new((0, 0, 0)),
@@ -107,27 +120,51 @@ impl Ctx {
                 NonZeroUsize::new(config.regex_cache.max(1)).unwrap_or(NonZeroUsize::MIN),
             )),
             registered: RefCell::new(Vec::new()),
-            scan: ffi::ScanSlot::default(),
             generation: generation.cloned(),
-            applied: RefCell::new(Vec::new()),
-            classified: RefCell::new(None),
             windows: windows.clone(),
             memory_limit: limit,
-            marks: RefCell::new(Vec::new()),
-            timed: Cell::new(true),
             epoch: Instant::now(),
-            kinds: RefCell::new(super::view::KindIndex::default()),
-            kinds_built: Cell::new(false),
-            observe: Rc::new(Cell::new(false)),
-            plain_hits: RefCell::new(Vec::new()),
-            applies: RefCell::new(Vec::new()),
             weight_key: Cell::new(0),
             features: RefCell::new(super::feature::Features::default()),
+            scan: ScanCtx {
+                current_rule: Cell::new(usize::MAX),
+                timed: Cell::new(true),
+                ..ScanCtx::default()
+            },
         }
     }
 
+    /// Sets up the context of a scan: nothing applied, classified or hit yet, which rules'
+    /// hits apply (`applies`, in rule order), whether it only observes and is timed, the
+    /// features' slots pending and the shingles' index to be built.
+    pub(super) fn begin_scan(
+        &self,
+        applies: impl Iterator<Item = bool>,
+        observe: bool,
+        timed: bool,
+    ) {
+        let s = &self.scan;
+        s.applied.borrow_mut().clear();
+        s.plain_hits.borrow_mut().clear();
+        {
+            let mut a = s.applies.borrow_mut();
+            a.clear();
+            a.extend(applies);
+        }
+        *s.classified.borrow_mut() = None;
+        s.observe.set(observe);
+        {
+            let mut f = self.features.borrow_mut();
+            let n = f.metas.len();
+            f.slots.clear();
+            f.slots.resize(n, super::feature::Slot::Pending);
+        }
+        s.kinds_built.set(false);
+        s.timed.set(timed);
+    }
+
     pub(super) fn rule_name(&self) -> String {
-        let i = self.current_rule.get();
+        let i = self.scan.current_rule.get();
         self.rule_names
             .borrow()
             .get(i)
@@ -146,7 +183,7 @@ impl Ctx {
             return Ok(Value::Nil);
         };
         let p = model.classify(&features);
-        *self.classified.borrow_mut() = Some((p, features));
+        *self.scan.classified.borrow_mut() = Some((p, features));
         Ok(p.map_or(Value::Nil, Value::Number))
     }
 
@@ -156,7 +193,7 @@ impl Ctx {
         let Some(model) = data.classifier.filter(|m| m.bayes_ready()) else {
             return Ok(Value::Nil);
         };
-        if let Some((_, features)) = self.classified.borrow().as_ref() {
+        if let Some((_, features)) = self.scan.classified.borrow().as_ref() {
             return Ok(model.bayes(features).map_or(Value::Nil, Value::Number));
         }
         let Some(features) = self.features_so_far(data) else {
@@ -168,7 +205,7 @@ impl Ctx {
     /// The classifier's features of the message with the spam-sign symbols hit so far.
     fn features_so_far(&self, data: &MessageData<'_>) -> Option<crate::classify::Features> {
         let gen = self.generation.as_ref()?;
-        let applied = self.applied.borrow();
+        let applied = self.scan.applied.borrow();
         let names = applied
             .iter()
             .map(|&(r, s)| &gen.rules[r].symbols[s])
@@ -179,7 +216,7 @@ impl Ctx {
 
     /// A rule's start or end for `marks`: the time on a timed scan, else `epoch`.
     pub(super) fn now(&self) -> Instant {
-        if self.timed.get() {
+        if self.scan.timed.get() {
             Instant::now()
         } else {
             self.epoch
@@ -263,7 +300,7 @@ pub(super) fn lua_err(e: mlua::Error) -> LoadError {
 
 /// A freshly built state: the Lua state, its context, the registered rules, and what a scan
 /// calls.
-pub(super) type Built = (Lua, Rc<Ctx>, Vec<(RuleMeta, Function)>, Entry);
+pub(super) type Built = (Lua, Rc<StateCtx>, Vec<(RuleMeta, Function)>, Entry);
 
 /// What a scan calls: the prelude's `begin` and `finish`, and the rules' checks in order.
 pub(super) struct Entry {
@@ -302,7 +339,13 @@ pub(super) fn build_state(
         .max(1)
         .saturating_mul(1024 * 1024);
     lua.set_memory_limit(limit).map_err(lua_err)?;
-    let ctx = Rc::new(Ctx::new(&lua, env.config, generation, env.windows, limit));
+    let ctx = Rc::new(StateCtx::new(
+        &lua,
+        env.config,
+        generation,
+        env.windows,
+        limit,
+    ));
     ctx.weight_key
         .set(ffi::registry_string(&lua, c"weight").map_err(lua_err)?);
 
@@ -396,7 +439,7 @@ pub(super) fn build_state(
     let checks = lua
         .create_sequence_from(registered.iter().map(|(_, f)| f.clone()))
         .map_err(lua_err)?;
-    ctx.marks.borrow_mut().reserve(registered.len());
+    ctx.scan.marks.borrow_mut().reserve(registered.len());
     Ok((
         lua,
         ctx,

@@ -19,12 +19,12 @@ use super::ffi;
 use super::lists::List;
 use super::phrases::PhraseSets;
 use super::source::Sources;
-use super::state::{BuildEnv, Ctx};
+use super::state::{BuildEnv, StateCtx};
 
 /// Puts the API's primitives into `rust`, the table the prelude receives.
 pub(super) fn install(
     lua: &Lua,
-    ctx: &Rc<Ctx>,
+    ctx: &Rc<StateCtx>,
     rust: &Table,
     sources: &Sources,
     env: &BuildEnv<'_>,
@@ -150,7 +150,7 @@ pub(super) fn install(
     let limiter = Rc::new(ratelimit::RateLimiter {
         store: Arc::clone(env.store),
         namespace: env.namespace,
-        observe: Rc::clone(&ctx.observe),
+        observe: Rc::clone(&ctx.scan.observe),
     });
     rust.raw_set("ratelimit", ffi::ratelimit(lua, &limiter)?)?;
 

@@ -14,7 +14,7 @@ use crate::store::{ReputationStore, StoreKey};
 pub(in crate::engine) struct RateLimiter {
     pub(in crate::engine) store: Arc<dyn ReputationStore>,
     pub(in crate::engine) namespace: u8,
-    /// `Ctx::observe`: a learn's scan reads the counters without counting.
+    /// `ScanCtx::observe`: a learn's scan reads the counters without counting.
     pub(in crate::engine) observe: Rc<Cell<bool>>,
 }
 

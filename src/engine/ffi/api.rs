@@ -26,13 +26,13 @@ pub(super) unsafe extern "C-unwind" fn stat_raw(l: *mut ffi::lua_State) -> c_int
     let (kind, window, how, min_seen) =
         unsafe { (raw_arg(l, 1), raw_arg(l, 2), raw_arg(l, 3), raw_arg(l, 4)) };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if !ctx.kinds_built.get() {
-            ctx.kinds.borrow_mut().build(data.shingles);
-            ctx.kinds_built.set(true);
+        if !ctx.scan.kinds_built.get() {
+            ctx.scan.kinds.borrow_mut().build(data.shingles);
+            ctx.scan.kinds_built.set(true);
         }
         data.stat_args(
             &ctx.windows,
-            &ctx.kinds.borrow(),
+            &ctx.scan.kinds.borrow(),
             kind,
             window,
             how,

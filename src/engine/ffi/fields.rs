@@ -4,7 +4,7 @@
 //! side. The test at the end checks that both give the same value for every field.
 //!
 //! The prelude sends each field to the function of its kind (the id lists `install` hands it);
-//! every C function here is a closure over the state's `Ctx` with `fetch` as its slow path.
+//! every C function here is a closure over the state's `StateCtx` with `fetch` as its slow path.
 
 use std::borrow::Cow;
 use std::ffi::c_int;
@@ -14,26 +14,26 @@ use mlua::{ffi, IntoLua, Lua, Table, Value};
 
 use super::{raise, raw_arg, raw_closure, raw_scan, slow_call, RawFn, Slow};
 use crate::engine::fields::{Access, FieldId, FieldKind};
-use crate::engine::state::{Ctx, Unlimited};
+use crate::engine::state::{StateCtx, Unlimited};
 use crate::engine::view::{Arg, Cell as V, Cells, MessageData, Scalar, TableShape};
 
 /// Strings longer than this go through the mlua `fetch`, which lifts the memory limit while
 /// it builds them; `fetch_scalar` pushes under the limit.
 const SCALAR_PUSH_MAX: usize = 64 * 1024;
 
-const FETCH_SCALAR: RawFn<Ctx> = RawFn::new(fetch_scalar);
-const METHOD_SCALAR: RawFn<Ctx> = RawFn::new(method_scalar);
-const FETCH_ARRAY: RawFn<Ctx> = RawFn::new(fetch_array);
-const FETCH_TABLE: RawFn<Ctx> = RawFn::new(fetch_table);
-const STAT: RawFn<Ctx> = RawFn::new(super::api::stat_raw);
-const METHOD_STAT: RawFn<Ctx> = RawFn::new(super::api::method_stat);
+const FETCH_SCALAR: RawFn<StateCtx> = RawFn::new(fetch_scalar);
+const METHOD_SCALAR: RawFn<StateCtx> = RawFn::new(method_scalar);
+const FETCH_ARRAY: RawFn<StateCtx> = RawFn::new(fetch_array);
+const FETCH_TABLE: RawFn<StateCtx> = RawFn::new(fetch_table);
+const STAT: RawFn<StateCtx> = RawFn::new(super::api::stat_raw);
+const METHOD_STAT: RawFn<StateCtx> = RawFn::new(super::api::method_stat);
 
 /// Puts the message view's primitives into `rust` (the table the prelude receives): the raw
 /// fetches by kind and `fetch`, `msg`'s raw methods, the field tables, and `stat`/`stats`.
-/// Made once per state: they read the scan's data through `Ctx::scan`.
-pub(in crate::engine) fn install(lua: &Lua, ctx: &Rc<Ctx>, rust: &Table) -> mlua::Result<()> {
-    let fetch = Slow::new(lua, ctx, |lua, c: &Ctx, (id, a): (u8, Value)| {
-        let data = c.scan.get()?;
+/// Made once per state: they read the scan's data through `ScanCtx::slot`.
+pub(in crate::engine) fn install(lua: &Lua, ctx: &Rc<StateCtx>, rust: &Table) -> mlua::Result<()> {
+    let fetch = Slow::new(lua, ctx, |lua, c: &StateCtx, (id, a): (u8, Value)| {
+        let data = c.scan.slot.get()?;
         let _unlimited = Unlimited::new(lua, c.memory_limit);
         if id == FieldId::Classify.id() {
             return c.classify(data);
@@ -80,8 +80,8 @@ pub(in crate::engine) fn install(lua: &Lua, ctx: &Rc<Ctx>, rust: &Table) -> mlua
     let stat = Slow::new(
         lua,
         ctx,
-        |_, c: &Ctx, (k, w, how, min): (Value, Value, Value, Value)| {
-            let r = c.scan.get()?.stat(&c.windows, &k, &w, &how, &min)?;
+        |_, c: &StateCtx, (k, w, how, min): (Value, Value, Value, Value)| {
+            let r = c.scan.slot.get()?.stat(&c.windows, &k, &w, &how, &min)?;
             Ok((r[0], r[1], r[2], r[3], r[4], r[5], r[6]))
         },
     )?;
@@ -91,7 +91,7 @@ pub(in crate::engine) fn install(lua: &Lua, ctx: &Rc<Ctx>, rust: &Table) -> mlua
     rust.raw_set(
         "stats",
         lua.create_function(move |lua, (k, w): (Value, Value)| {
-            let data = c.scan.get()?;
+            let data = c.scan.slot.get()?;
             let _unlimited = Unlimited::new(lua, c.memory_limit);
             data.stats_table(lua, &c.windows, &k, &w)
         })?,
@@ -164,13 +164,13 @@ unsafe extern "C-unwind" fn fetch_scalar(l: *mut ffi::lua_State) -> c_int {
         },
         Scalar::Str(Cow::Owned(s)) => {
             // The string waits in the lent buffer while it is pushed (contract, 3 and 4).
-            let Some(scratch) = (unsafe { ctx.scan.scratch.borrow() }) else {
+            let Some(scratch) = (unsafe { ctx.scan.slot.scratch.borrow() }) else {
                 drop(s);
                 return unsafe { slow_call(l, 2) };
             };
             *scratch = s;
             unsafe { ffi::lua_pushlstring(l, scratch.as_ptr().cast(), scratch.len()) };
-            ctx.scan.scratch.give_back();
+            ctx.scan.slot.scratch.give_back();
         }
     }
     1
@@ -210,7 +210,7 @@ fn cells_value(lua: &Lua, cells: &Cells) -> mlua::Result<Value> {
 unsafe extern "C-unwind" fn fetch_array(l: *mut ffi::lua_State) -> c_int {
     // SAFETY (whole body): see the module contract (1-5); at most four slots.
     let (ctx, data, id, arg) = unsafe { field_call(l) };
-    let lent = &ctx.scan.cells;
+    let lent = &ctx.scan.slot.cells;
     // The values wait in the lent buffer while they are pushed (contract, 3 and 4).
     let Some(cells) = (unsafe { lent.borrow() }) else {
         return unsafe { slow_call(l, 2) };
@@ -286,13 +286,13 @@ unsafe extern "C-unwind" fn fetch_table(l: *mut ffi::lua_State) -> c_int {
 
 // ---- shared -----------------------------------------------------------------------------
 
-/// A raw fetch's `Ctx`, the scan's data, the field (argument 1) and its argument (2).
+/// A raw fetch's `StateCtx`, the scan's data, the field (argument 1) and its argument (2).
 ///
 /// # Safety
-/// Only in the C function of a `RawFn<Ctx>` (as `raw_scan`).
+/// Only in the C function of a `RawFn<StateCtx>` (as `raw_scan`).
 unsafe fn field_call<'c>(
     l: *mut ffi::lua_State,
-) -> (&'c Ctx, &'c MessageData<'c>, Option<FieldId>, Arg<'c>) {
+) -> (&'c StateCtx, &'c MessageData<'c>, Option<FieldId>, Arg<'c>) {
     // SAFETY: as the caller's.
     unsafe {
         let (ctx, data) = raw_scan(l);
@@ -418,10 +418,16 @@ mod tests {
             };
             let lua = Lua::new();
             let config = EngineConfig::default();
-            let ctx = Rc::new(Ctx::new(&lua, &config, None, &WindowNames::default(), 0));
+            let ctx = Rc::new(StateCtx::new(
+                &lua,
+                &config,
+                None,
+                &WindowNames::default(),
+                0,
+            ));
             let rust = lua.create_table().unwrap();
             install(&lua, &ctx, &rust).unwrap();
-            let _scan = ctx.scan.enter(&data);
+            let _scan = ctx.scan.slot.enter(&data);
             let (mismatches, seen): (Vec<String>, usize) = lua.load(COMPARE).call(rust).unwrap();
             assert!(mismatches.is_empty(), "{name}: {mismatches:#?}");
             assert!(seen > 800, "{name}: {seen} comparisons");
@@ -459,7 +465,7 @@ mod tests {
             net: None,
         };
         let lua = Lua::new();
-        let ctx = Rc::new(Ctx::new(
+        let ctx = Rc::new(StateCtx::new(
             &lua,
             &EngineConfig::default(),
             None,
@@ -468,10 +474,10 @@ mod tests {
         ));
         let rust = lua.create_table().unwrap();
         install(&lua, &ctx, &rust).unwrap();
-        let _scan = ctx.scan.enter(&data);
+        let _scan = ctx.scan.slot.enter(&data);
         // SAFETY: the reference is dropped at once and the buffer never given back.
         #[allow(unsafe_code)]
-        let lent = unsafe { ctx.scan.cells.borrow() }.is_some();
+        let lent = unsafe { ctx.scan.slot.cells.borrow() }.is_some();
         assert!(lent);
         let rcpt: Vec<String> = lua
             .load("local rust = ... return rust.fetch_array(rust.fields.rcpt)")

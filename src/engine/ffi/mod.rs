@@ -12,22 +12,22 @@
 //! # Safety contract
 //!
 //! 1. **Closures and their upvalues.** Every raw C function is made into a closure by
-//!    `raw_closure`, from a `Slow<T>` and a `RawFn<T>`, both only built in this module. Upvalue
-//!    1 is a light userdata pointing at a `T` (the state's `Ctx`, a `RegexHandle`, a `Phrases`,
+//!    `raw_closure`, from a `Slow<T>` and a `RawFn<T>`, both only built in this module. Upvalue 1
+//!    is a light userdata pointing at a `T` (the state's `StateCtx`, a `RegexHandle`, a `Phrases`,
 //!    a `RateLimiter`, or nothing read); upvalue 2 is the mlua function doing the same work
-//!    (`Slow::func`), which owns an `Rc<T>` of that very value, so the pointer is valid as long
-//!    as the closure lives (a closure keeps its upvalues alive). The C function of a `RawFn<T>`
-//!    reads upvalue 1 as a `T` and nothing else. Upvalue 3, on `msg`'s methods, is a field id.
-//!    Lua code cannot read or replace upvalues: the state has no `debug` library (`StdLib` in
-//!    `build_state` leaves it out, and nothing else loads it). (`profiled_call`, the one C
-//!    closure made otherwise, has a single upvalue: the Lua function it calls.)
-//! 2. **The scan's data (`ScanSlot`).** `Ctx::scan` holds a pointer to the `MessageData` of the
+//!    (`Slow::func`), which owns an `Rc<T>` of that very value, so the pointer is valid as long as
+//!    the closure lives (a closure keeps its upvalues alive). The C function of a `RawFn<T>` reads
+//!    upvalue 1 as a `T` and nothing else. Upvalue 3, on `msg`'s methods, is a field id. Lua code
+//!    cannot read or replace upvalues: the state has no `debug` library (`StdLib` in `build_state`
+//!    leaves it out, and nothing else loads it). (`profiled_call`, the one C closure made
+//!    otherwise, has a single upvalue: the Lua function it calls.)
+//! 2. **The scan's data (`ScanSlot`).** `ScanCtx::slot` holds a pointer to the `MessageData` of the
 //!    scan in progress, or null. `ScanSlot::enter` sets it from a `&MessageData` and the
 //!    `ScanGuard` it returns clears it on drop (also when unwinding). `RuleRunner::run` makes the
 //!    guard from data that outlives it, and calls Lua only while it lives; the state is
-//!    single-threaded (`Lua` is not `Send`). So a primitive called during a Lua call finds
-//!    either null (it raises "msg used outside its scan") or data valid for the whole call;
-//!    the references it takes do not leave the call.
+//!    single-threaded (`Lua` is not `Send`). So a primitive called during a Lua call finds either
+//!    null (it raises "msg used outside its scan") or data valid for the whole call; the references
+//!    it takes do not leave the call.
 //! 3. **No destructor across a Lua error.** Lua raises errors (a bad argument, "not enough
 //!    memory" while pushing, the CPU budget's stop) by `longjmp` to the nearest protected
 //!    call, which skips the Rust frames in between: that is defined only for frames that own
@@ -330,16 +330,18 @@ impl Drop for ScanGuard<'_> {
     }
 }
 
-/// The `Ctx` and the scan's data in a raw closure's C function over the `Ctx`; raises outside a
-/// scan.
+/// The `StateCtx` and the scan's data in a raw closure's C function over the `StateCtx`;
+/// raises outside a scan.
 ///
 /// # Safety
-/// Only in the C function of a `RawFn<Ctx>` (contract, 1 and 3).
-unsafe fn raw_scan<'c>(l: *mut ffi::lua_State) -> (&'c super::state::Ctx, &'c MessageData<'c>) {
+/// Only in the C function of a `RawFn<StateCtx>` (contract, 1 and 3).
+unsafe fn raw_scan<'c>(
+    l: *mut ffi::lua_State,
+) -> (&'c super::state::StateCtx, &'c MessageData<'c>) {
     // SAFETY: see above; `data` is non-null only during a scan, when it points at that
     // scan's `MessageData`, which outlives the call (contract, 2).
-    let ctx: &super::state::Ctx = unsafe { target(l) };
-    let p = ctx.scan.data.get() as *const MessageData<'_>;
+    let ctx: &super::state::StateCtx = unsafe { target(l) };
+    let p = ctx.scan.slot.data.get() as *const MessageData<'_>;
     if p.is_null() {
         unsafe { raise(l, c"msg used outside its scan") }
     }

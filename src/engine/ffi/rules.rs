@@ -8,14 +8,14 @@ use mlua::{ffi, Function, Lua, MultiValue, Table};
 
 use super::raw_bytes;
 use crate::engine::hits::{truncate_option, MAX_OPTIONS};
-use crate::engine::state::Ctx;
+use crate::engine::state::StateCtx;
 
 /// Runs the rules `next..n` of `checks` on `msg` (see `run_checks`) and returns what the loop
 /// left: 0 when all ran; -k when the message budget ran out before rule k (1-based); or k,
 /// then true and what rule k returned, or false and the error its call raised.
 pub(in crate::engine) fn run_rules(
     lua: &Lua,
-    ctx: &Ctx,
+    ctx: &StateCtx,
     checks: &Table,
     msg: &Table,
     next: usize,
@@ -54,7 +54,7 @@ unsafe extern "C-unwind" fn profiled_call(l: *mut ffi::lua_State) -> c_int {
 
 /// Runs the checks from rule `next` (0-based) on, inside `Lua::exec_raw`, whose stack holds
 /// the checks (1) and the scan's `msg` (2). Each rule gets its own protected call, CPU budget
-/// (`Preempt::next_call`) and start time (`Ctx::marks`); a rule that returns nil or false (most
+/// (`Preempt::next_call`) and start time (`ScanCtx::marks`); a rule that returns nil or false (most
 /// of them, most of the time) is done here. Leaves on the stack what Rust reads next: 0 when
 /// all ran; -k when the message budget ran out before rule k (1-based), which did not run; or
 /// k, then true and what rule k returned when it returned something else, or false and the
@@ -64,12 +64,13 @@ unsafe extern "C-unwind" fn profiled_call(l: *mut ffi::lua_State) -> c_int {
 /// Only inside `exec_raw` with those two arguments. No call here raises a Lua error: the
 /// protected call catches the rule's, and the other calls neither allocate in Lua nor grow the
 /// stack past the slots checked for.
-unsafe fn run_checks(l: *mut ffi::lua_State, ctx: &Ctx, mut next: usize, n: usize) {
+unsafe fn run_checks(l: *mut ffi::lua_State, ctx: &StateCtx, mut next: usize, n: usize) {
     // SAFETY (whole body): see above.
     unsafe {
         while next < n {
-            ctx.current_rule.set(next);
-            ctx.marks
+            ctx.scan.current_rule.set(next);
+            ctx.scan
+                .marks
                 .borrow_mut()
                 .push((u32::try_from(next).unwrap_or(u32::MAX), ctx.now()));
             ctx.preempt.next_call();
@@ -116,18 +117,18 @@ unsafe fn run_checks(l: *mut ffi::lua_State, ctx: &Ctx, mut next: usize, n: usiz
 }
 
 /// Reads what a rule returned (stack slots 3 to the top) when it is a plain hit, the forms rules
-/// return nearly always: `true` or a weight, then options (strings, numbers, booleans, or arrays
-/// of them), for a rule of one symbol; a table of declared symbols to `true`, a weight, or a
-/// table of options with an optional `weight`, for a rule of several. Records the hits in
-/// `Ctx::plain_hits` (and `Ctx::applied`) as `interpret` would have made them and returns true;
-/// a return value Rust's `interpret` would have to read or reject (a symbol name, an undeclared
-/// symbol, a weight that is no number) is left to it: false, nothing recorded. Saves a hit the
-/// way back to Rust (~5 k instructions).
+/// return nearly always: `true` or a weight, then options (strings, numbers, booleans, or arrays of
+/// them), for a rule of one symbol; a table of declared symbols to `true`, a weight, or a table of
+/// options with an optional `weight`, for a rule of several. Records the hits in
+/// `ScanCtx::plain_hits` (and `ScanCtx::applied`) as `interpret` would have made them and returns
+/// true; a return value Rust's `interpret` would have to read or reject (a symbol name, an
+/// undeclared symbol, a weight that is no number) is left to it: false, nothing recorded. Saves a
+/// hit the way back to Rust (~5 k instructions).
 ///
 /// # Safety
 /// Inside `run_checks`, the rule's results at 3..top. No call here raises or runs Lua code:
 /// raw reads of tables and stack slots, with the stack space checked first.
-unsafe fn plain_hit(l: *mut ffi::lua_State, ctx: &Ctx, rule: usize) -> bool {
+unsafe fn plain_hit(l: *mut ffi::lua_State, ctx: &StateCtx, rule: usize) -> bool {
     let Some(meta) = ctx.generation.as_ref().and_then(|g| g.rules.get(rule)) else {
         return false;
     };
@@ -191,12 +192,18 @@ unsafe fn plain_hit(l: *mut ffi::lua_State, ctx: &Ctx, rule: usize) -> bool {
             }
             found.sort_by_key(|h| h.0);
         }
-        let applies = ctx.applies.borrow().get(rule).copied().unwrap_or(false);
+        let applies = ctx
+            .scan
+            .applies
+            .borrow()
+            .get(rule)
+            .copied()
+            .unwrap_or(false);
         if applies {
-            let mut applied = ctx.applied.borrow_mut();
+            let mut applied = ctx.scan.applied.borrow_mut();
             applied.extend(found.iter().map(|h| (rule, h.0)));
         }
-        let mut hits = ctx.plain_hits.borrow_mut();
+        let mut hits = ctx.scan.plain_hits.borrow_mut();
         hits.extend(found.into_iter().map(|(si, w, o)| (rule, si, w, o)));
         true
     }
