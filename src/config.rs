@@ -73,6 +73,8 @@ pub struct Config {
     pub dnsbl: Vec<ZoneConfig>,
     /// The decision history: every verdict and learn of the daemon, on disk.
     pub history: HistoryConfig,
+    /// Log lines: text or JSON, the level.
+    pub log: crate::logging::LogConfig,
     /// Local score changes to the rule set: `SYMBOL = score`, 0 turns the symbol off.
     pub scores: BTreeMap<String, f64>,
     /// Rules or symbols turned off.
@@ -114,6 +116,16 @@ pub enum ConfigError {
     History(HistoryConfigError),
     #[error("invalid config: {0}")]
     Overrides(OverrideError),
+    #[error("invalid config: {0}")]
+    Log(crate::logging::LogConfigError),
+    /// More than one section is wrong: each on its own line.
+    #[error("{}", list(.0))]
+    Many(Vec<ConfigError>),
+}
+
+fn list(errors: &[ConfigError]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    format!("{} errors:\n  {}", lines.len(), lines.join("\n  "))
 }
 
 impl Config {
@@ -215,25 +227,39 @@ impl Config {
 
     /// Checks values that parse but make no sense: each module's own checks.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.scan_settings().validate().map_err(ConfigError::Scan)?;
-        self.store.validate().map_err(ConfigError::Store)?;
-        crate::server::validate(
-            &self.server,
-            &self.http,
-            &self.milter,
-            &self.spamd,
-            self.limits.max_message_bytes,
-        )
-        .map_err(ConfigError::Server)?;
-        self.access
-            .validate()
-            .map_err(|e| ConfigError::Server(e.into()))?;
-        self.dns.validate().map_err(ConfigError::Dns)?;
-        crate::dnsbl::resolve_all(&self.dnsbl).map_err(ConfigError::Dnsbl)?;
-        self.auth.validate().map_err(ConfigError::Auth)?;
-        self.history.validate().map_err(ConfigError::History)?;
-        self.overrides()?;
-        Ok(())
+        // Every section is checked, so that `config check` lists each mistake at once instead
+        // of one a run (a section still stops at its own first).
+        let mut errors: Vec<ConfigError> = [
+            self.scan_settings().validate().map_err(ConfigError::Scan),
+            self.store.validate().map_err(ConfigError::Store),
+            crate::server::validate(
+                &self.server,
+                &self.http,
+                &self.milter,
+                &self.spamd,
+                self.limits.max_message_bytes,
+            )
+            .map_err(ConfigError::Server),
+            self.access
+                .validate()
+                .map_err(|e| ConfigError::Server(e.into())),
+            self.dns.validate().map_err(ConfigError::Dns),
+            crate::dnsbl::resolve_all(&self.dnsbl)
+                .map(drop)
+                .map_err(ConfigError::Dnsbl),
+            self.auth.validate().map_err(ConfigError::Auth),
+            self.history.validate().map_err(ConfigError::History),
+            self.log.validate().map_err(ConfigError::Log),
+            self.overrides().map(drop),
+        ]
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(ConfigError::Many(errors)),
+        }
     }
 }
 

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod entities;
 pub mod history;
 pub mod learn;
+pub mod logging;
 pub mod message;
 pub mod netcheck;
 pub mod proto;

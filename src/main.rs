@@ -337,19 +337,6 @@ struct ReplayArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The daemon logs its lifecycle; the offline tools only warnings. RUST_LOG overrides.
-    let default_level = match cli.command {
-        Command::Serve(_) => "info",
-        _ => "warn",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(io::stderr)
-        .with_ansi(io::stderr().is_terminal())
-        .init();
     match run(cli) {
         Ok(code) => code,
         // The reader of the output went away (`shrike rules list | head`): nothing is wrong
@@ -381,6 +368,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(path) => Config::from_file(path).context("loading configuration")?,
         None => Config::default(),
     };
+    // The daemon logs its lifecycle; the offline tools only warnings.
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    shrike::logging::init(&config.log, default_level);
     match cli.command {
         Command::Serve(args) => serve(config, args),
         Command::Scan(args) => scan(&config, args),
