@@ -2,7 +2,8 @@
 # Builds the Debian package to target/debian/shrike_VERSION_ARCH.deb with cargo-deb (installed
 # under target/tools at a pinned version when missing). DEB_VERSION overrides the package's
 # version (tests build an older one to upgrade from); NO_BUILD=1 packages the release binary
-# already built.
+# already built; DEB_OUT writes the package there instead (cargo-deb keeps one package a
+# directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,7 +39,9 @@ for pattern, repl in subs:
 open(dst, "w").write(header + text)
 PY
 
-args=(--locked)
+# Stripped: the debug info of the release profile (for profiling) is 80 MB of a 93 MB binary.
+args=(--locked --strip)
 [ -z "${DEB_VERSION:-}" ] || args+=(--deb-version "$DEB_VERSION")
 [ -z "${NO_BUILD:-}" ] || args+=(--no-build)
+[ -z "${DEB_OUT:-}" ] || args+=(--output "$DEB_OUT")
 "$tools/bin/cargo-deb" "${args[@]}"

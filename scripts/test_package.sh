@@ -51,12 +51,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # ---- build: the "previous" version to upgrade from, then the current one -----------------------
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 arch=$(dpkg --print-architecture)
-DEB_VERSION="$version~prev" ./scripts/package-deb.sh >/dev/null
+# (cargo-deb empties target/debian of other packages: the older one is written elsewhere first)
+prev="$tmp/shrike_${version}~prev_${arch}.deb"
+DEB_VERSION="$version~prev" DEB_OUT="$prev" ./scripts/package-deb.sh >/dev/null
 NO_BUILD=1 ./scripts/package-deb.sh >/dev/null
-debs="${CARGO_TARGET_DIR:-target}/debian"
-prev="$debs/shrike_${version}~prev_${arch}.deb"
-cur=$(ls -t "$debs"/shrike_"${version}"-*_"${arch}".deb | head -1)
-[ -r "$prev" ] && [ -r "$cur" ] || fail "packages not built: $(ls "$debs")"
+cur=$(ls -t "${CARGO_TARGET_DIR:-target}"/debian/shrike_"${version}"-*_"${arch}".deb | head -1)
+[ -r "$prev" ] && [ -r "$cur" ] || fail "packages not built"
 say "package $(basename "$cur"): $(stat -c %s "$cur") bytes"
 
 # ---- install ----------------------------------------------------------------------------------
@@ -147,12 +147,20 @@ say "ok - a user outside the socket's group is refused"
 # A real Postfix in front of the socket (no chroot: see docs/deploy.md).
 harness="$tmp/mta"
 smtp=$(free_port)
-# main.cf gets the guide's lines (docs/deploy.md's postfix block) after the harness's own.
-postfix_extra=$(awk '/^```postfix$/{on=1; next} /^```$/{on=0} on' docs/deploy.md | paste -sd';')
-check "docs/deploy.md has the main.cf lines" grep -q "smtpd_milters = unix:$sock" <<<"$postfix_extra"
-POSTFIX_EXTRA="$postfix_extra" "$tools/mta-up" --force --no-install --dir "$harness" --smtp-port "$smtp" \
+"$tools/mta-up" --force --no-install --dir "$harness" --smtp-port "$smtp" \
     --sink-port "$(free_port)" --milter "unix:$sock" --default-action tempfail >"$tmp/mta-up.log" 2>&1 \
     || { cat "$tmp/mta-up.log"; fail "mta-up"; }
+# main.cf then gets the guide's lines (docs/deploy.md's postfix block), each replacing the
+# harness's own (postconf -e: a second entry of a name would make every Postfix program warn,
+# postlogd included, whose warnings about itself jam the log), and Postfix reloads them.
+guide_lines=$(awk '/^```postfix$/{on=1; next} /^```$/{on=0} on' docs/deploy.md)
+check "docs/deploy.md has the main.cf lines" grep -q "^smtpd_milters = unix:$sock$" <<<"$guide_lines"
+while IFS= read -r entry; do
+    postconf -c "$harness/postfix/etc" -e "$entry"
+done <<<"$guide_lines"
+check "main.cf has the guide's milter macros" grep -q "^milter_mail_macros = i {auth_type} {auth_authen} {mail_addr}$" "$harness/postfix/etc/main.cf"
+postfix -c "$harness/postfix/etc" reload >/dev/null 2>&1 || fail "postfix reload"
+sleep 1
 reply=$("$tools/mta-send" --server "127.0.0.1:$smtp" -t bob@example.com tests/data/gtube.eml)
 check "Postfix: GTUBE refused by the milter (550)" grep -q 'EOD=550' <<<"$reply"
 reply=$("$tools/mta-send" --server "127.0.0.1:$smtp" -t bob@example.com tests/data/qp_body.eml)
@@ -167,7 +175,7 @@ check "Postfix delivered it with shrike's headers" test -n "$delivered"
 harness=""
 
 learned() { curl -s http://127.0.0.1:11333/stat | python3 -c 'import json,sys; print(json.load(sys.stdin)["classifier"]["learned_spam"])'; }
-curl -s --data-binary @tests/data/phishing_anchor.eml http://127.0.0.1:11333/learnspam >"$tmp/learn.json"
+curl -s -H "Content-Type: message/rfc822" --data-binary @tests/data/phishing_anchor.eml http://127.0.0.1:11333/learnspam >"$tmp/learn.json"
 check "learned one spam" test "$(learned)" = 1
 stop_daemon
 
