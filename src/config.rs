@@ -75,6 +75,8 @@ pub struct Config {
     pub history: HistoryConfig,
     /// Log lines: text or JSON, the level.
     pub log: crate::logging::LogConfig,
+    /// DKIM signing of authenticated senders' mail: keys, selector, headers.
+    pub dkim_signing: crate::sign::DkimSigningConfig,
     /// Local score changes to the rule set: `SYMBOL = score`, 0 turns the symbol off.
     pub scores: BTreeMap<String, f64>,
     /// Rules or symbols turned off.
@@ -118,6 +120,8 @@ pub enum ConfigError {
     Overrides(OverrideError),
     #[error("invalid config: {0}")]
     Log(crate::logging::LogConfigError),
+    #[error("invalid config: {0}")]
+    Sign(crate::sign::SignConfigError),
     /// More than one section is wrong: each on its own line.
     #[error("{}", list(.0))]
     Many(Vec<ConfigError>),
@@ -198,6 +202,7 @@ impl Config {
             dnsbl: self.dnsbl.clone(),
             auth: self.auth.clone(),
             scan: self.scan_settings(),
+            dkim_signing: self.dkim_signing.clone(),
             reread: self.source.clone().map(|path| Reread {
                 path,
                 read: reread_overrides,
@@ -250,6 +255,11 @@ impl Config {
             self.auth.validate().map_err(ConfigError::Auth),
             self.history.validate().map_err(ConfigError::History),
             self.log.validate().map_err(ConfigError::Log),
+            // The listed domains' keys are read here, so that `config check` finds an
+            // unreadable one before the daemon does.
+            crate::sign::Signer::new(&self.dkim_signing)
+                .map(drop)
+                .map_err(ConfigError::Sign),
             self.overrides().map(drop),
         ]
         .into_iter()

@@ -23,6 +23,7 @@ pub mod scan;
 pub mod secrets;
 pub mod server;
 pub mod shingle;
+pub mod sign;
 pub mod store;
 #[cfg(test)]
 mod testing;

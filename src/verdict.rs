@@ -90,6 +90,9 @@ pub struct Verdict {
     pub generation: u64,
     /// The classifier's spam probability, when a rule asked and the model had an opinion.
     pub probability: Option<f64>,
+    /// The `DKIM-Signature` value for an authenticated sender's message (`sign.rs`), which
+    /// the milter adds and rspamd's protocol returns as `dkim-signature`.
+    pub dkim_signature: Option<String>,
 }
 
 impl Default for Verdict {
@@ -102,6 +105,7 @@ impl Default for Verdict {
             required_score: None,
             generation: 0,
             probability: None,
+            dkim_signature: None,
         }
     }
 }

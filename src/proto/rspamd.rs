@@ -136,6 +136,9 @@ pub struct CheckReply<'a> {
     pub message_id: Option<&'a str>,
     pub time_real: f64,
     pub milter: Milter,
+    /// rspamd's field for a signed message: the `DKIM-Signature` value.
+    #[serde(rename = "dkim-signature", skip_serializing_if = "Option::is_none")]
+    pub dkim_signature: Option<&'a str>,
     // shrike's extras
     pub generation: u64,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -169,6 +172,16 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
         let order = u32::try_from(order).unwrap_or(u32::MAX);
         milter.add_headers.insert(name, AddHeader { value, order });
     }
+    if let Some(value) = &verdict.dkim_signature {
+        // On top of the header, where signers put it (order 0: before the others).
+        milter.add_headers.insert(
+            "DKIM-Signature".into(),
+            AddHeader {
+                value: value.clone(),
+                order: 0,
+            },
+        );
+    }
     for name in extras.remove_headers {
         milter.remove_headers.insert(name, 0);
     }
@@ -199,6 +212,7 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
         message_id: extras.message_id,
         time_real: extras.time_real,
         milter,
+        dkim_signature: verdict.dkim_signature.as_deref(),
         generation: verdict.generation,
         shadow: verdict
             .shadow

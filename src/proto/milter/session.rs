@@ -624,6 +624,14 @@ impl Session {
                 });
             }
         }
+        if let (Some(value), true) = (&v.dkim_signature, self.has_action(actions::ADDHDRS)) {
+            // On top, where a signer's header goes.
+            out.push(Reply::InsertHeader {
+                index: 0,
+                name: "DKIM-Signature".into(),
+                value: format!("{space}{value}"),
+            });
+        }
         if v.action == Action::RewriteSubject {
             let subject = format!(
                 "{space}{}{}",
