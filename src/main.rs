@@ -53,6 +53,30 @@ enum Command {
     /// The password is asked on the terminal (twice), or read as the first line of standard
     /// input: `printf '%s\n' "$PW" | shrike passwd`.
     Passwd,
+    /// DKIM signing keys.
+    #[command(subcommand)]
+    Dkim(DkimCommand),
+}
+
+#[derive(Subcommand)]
+enum DkimCommand {
+    /// Write a new signing key (PEM, mode 0600; never over an existing file) and print the
+    /// DNS TXT record that publishes it.
+    Keygen {
+        #[arg(long)]
+        domain: String,
+        #[arg(long)]
+        selector: String,
+        /// rsa or ed25519 (ed25519 signatures are not yet checked by every receiver: sign
+        /// with both where that matters).
+        #[arg(long, default_value = "rsa")]
+        algorithm: String,
+        #[arg(long, default_value_t = 2048)]
+        bits: usize,
+        /// The key file (default DOMAIN.SELECTOR.key here, as `keys` templates name it).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -388,6 +412,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::History(args) => history(&config, args),
         Command::Store(cmd) => store_transfer(config, cmd),
         Command::Passwd => passwd(),
+        Command::Dkim(DkimCommand::Keygen {
+            domain,
+            selector,
+            algorithm,
+            bits,
+            out,
+        }) => dkim_keygen(&domain, &selector, &algorithm, bits, out),
         Command::Config(ConfigCommand::Defaults) => {
             let mut out = io::stdout().lock();
             out.write_all(shrike::config::REFERENCE.as_bytes())?;
@@ -410,6 +441,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn dkim_keygen(
+    domain: &str,
+    selector: &str,
+    algorithm: &str,
+    bits: usize,
+    out: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use shrike::sign::{keygen, KeyKind};
+    let kind = match algorithm {
+        "rsa" => KeyKind::Rsa(bits),
+        "ed25519" => KeyKind::Ed25519,
+        other => anyhow::bail!("--algorithm {other:?}: rsa or ed25519"),
+    };
+    let key = keygen(kind, domain, selector).map_err(anyhow::Error::msg)?;
+    let path = out.unwrap_or_else(|| PathBuf::from(format!("{domain}.{selector}.key")));
+    anyhow::ensure!(
+        !path.exists(),
+        "{} exists: a key is never overwritten",
+        path.display()
+    );
+    shrike::secrets::write_private(&path, key.pem.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("shrike: key written to {} (0600)", path.display());
+    println!("{}", key.zone_line());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn passwd() -> anyhow::Result<ExitCode> {

@@ -329,6 +329,79 @@ fn load(path: &Path, domain: &str, selector: &str, headers: &[String]) -> Result
     }
 }
 
+/// The algorithm of a key `shrike dkim keygen` makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// RSA of this many bits (1024 to 4096: RFC 8301 asks verifiers to accept 1024 to 4096).
+    Rsa(usize),
+    Ed25519,
+}
+
+/// A new key: its PEM (PKCS#8) and the DNS record that publishes it.
+#[derive(Debug)]
+pub struct NewKey {
+    pub pem: String,
+    /// `SELECTOR._domainkey.DOMAIN`.
+    pub name: String,
+    /// The TXT record's text (`v=DKIM1; k=…; p=…`).
+    pub record: String,
+}
+
+/// Makes a key for `domain` and `selector`.
+pub fn keygen(kind: KeyKind, domain: &str, selector: &str) -> Result<NewKey, String> {
+    use base64ct::{Base64, Encoding};
+    use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
+    for (what, name) in [("domain", domain), ("selector", selector)] {
+        if !valid_label_run(name) {
+            return Err(format!("{what} {name:?} is not a DNS name"));
+        }
+    }
+    let (pem, k, public) = match kind {
+        KeyKind::Rsa(bits) => {
+            if !(1024..=4096).contains(&bits) {
+                return Err(format!("RSA keys are 1024 to 4096 bits, not {bits}"));
+            }
+            let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, bits)
+                .map_err(|e| format!("generating the RSA key: {e}"))?;
+            let pem = key
+                .to_pkcs8_pem(LineEnding::LF)
+                .map_err(|e| format!("encoding the RSA key: {e}"))?;
+            let public = key
+                .to_public_key()
+                .to_public_key_der()
+                .map_err(|e| format!("encoding the RSA public key: {e}"))?;
+            (pem.to_string(), "rsa", public.as_bytes().to_vec())
+        }
+        KeyKind::Ed25519 => {
+            let der =
+                Ed25519Key::generate_pkcs8().map_err(|e| format!("generating the key: {e}"))?;
+            let key = Ed25519Key::from_pkcs8_der(&der).map_err(|e| e.to_string())?;
+            let pem = rsa::pkcs8::der::pem::encode_string("PRIVATE KEY", LineEnding::LF, &der)
+                .map_err(|e| format!("encoding the key: {e}"))?;
+            (pem, "ed25519", key.public_key())
+        }
+    };
+    Ok(NewKey {
+        pem,
+        name: format!("{selector}._domainkey.{domain}"),
+        record: format!("v=DKIM1; k={k}; p={}", Base64::encode_string(&public)),
+    })
+}
+
+impl NewKey {
+    /// The record as a zone file line, its text split into strings of at most 255 bytes as
+    /// TXT requires (a 2048-bit RSA key's is ~410).
+    pub fn zone_line(&self) -> String {
+        let chunks: Vec<String> = self
+            .record
+            .as_bytes()
+            .chunks(250)
+            .map(|c| format!("\"{}\"", String::from_utf8_lossy(c)))
+            .collect();
+        format!("{}. IN TXT ( {} )", self.name, chunks.join(" "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +440,23 @@ mod tests {
             one_line("dkim-signature:v=1; a=rsa-sha256;\r\n h=From:To; b=ab\r\n cd;"),
             "v=1; a=rsa-sha256; h=From:To; b=ab cd;"
         );
+    }
+
+    #[test]
+    fn keygen_makes_keys_the_signer_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        for kind in [KeyKind::Ed25519, KeyKind::Rsa(1024)] {
+            let k = keygen(kind, "example.org", "s1").unwrap();
+            assert_eq!(k.name, "s1._domainkey.example.org");
+            assert!(k.record.starts_with("v=DKIM1; k="), "{}", k.record);
+            let path = dir.path().join("k.pem");
+            std::fs::write(&path, &k.pem).unwrap();
+            let key = load(&path, "example.org", "s1", &["from".into()]).unwrap();
+            assert_eq!(matches!(key, Key::Ed25519(_)), kind == KeyKind::Ed25519);
+            assert!(k.zone_line().ends_with("\" )"), "{}", k.zone_line());
+        }
+        assert!(keygen(KeyKind::Rsa(512), "example.org", "s").is_err());
+        assert!(keygen(KeyKind::Ed25519, "../etc", "s").is_err());
     }
 
     #[test]

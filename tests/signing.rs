@@ -409,3 +409,65 @@ fn an_unreadable_listed_key_stops_config_check_and_the_start() {
         );
     }
 }
+
+/// `shrike dkim keygen` writes a key the daemon signs with (0600, never over an existing file)
+/// and prints the record a verifier finds the signature good with.
+#[test]
+fn keygen_keys_sign_and_their_printed_records_verify() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut records = Vec::new();
+    for (domain, algorithm) in [("rsa.example", "rsa"), ("ed.example", "ed25519")] {
+        let out = dir.path().join(format!("{domain}.k1.key"));
+        let run = || {
+            Command::new(env!("CARGO_BIN_EXE_shrike"))
+                .args(["dkim", "keygen", "--domain", domain, "--selector", "k1"])
+                .args(["--algorithm", algorithm, "--out"])
+                .arg(&out)
+                .output()
+                .unwrap()
+        };
+        let o = run();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // `k1._domainkey.D. IN TXT ( "v=DKIM1; k=…; p=…" "…" )`: the strings joined.
+        let line = String::from_utf8(o.stdout).unwrap();
+        assert!(
+            line.starts_with(&format!("k1._domainkey.{domain}. IN TXT ( \"")),
+            "{line}"
+        );
+        let text: String = line.split('"').skip(1).step_by(2).collect();
+        records.push((format!("k1._domainkey.{domain}"), text));
+        let before = std::fs::read(&out).unwrap();
+        let again = run();
+        assert!(
+            !again.status.success(),
+            "a second keygen must not overwrite"
+        );
+        assert_eq!(std::fs::read(&out).unwrap(), before);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        tmp.path(),
+        Options {
+            config: Some(format!(
+                "[dkim_signing]\nenabled = true\nselector = \"k1\"\nkeys = \"{}/$domain.$selector.key\"\n",
+                dir.path().display()
+            )),
+            ..Options::default()
+        },
+    );
+    for from in ["alice@rsa.example", "alice@ed.example"] {
+        let raw = message(from, "Generated keys.\r\n");
+        let v = check(&d, &raw, Some(from));
+        let sig = v["dkim-signature"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        let signed = format!("DKIM-Signature: {sig}\r\n{raw}");
+        assert!(
+            dkimpy_verifies(signed.as_bytes(), &records),
+            "{from}: {records:?}"
+        );
+    }
+}
