@@ -28,6 +28,7 @@ use crate::server::http::HttpConfig;
 use crate::server::milter::MilterConfig;
 use crate::server::spamd::SpamdConfig;
 use crate::server::{Reread, ServeSettings, ServerConfig};
+use crate::settings::{SettingsEntry, SettingsError, SettingsTable};
 use crate::store::{PersistConfig, StoreConfig, StoreConfigError};
 use crate::verdict::{ActionsConfig, VerdictConfig};
 
@@ -79,6 +80,9 @@ pub struct Config {
     pub rules: RulesConfig,
     /// Action thresholds in rspamd's form; each one given replaces `[verdict]`'s.
     pub actions: ActionsConfig,
+    /// Per-recipient settings (`[[settings]]`), read again with `[scores]` on a reload.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<SettingsEntry>,
     /// The file this configuration was read from (SIGHUP reads its `[scores]` again).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -114,6 +118,8 @@ pub enum ConfigError {
     History(HistoryConfigError),
     #[error("invalid config: {0}")]
     Overrides(OverrideError),
+    #[error("invalid config: {0}")]
+    Settings(SettingsError),
 }
 
 impl Config {
@@ -152,10 +158,29 @@ impl Config {
         c
     }
 
-    /// The `[scores]` and `[rules]` changes to the rule set.
+    /// The `[scores]`, `[rules]` and `[[settings]]` changes to the rule set.
     pub fn overrides(&self) -> Result<Overrides, ConfigError> {
         let origin = self.source.as_ref().map(|p| p.display().to_string());
-        Overrides::new(&self.scores, &self.rules, origin).map_err(ConfigError::Overrides)
+        let overrides =
+            Overrides::new(&self.scores, &self.rules, origin).map_err(ConfigError::Overrides)?;
+        if self.settings.is_empty() {
+            return Ok(overrides);
+        }
+        // Symbols the DNS lists score themselves are known to the settings' symbol check.
+        let listed = crate::dnsbl::resolve_all(&self.dnsbl)
+            .map_err(ConfigError::Dnsbl)?
+            .into_iter()
+            .flat_map(|z| {
+                let codes: Vec<String> = z.codes.into_iter().map(|(_, s)| s).collect();
+                codes
+                    .into_iter()
+                    .chain(z.scores.into_keys())
+                    .chain([z.unknown_symbol, z.blocked_symbol])
+            })
+            .collect();
+        let table = SettingsTable::new(&self.settings, &self.verdict, listed)
+            .map_err(ConfigError::Settings)?;
+        Ok(overrides.with_settings(table))
     }
 
     /// What a scanner is configured by.

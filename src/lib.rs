@@ -21,6 +21,7 @@ pub mod replay;
 pub mod scan;
 pub mod secrets;
 pub mod server;
+pub mod settings;
 pub mod shingle;
 pub mod store;
 #[cfg(test)]

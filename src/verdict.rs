@@ -90,6 +90,9 @@ pub struct Verdict {
     pub generation: u64,
     /// The classifier's spam probability, when a rule asked and the model had an opinion.
     pub probability: Option<f64>,
+    /// The `[[settings]]` entry this verdict was judged under (none: the global settings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
 }
 
 impl Default for Verdict {
@@ -102,6 +105,7 @@ impl Default for Verdict {
             required_score: None,
             generation: 0,
             probability: None,
+            settings: None,
         }
     }
 }

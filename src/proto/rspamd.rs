@@ -73,6 +73,8 @@ impl CheckRequest {
         req.envelope.user = text(headers, "user");
         req.envelope.queue_id = text(headers, "queue-id");
         req.envelope.deliver_to = text(headers, "deliver-to").map(|d| address(&d));
+        // rspamd's name for a settings entry the client chooses (`rspamc --settings-id`).
+        req.envelope.settings_id = text(headers, "settings-id");
         req.pass_all = text(headers, "pass").is_some_and(|p| p.eq_ignore_ascii_case("all"));
         req
     }
@@ -138,6 +140,9 @@ pub struct CheckReply<'a> {
     pub milter: Milter,
     // shrike's extras
     pub generation: u64,
+    /// The `[[settings]]` entry the verdict was judged under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<&'a str>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub shadow: BTreeMap<&'a str, Symbol<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -200,6 +205,7 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
         time_real: extras.time_real,
         milter,
         generation: verdict.generation,
+        settings: verdict.settings.as_deref(),
         shadow: verdict
             .shadow
             .values()

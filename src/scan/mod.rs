@@ -10,6 +10,7 @@
 mod late;
 pub mod nearmiss;
 pub mod ruletest;
+mod settle;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -107,6 +108,18 @@ pub fn verdict(
     generation: &engine::Generation,
     lists: &[crate::dnsbl::ListHit],
 ) -> Verdict {
+    judge(thresholds, outcome, generation, lists, None).0
+}
+
+/// `verdict`, under a `[[settings]]` entry when one is given (its scores and switched-off
+/// symbols; the caller passes its thresholds), with the action a symbol forced, if any.
+fn judge(
+    thresholds: &VerdictConfig,
+    outcome: &RuleOutcome,
+    generation: &engine::Generation,
+    lists: &[crate::dnsbl::ListHit],
+    profile: Option<&crate::settings::Profile>,
+) -> (Verdict, Option<Action>) {
     let mut v = Verdict {
         required_score: Some(thresholds.reject),
         generation: outcome.generation,
@@ -115,14 +128,33 @@ pub fn verdict(
     };
     let mut forced: Option<Action> = None;
     for hit in &outcome.hits {
-        let description = generation
-            .symbols
-            .get(&hit.symbol)
-            .map(|&(r, s)| generation.rules[r].symbols[s].description.clone())
+        let meta = generation.symbols.get(&hit.symbol).and_then(|&(r, s)| {
+            Some((
+                generation.rules.get(r)?,
+                generation.rules[r].symbols.get(s)?,
+            ))
+        });
+        let mut score = hit.score;
+        if let Some(p) = profile {
+            if p.is_off(meta.map(|(r, _)| r.name.as_str()), &hit.symbol) {
+                continue;
+            }
+            if let Some(new) = p.score(&hit.symbol) {
+                // The rule's weight stays: a hit at half the declared score gets half the new one.
+                let declared = meta.map_or(0.0, |(_, s)| s.score);
+                score = if declared != 0.0 {
+                    new * (hit.score / declared)
+                } else {
+                    new
+                };
+            }
+        }
+        let description = meta
+            .map(|(_, s)| s.description.clone())
             .filter(|d| !d.is_empty());
         let entry = SymbolHit {
             name: hit.symbol.clone(),
-            score: hit.score,
+            score,
             description,
             options: hit.options.clone(),
         };
@@ -130,7 +162,7 @@ pub fn verdict(
             v.shadow.insert(hit.symbol.clone(), entry);
             continue;
         }
-        v.score += hit.score;
+        v.score += score;
         if let Some(a) = hit.action {
             forced = Some(forced.map_or(a, |f| f.max(a)));
         }
@@ -139,6 +171,14 @@ pub fn verdict(
     let mut scored_lists: BTreeMap<&str, SymbolHit> = BTreeMap::new();
     for hit in lists {
         let Some(score) = hit.score else { continue };
+        if profile.is_some_and(|p| p.is_off(None, &hit.symbol)) {
+            continue;
+        }
+        let score = crate::dnsbl::ListScore(
+            profile
+                .and_then(|p| p.score(&hit.symbol))
+                .unwrap_or(score.0),
+        );
         if v.symbols.contains_key(&hit.symbol) {
             // A rule gave it: the rule's score stands.
             continue;
@@ -190,7 +230,7 @@ pub fn verdict(
     }
     v.score = (v.score * 1e4).round() / 1e4;
     v.action = forced.unwrap_or_else(|| thresholds.action_for(v.score));
-    v
+    (v, forced)
 }
 /// `[scan]`: where a scan's statistics go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -638,10 +678,22 @@ impl ScanWorker {
         let lists = net.map_or(&[][..], |n| &n.lists[..]);
         // Descriptions come from the generation that judged the message, even if a reload
         // swapped in another one meanwhile.
-        let mut verdict = match self.rules.generation() {
-            Some(generation) => verdict(&sc.verdict, &outcome, generation, lists),
-            None => verdict(&sc.verdict, &outcome, &sc.engine.generation(), lists),
+        let current;
+        let generation = match self.rules.generation() {
+            Some(generation) => generation,
+            None => {
+                current = sc.engine.generation();
+                &current
+            }
         };
+        let base = verdict(&sc.verdict, &outcome, generation, lists);
+        let updates_from = base.score;
+        let senders = settle::Senders::new(
+            envelope,
+            analysis.entities.from().map(|e| e.address.as_str()),
+            net.map(|n| &n.auth),
+        );
+        let mut verdict = settle::settle(base, &outcome, generation, lists, envelope, &senders);
         if store_unavailable {
             verdict.symbols.insert(
                 STORE_UNAVAILABLE.to_string(),
@@ -661,7 +713,9 @@ impl ScanWorker {
             lookup: looked_up - analyzed,
             rules: looked_up.elapsed(),
         };
-        let mut updates = self.updates(&analysis, &verdict);
+        // What the global settings made of the message: one recipient's settings do not move
+        // the reputation all share (settle.rs).
+        let mut updates = self.updates(&analysis, updates_from);
         updates.features = feature_updates;
         Scanned {
             analysis,
@@ -767,13 +821,13 @@ impl ScanWorker {
         sc.train(scanned, class).then_some(class)
     }
 
-    fn updates(&self, analysis: &Analysis<'_>, verdict: &Verdict) -> Updates {
+    fn updates(&self, analysis: &Analysis<'_>, score: f64) -> Updates {
         let sc = &*self.scanner;
         let mut counts = [0u64; COUNTERS];
         counts[Counter::Seen as usize] = 1;
-        if verdict.score >= sc.verdict.count_spam_at {
+        if score >= sc.verdict.count_spam_at {
             counts[Counter::Spam as usize] = 1;
-        } else if verdict.score < sc.verdict.count_ham_below {
+        } else if score < sc.verdict.count_ham_below {
             counts[Counter::Ham as usize] = 1;
         }
         let increments = counted(&analysis.shingles)

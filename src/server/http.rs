@@ -504,6 +504,15 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         }
     };
     let v = &answer.verdict;
+    // A verdict under a settings entry answers with that entry's thresholds.
+    let entry_thresholds = v.settings.as_deref().and_then(|name| {
+        let generation = daemon.scanner.engine().generation();
+        let table = &generation.overrides.settings;
+        table
+            .by_name(name)
+            .and_then(|i| table.profile(i))
+            .map(|p| p.verdict.thresholds())
+    });
     let add_headers = spam_headers(v, daemon.config.scan.verdict.add_header);
     let remove_headers = add_headers.iter().map(|(n, _)| n.clone()).collect();
     let body = check_reply(
@@ -514,7 +523,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
             urls: &answer.urls,
             emails: &answer.emails,
             time_real: start.elapsed().as_secs_f64(),
-            thresholds: &daemon.thresholds,
+            thresholds: entry_thresholds.as_ref().unwrap_or(&daemon.thresholds),
             add_headers,
             remove_headers,
         },

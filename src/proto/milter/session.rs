@@ -272,6 +272,7 @@ impl Session {
                 .cloned(),
             queue_id: self.queue_id.clone(),
             deliver_to: None,
+            settings_id: None,
         }
     }
 
