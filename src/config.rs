@@ -17,6 +17,7 @@ use crate::classify::ClassifierConfig;
 use crate::dns::{DnsConfig, DnsConfigError};
 use crate::dnsbl::{DnsblConfigError, ZoneConfig};
 use crate::engine::{EngineConfig, OverrideError, Overrides, RulesConfig};
+use crate::greylist::GreylistConfig;
 use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::learn::LearnSettings;
 use crate::message::Limits;
@@ -80,6 +81,8 @@ pub struct Config {
     pub rules: RulesConfig,
     /// Action thresholds in rspamd's form; each one given replaces `[verdict]`'s.
     pub actions: ActionsConfig,
+    /// Greylisting of unknown (network, sender, recipient) triples.
+    pub greylist: GreylistConfig,
     /// Per-recipient settings (`[[settings]]`), read again with `[scores]` on a reload.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub settings: Vec<SettingsEntry>,
@@ -193,6 +196,7 @@ impl Config {
             classifier: self.classifier.clone(),
             // (`validate` refuses the overrides that cannot be built)
             overrides: self.overrides().unwrap_or_default(),
+            greylist: self.greylist.clone(),
         }
     }
 

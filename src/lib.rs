@@ -12,6 +12,7 @@ pub mod dns;
 pub mod dnsbl;
 pub mod engine;
 pub mod entities;
+pub mod greylist;
 pub mod history;
 pub mod learn;
 pub mod message;

@@ -47,6 +47,8 @@ pub struct ScanSettings {
     pub classifier: ClassifierConfig,
     /// The configuration's `[scores]` and `[rules]` changes to the rule set.
     pub overrides: engine::Overrides,
+    /// `[greylist]`.
+    pub greylist: crate::greylist::GreylistConfig,
 }
 
 /// Why scan settings cannot be used. Each message names the option.
@@ -60,6 +62,8 @@ pub enum SettingsError {
     Engine(#[from] EngineConfigError),
     #[error(transparent)]
     Classifier(#[from] ClassifierConfigError),
+    #[error(transparent)]
+    Greylist(#[from] crate::greylist::GreylistConfigError),
 }
 
 impl ScanSettings {
@@ -84,6 +88,7 @@ impl ScanSettings {
             return Err(SettingsError::Zero("scan.unique_period_secs"));
         }
         self.classifier.validate()?;
+        self.greylist.validate()?;
         Ok(())
     }
 }
@@ -279,6 +284,8 @@ pub struct Scanner {
     /// With a store that reads by kind (`ReputationStore::reads_by_kind`): the kinds read
     /// before the rules (`late.rs`).
     asked_kinds: late::AskedKinds,
+    /// `[greylist]` when on.
+    greylist: Option<crate::greylist::Greylist>,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -344,6 +351,11 @@ impl Scanner {
             Arc::clone(&store),
             settings.traffic.namespace,
         )?;
+        let greylist = crate::greylist::Greylist::new(
+            &settings.greylist,
+            Arc::clone(&store),
+            settings.traffic.namespace,
+        );
         Ok(Arc::new(Scanner {
             limits: settings.limits.clone(),
             verdict: settings.verdict.clone(),
@@ -353,6 +365,7 @@ impl Scanner {
             classifier,
             reputation_window,
             asked_kinds: late::AskedKinds::new(&crate::classify::features::REPUTATION_KINDS),
+            greylist,
         }))
     }
 
@@ -694,6 +707,11 @@ impl ScanWorker {
             net.map(|n| &n.auth),
         );
         let mut verdict = settle::settle(base, &outcome, generation, lists, envelope, &senders);
+        if !observe {
+            if let Some(greylist) = &sc.greylist {
+                settle::greylist(greylist, &mut verdict, generation, &sc.verdict, envelope);
+            }
+        }
         if store_unavailable {
             verdict.symbols.insert(
                 STORE_UNAVAILABLE.to_string(),

@@ -190,3 +190,78 @@ fn judge(
     }
     v
 }
+
+/// Greylisting of a judged message (`[greylist]` on): a message whose action is at most
+/// `greylist` and whose score reaches `min_score` (default: the greylist threshold of the
+/// settings that judged it) is deferred (`greylist`, symbol `GREYLIST`) until its triples pass,
+/// then answered `no action` with `GREYLIST_PASS`. With greylisting on, the `greylist` action
+/// means exactly that: a message exempt from it (an authenticated sender, settings that switch
+/// `GREYLIST` off, a score below `min_score`) or that cannot be greylisted (no client address,
+/// the store out of reach: fail open) gets `no action`. Higher actions stand.
+pub(super) fn greylist(
+    greylist: &crate::greylist::Greylist,
+    verdict: &mut Verdict,
+    generation: &Generation,
+    global: &crate::verdict::VerdictConfig,
+    envelope: &Envelope,
+) {
+    use crate::greylist::{Outcome, GREYLIST, GREYLIST_PASS};
+    if verdict.action > Action::Greylist {
+        return;
+    }
+    let table = &generation.overrides.settings;
+    let profile = verdict
+        .settings
+        .as_deref()
+        .and_then(|n| table.by_name(n))
+        .and_then(|i| table.profile(i));
+    let min_score = greylist
+        .config()
+        .min_score
+        .unwrap_or_else(|| profile.map_or(global.greylist, |p| p.verdict.greylist));
+    let exempt = envelope.user.is_some()
+        || profile.is_some_and(|p| p.is_off(None, GREYLIST))
+        || verdict.score < min_score;
+    let outcome = if exempt {
+        Outcome::Skipped("exempt")
+    } else {
+        greylist.check(envelope)
+    };
+    let (symbol, action, option, description) = match outcome {
+        Outcome::Deferred { new, .. } => (
+            GREYLIST,
+            Action::Greylist,
+            if new > 0 {
+                "new".to_string()
+            } else {
+                format!("retried within {} s", greylist.config().delay_secs)
+            },
+            "greylisted: a new (network, sender, recipient) triple",
+        ),
+        Outcome::Passed { .. } => (
+            GREYLIST_PASS,
+            Action::NoAction,
+            "passed".to_string(),
+            "greylisting passed: the sender retried after the delay",
+        ),
+        Outcome::Skipped(why) => {
+            if why != "exempt" {
+                tracing::debug!(reason = why, "greylisting skipped");
+            }
+            if verdict.action == Action::Greylist {
+                verdict.action = Action::NoAction;
+            }
+            return;
+        }
+    };
+    verdict.action = action;
+    verdict.symbols.insert(
+        symbol.to_string(),
+        SymbolHit {
+            name: symbol.to_string(),
+            score: 0.0,
+            description: Some(description.to_string()),
+            options: vec![option],
+        },
+    );
+}
