@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::antivirus::{AntivirusConfig, AntivirusConfigError};
 use crate::auth::AuthConfig;
 use crate::classify::ClassifierConfig;
 use crate::dns::{DnsConfig, DnsConfigError};
@@ -83,6 +84,8 @@ pub struct Config {
     pub actions: ActionsConfig,
     /// Greylisting of unknown (network, sender, recipient) triples.
     pub greylist: GreylistConfig,
+    /// Antivirus over clamd, off until `servers` names one.
+    pub antivirus: AntivirusConfig,
     /// Per-recipient settings (`[[settings]]`), read again with `[scores]` on a reload.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub settings: Vec<SettingsEntry>,
@@ -123,6 +126,8 @@ pub enum ConfigError {
     Overrides(OverrideError),
     #[error("invalid config: {0}")]
     Settings(SettingsError),
+    #[error("invalid config: {0}")]
+    Antivirus(AntivirusConfigError),
 }
 
 impl Config {
@@ -197,6 +202,7 @@ impl Config {
             // (`validate` refuses the overrides that cannot be built)
             overrides: self.overrides().unwrap_or_default(),
             greylist: self.greylist.clone(),
+            antivirus: self.antivirus.clone(),
         }
     }
 
@@ -261,6 +267,9 @@ impl Config {
         crate::dnsbl::resolve_all(&self.dnsbl).map_err(ConfigError::Dnsbl)?;
         self.auth.validate().map_err(ConfigError::Auth)?;
         self.history.validate().map_err(ConfigError::History)?;
+        self.antivirus
+            .validate(self.server.scan_timeout_ms)
+            .map_err(ConfigError::Antivirus)?;
         self.overrides()?;
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! outside the two modules that allow it under their safety contracts: `engine::ffi` and
 //! `engine::preempt`.
 
+pub mod antivirus;
 pub mod auth;
 pub mod classify;
 pub mod config;

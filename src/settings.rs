@@ -38,7 +38,13 @@ pub const SETTINGS_ALLOW_UNVERIFIED: &str = "SETTINGS_ALLOW_UNVERIFIED";
 
 /// Symbols shrike adds outside the rules, which an entry may score or switch off too
 /// (`disabled = ["GREYLIST"]` skips greylisting for its recipients).
-pub const SERVICE_SYMBOLS: [&str; 3] = ["STORE_UNAVAILABLE", "GREYLIST", "GREYLIST_PASS"];
+pub const SERVICE_SYMBOLS: [&str; 5] = [
+    "STORE_UNAVAILABLE",
+    "GREYLIST",
+    "GREYLIST_PASS",
+    "CLAM_VIRUS",
+    "CLAM_VIRUS_FAIL",
+];
 
 /// A recipient domain is matched on at most this many of its rightmost labels: a longer name
 /// costs no more lookups.

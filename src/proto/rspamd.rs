@@ -219,6 +219,14 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
 
 /// The SMTP text for a rejected message.
 pub fn forced_reason(verdict: &Verdict) -> Option<String> {
+    if let Some(name) = verdict
+        .symbols
+        .get("CLAM_VIRUS")
+        .and_then(|s| s.options.first())
+        .filter(|_| verdict.action == Action::Reject)
+    {
+        return Some(format!("Virus found: {name}"));
+    }
     match verdict.action {
         Action::Reject => Some("Spam message rejected".into()),
         Action::SoftReject | Action::Greylist => Some("Try again later".into()),

@@ -49,6 +49,8 @@ pub struct ScanSettings {
     pub overrides: engine::Overrides,
     /// `[greylist]`.
     pub greylist: crate::greylist::GreylistConfig,
+    /// `[antivirus]`.
+    pub antivirus: crate::antivirus::AntivirusConfig,
 }
 
 /// Why scan settings cannot be used. Each message names the option.
@@ -286,6 +288,8 @@ pub struct Scanner {
     asked_kinds: late::AskedKinds,
     /// `[greylist]` when on.
     greylist: Option<crate::greylist::Greylist>,
+    /// clamd, when `[antivirus]` names one.
+    antivirus: Option<crate::antivirus::Antivirus>,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -366,6 +370,7 @@ impl Scanner {
             reputation_window,
             asked_kinds: late::AskedKinds::new(&crate::classify::features::REPUTATION_KINDS),
             greylist,
+            antivirus: crate::antivirus::Antivirus::new(&settings.antivirus),
         }))
     }
 
@@ -394,6 +399,11 @@ impl Scanner {
 
     pub fn classifier(&self) -> &Arc<Classifier> {
         &self.classifier
+    }
+
+    /// The clamd client, when `[antivirus]` is on.
+    pub fn antivirus(&self) -> Option<&crate::antivirus::Antivirus> {
+        self.antivirus.as_ref()
     }
 
     /// What the rules see of an analysed message.
@@ -633,6 +643,12 @@ impl ScanWorker {
     ) -> Scanned<'p> {
         let sc = &*self.scanner;
         let start = std::time::Instant::now();
+        // clamd reads the message as received; a learn or a trial scan does not ask it.
+        let virus = sc
+            .antivirus
+            .as_ref()
+            .filter(|_| !observe)
+            .map(|av| av.scan(input.bytes()));
         let mut analysis = analyze(input, envelope, &sc.limits);
         if let Some(domain) = net.and_then(|n| n.auth.aligned_dkim_domain()) {
             let hashes = crate::shingle::of_value(crate::shingle::Kind::DkimDomain, domain);
@@ -707,6 +723,9 @@ impl ScanWorker {
             net.map(|n| &n.auth),
         );
         let mut verdict = settle::settle(base, &outcome, generation, lists, envelope, &senders);
+        if let Some(finding) = &virus {
+            settle::antivirus(finding, sc.antivirus.as_ref(), &mut verdict);
+        }
         if !observe {
             if let Some(greylist) = &sc.greylist {
                 settle::greylist(greylist, &mut verdict, generation, &sc.verdict, envelope);

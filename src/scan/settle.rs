@@ -265,3 +265,38 @@ pub(super) fn greylist(
         },
     );
 }
+
+/// clamd's finding on the verdict: a virus adds `CLAM_VIRUS` (score 0, the name as option)
+/// and forces the configured action (reject by default) over whatever the scores or settings
+/// said; a failure adds `CLAM_VIRUS_FAIL` (score 0) and changes nothing else: the scan goes
+/// on without antivirus.
+pub(super) fn antivirus(
+    finding: &crate::antivirus::Finding,
+    antivirus: Option<&crate::antivirus::Antivirus>,
+    verdict: &mut Verdict,
+) {
+    use crate::antivirus::{Finding, CLAM_VIRUS, CLAM_VIRUS_FAIL};
+    let (symbol, description, option) = match finding {
+        Finding::Clean | Finding::TooLarge => return,
+        Finding::Virus(name) => {
+            if let Some(av) = antivirus {
+                verdict.action = verdict.action.max(av.action());
+            }
+            (CLAM_VIRUS, "ClamAV found a virus", name.clone())
+        }
+        Finding::Failed(why) => (
+            CLAM_VIRUS_FAIL,
+            "ClamAV could not scan the message",
+            why.clone(),
+        ),
+    };
+    verdict.symbols.insert(
+        symbol.to_string(),
+        SymbolHit {
+            name: symbol.to_string(),
+            score: 0.0,
+            description: Some(description.to_string()),
+            options: vec![option],
+        },
+    );
+}

@@ -638,6 +638,12 @@ fn health(daemon: &Daemon) -> Reply {
         // they can be written; snapshots are tried again).
         "persistence": if persistence_error.is_some() { "degraded" } else { "ok" },
         "persistence_error": persistence_error,
+        // clamd: "off" without `[antivirus] servers`, "degraded" while it fails (scans go on
+        // with CLAM_VIRUS_FAIL).
+        "antivirus": daemon.scanner.antivirus().map_or("off", |a| {
+            if a.degraded().is_some() { "degraded" } else { "ok" }
+        }),
+        "antivirus_error": daemon.scanner.antivirus().and_then(|a| a.degraded()),
     });
     let status = if ready {
         StatusCode::OK
