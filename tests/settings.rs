@@ -211,6 +211,18 @@ fn rspamc_chooses_an_entry_by_settings_id() {
     // An unknown name: the recipients' entries (here none: the global thresholds).
     let text = rspamc(&d, &["--header", "Settings-ID=nobody"]);
     assert!(text.contains("Action: add header"), "{text}");
+    // The web UI's Rules page lists the entries with their thresholds.
+    let ui = d.get("/ui/api/rules").json();
+    let settings = ui["settings"]
+        .as_array()
+        .expect("settings in /ui/api/rules");
+    assert_eq!(settings.len(), 2, "{ui}");
+    assert_eq!(settings[0]["name"], "strict");
+    assert_eq!(
+        settings[0]["rcpt_domains"],
+        serde_json::json!(["a.example"])
+    );
+    assert_eq!(settings[0]["thresholds"]["reject"], 4.5);
 }
 
 #[test]
