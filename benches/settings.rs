@@ -126,7 +126,9 @@ fn greylist(c: &mut Criterion) {
             black_box(g.check(black_box(&waiting[i])))
         })
     });
-    group.bench_function("passed", |b| b.iter(|| black_box(g.check(black_box(&passed)))));
+    group.bench_function("passed", |b| {
+        b.iter(|| black_box(g.check(black_box(&passed))))
+    });
     group.finish();
 }
 
