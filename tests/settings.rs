@@ -458,3 +458,37 @@ actions = { greylist = 1.0, add_header = 2.0, reject = 3.0 }
         Some("school")
     );
 }
+
+/// `shrike config check` refuses a file whose entries overlap or name unknown symbols, naming
+/// them, as a start or a reload would.
+#[test]
+fn config_check_names_overlaps_and_unknown_symbols() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("shrike.toml");
+    for (text, expected) in [
+        (
+            "[[settings]]\nname = \"a\"\nrcpt_domains = [\"x.example\"]\n\
+             [[settings]]\nname = \"b\"\nrcpt_domains = [\"x.example\"]\n",
+            "settings \"a\" and \"b\" both match rcpt_domains x.example",
+        ),
+        (
+            "[[settings]]\nname = \"a\"\nscores = { GTUBE = 1.0, NOT_A_RULE = 2.0, ALSO_NOT = 0.0 }\n",
+            "settings \"a\": scores name symbols no rule declares: ALSO_NOT, NOT_A_RULE",
+        ),
+        (
+            "[[settings]]\nname = \"a\"\ndisabled = [\"GREYLIST\", \"TYPO\"]\n",
+            "settings \"a\": disabled name symbols no rule declares: TYPO",
+        ),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["config", "check"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(err.contains(expected), "{text}\n{err}");
+    }
+}
