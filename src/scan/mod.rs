@@ -717,11 +717,16 @@ impl ScanWorker {
         };
         let base = verdict(&sc.verdict, &outcome, generation, lists);
         let updates_from = base.score;
-        let senders = settle::Senders::new(
-            envelope,
-            analysis.entities.from().map(|e| e.address.as_str()),
-            net.map(|n| &n.auth),
-        );
+        // (What the senders are only matters to settings entries: none, no work.)
+        let senders = if generation.overrides.settings.is_empty() {
+            settle::Senders::default()
+        } else {
+            settle::Senders::new(
+                envelope,
+                analysis.entities.from().map(|e| e.address.as_str()),
+                net.map(|n| &n.auth),
+            )
+        };
         let mut verdict = settle::settle(base, &outcome, generation, lists, envelope, &senders);
         if let Some(finding) = &virus {
             settle::antivirus(finding, sc.antivirus.as_ref(), &mut verdict);
