@@ -221,6 +221,9 @@ fn clamd_rejects_eicar_and_a_stopped_clamd_fails_open() {
     }
     assert_eq!(health(&shrike), "degraded");
     assert!(shrike.get("/health").json()["antivirus_error"].is_string());
+    assert_eq!(shrike.metric("shrike_antivirus_viruses_total"), 2);
+    assert_eq!(shrike.metric("shrike_antivirus_failures_total"), 3);
+    assert_eq!(shrike.metric("shrike_antivirus_scans_total"), 7);
 }
 
 #[test]

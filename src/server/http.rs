@@ -786,6 +786,28 @@ fn metrics(daemon: &Daemon) -> String {
         counter_header(&mut out, name, help);
         let _ = writeln!(out, "{name} {}", value.load(Relaxed));
     }
+    if let Some(av) = daemon.scanner.antivirus() {
+        for (name, help, value) in [
+            (
+                "shrike_antivirus_scans_total",
+                "Messages sent to clamd.",
+                &av.scans,
+            ),
+            (
+                "shrike_antivirus_viruses_total",
+                "Messages clamd found a virus in.",
+                &av.viruses,
+            ),
+            (
+                "shrike_antivirus_failures_total",
+                "Messages clamd could not scan (CLAM_VIRUS_FAIL).",
+                &av.failures,
+            ),
+        ] {
+            counter_header(&mut out, name, help);
+            let _ = writeln!(out, "{name} {}", value.load(Relaxed));
+        }
+    }
     if let Some(status) = daemon.scanner.store().status() {
         gauge(
             &mut out,
