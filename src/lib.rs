@@ -4,6 +4,7 @@
 //! outside the two modules that allow it under their safety contracts: `engine::ffi` and
 //! `engine::preempt`.
 
+pub mod antivirus;
 pub mod auth;
 pub mod classify;
 pub mod config;
@@ -12,6 +13,7 @@ pub mod dns;
 pub mod dnsbl;
 pub mod engine;
 pub mod entities;
+pub mod greylist;
 pub mod history;
 pub mod learn;
 pub mod logging;
@@ -22,6 +24,7 @@ pub mod replay;
 pub mod scan;
 pub mod secrets;
 pub mod server;
+pub mod settings;
 pub mod shingle;
 pub mod sign;
 pub mod store;

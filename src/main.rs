@@ -181,6 +181,10 @@ enum RulesCommand {
         /// One JSON object per symbol instead of a table.
         #[arg(long)]
         json: bool,
+        /// The set as recipients under this `[[settings]]` entry get it: its scores and
+        /// switched-off symbols over the global ones, and its thresholds.
+        #[arg(long, value_name = "NAME")]
+        settings: Option<String>,
     },
 }
 
@@ -408,7 +412,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tests,
             no_default_rules,
         }) => rules_check(&config, dir, tests, no_default_rules),
-        Command::Rules(RulesCommand::List { rules, json }) => rules_list(&config, &rules, json),
+        Command::Rules(RulesCommand::List {
+            rules,
+            json,
+            settings,
+        }) => rules_list(&config, &rules, json, settings.as_deref()),
         Command::History(args) => history(&config, args),
         Command::Store(cmd) => store_transfer(config, cmd),
         Command::Passwd => passwd(),
@@ -972,12 +980,35 @@ fn luacheck(dir: &std::path::Path) -> bool {
     }
 }
 
-fn rules_list(config: &Config, args: &RuleArgs, json: bool) -> anyhow::Result<ExitCode> {
+fn rules_list(
+    config: &Config,
+    args: &RuleArgs,
+    json: bool,
+    settings: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let location = args.location(config)?;
     let scanner = Scanner::in_memory(&config.scan_settings(), &config.store, location.clone())
         .with_context(|| format!("loading {}", location.describe()))?;
     let generation = scanner.engine().generation();
-    let listed = shrike::engine::overlay::list(&generation);
+    let table = &generation.overrides.settings;
+    let profile = match settings {
+        None => None,
+        Some(name) => {
+            let names: Vec<&str> = table.profiles().iter().map(|p| p.name.as_str()).collect();
+            let index = table.by_name(name).with_context(|| {
+                if names.is_empty() {
+                    format!("no settings entry named {name:?}: the configuration has none")
+                } else {
+                    format!(
+                        "no settings entry named {name:?} (the configuration has {})",
+                        names.join(", ")
+                    )
+                }
+            })?;
+            table.profile(index)
+        }
+    };
+    let listed = shrike::engine::overlay::list_for(&generation, profile);
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if json {
@@ -1028,6 +1059,20 @@ fn rules_list(config: &Config, args: &RuleArgs, json: bool) -> anyhow::Result<Ex
             listed.len() - on,
             location.describe()
         )?;
+        if let Some(p) = profile {
+            let thresholds: Vec<String> = p
+                .verdict
+                .thresholds()
+                .into_iter()
+                .map(|(action, at)| format!("{action} at {at}"))
+                .collect();
+            writeln!(out, "settings \"{}\": {}", p.name, thresholds.join(", "))?;
+            for (what, list) in [("allow_senders", &p.allow), ("deny_senders", &p.deny)] {
+                if !list.is_empty() {
+                    writeln!(out, "settings \"{}\": {what} {}", p.name, list.describe())?;
+                }
+            }
+        }
     }
     out.flush().context("writing output")?;
     for name in generation.overrides.unknown(&generation.declared) {

@@ -93,6 +93,9 @@ pub struct Verdict {
     /// The `DKIM-Signature` value for an authenticated sender's message (`sign.rs`), which
     /// the milter adds and rspamd's protocol returns as `dkim-signature`.
     pub dkim_signature: Option<String>,
+    /// The `[[settings]]` entry this verdict was judged under (none: the global settings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
 }
 
 impl Default for Verdict {
@@ -106,6 +109,7 @@ impl Default for Verdict {
             generation: 0,
             probability: None,
             dkim_signature: None,
+            settings: None,
         }
     }
 }

@@ -73,6 +73,8 @@ impl CheckRequest {
         req.envelope.user = text(headers, "user");
         req.envelope.queue_id = text(headers, "queue-id");
         req.envelope.deliver_to = text(headers, "deliver-to").map(|d| address(&d));
+        // rspamd's name for a settings entry the client chooses (`rspamc --settings-id`).
+        req.envelope.settings_id = text(headers, "settings-id");
         req.pass_all = text(headers, "pass").is_some_and(|p| p.eq_ignore_ascii_case("all"));
         req
     }
@@ -141,6 +143,9 @@ pub struct CheckReply<'a> {
     pub dkim_signature: Option<&'a str>,
     // shrike's extras
     pub generation: u64,
+    /// The `[[settings]]` entry the verdict was judged under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<&'a str>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub shadow: BTreeMap<&'a str, Symbol<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -214,6 +219,7 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
         milter,
         dkim_signature: verdict.dkim_signature.as_deref(),
         generation: verdict.generation,
+        settings: verdict.settings.as_deref(),
         shadow: verdict
             .shadow
             .values()
@@ -227,6 +233,14 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
 
 /// The SMTP text for a rejected message.
 pub fn forced_reason(verdict: &Verdict) -> Option<String> {
+    if let Some(name) = verdict
+        .symbols
+        .get("CLAM_VIRUS")
+        .and_then(|s| s.options.first())
+        .filter(|_| verdict.action == Action::Reject)
+    {
+        return Some(format!("Virus found: {name}"));
+    }
     match verdict.action {
         Action::Reject => Some("Spam message rejected".into()),
         Action::SoftReject | Action::Greylist => Some("Try again later".into()),
