@@ -16,15 +16,20 @@ fi
 # are unpacked below: installing exim4-daemon-heavy or sendmail-bin would remove Postfix),
 # Node.js for Haraka, chromium with chromedriver for the web UI's browser test (tests/ui.rs), and
 # lua-check (luacheck) for the rules' lint (here, in `shrike rules check` and tests/lint.rs),
-# nginx-light and curl for the access model's proxy and client tests (tests/access.rs), systemd
-# for systemd-analyze's check of the unit file (tests/notify.rs).
+# nginx-light, curl and openssl for the access model's proxy and client tests (tests/access.rs,
+# with docs/deploy.md's TLS proxy), systemd for systemd-analyze's check of the unit file
+# (tests/notify.rs, scripts/test_package.sh), adduser for the package's maintainer scripts,
+# python3-dkim and python3-nacl (dkimpy, Ed25519) as the independent DKIM verifier of
+# tests/signing.rs, clamav-daemon for the antivirus tests' own clamd (tests/antivirus.rs; its
+# services are not started, and the tests write their own signature database: freshclam
+# never runs).
 mta_libs="libdb5.3 libgnutls-dane0 libgnutls30 libidn12 libidn2-0 libldap-2.5-0 libmariadb3 \
     libnsl2 libpam0g libpcre2-8-0 libperl5.36 libpq5 libsasl2-2 libspf2-2 libsqlite3-0 libcrypt1 \
     libssl3 libwrap0 liblockfile1 m4 util-linux"
 missing=""
 command -v npm >/dev/null || missing="nodejs npm"
 for pkg in postfix miltertest rspamd spamc iproute2 python3 chromium chromium-driver lua-check \
-    nginx-light curl systemd redis-server redis-tools $mta_libs; do
+    nginx-light curl openssl adduser python3-dkim python3-nacl systemd redis-server redis-tools clamav-daemon $mta_libs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
         || missing="$missing $pkg"
 done
@@ -86,3 +91,5 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
 ./scripts/test_vendor.sh
+# The Debian package: built (release), installed, run as its unit would, upgraded and purged.
+./scripts/test_package.sh

@@ -12,11 +12,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::antivirus::{AntivirusConfig, AntivirusConfigError};
 use crate::auth::AuthConfig;
 use crate::classify::ClassifierConfig;
 use crate::dns::{DnsConfig, DnsConfigError};
 use crate::dnsbl::{DnsblConfigError, ZoneConfig};
 use crate::engine::{EngineConfig, OverrideError, Overrides, RulesConfig};
+use crate::greylist::GreylistConfig;
 use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::learn::LearnSettings;
 use crate::message::Limits;
@@ -28,6 +30,7 @@ use crate::server::http::HttpConfig;
 use crate::server::milter::MilterConfig;
 use crate::server::spamd::SpamdConfig;
 use crate::server::{Reread, ServeSettings, ServerConfig};
+use crate::settings::{SettingsEntry, SettingsError, SettingsTable};
 use crate::store::{PersistConfig, StoreConfig, StoreConfigError};
 use crate::verdict::{ActionsConfig, VerdictConfig};
 
@@ -73,12 +76,23 @@ pub struct Config {
     pub dnsbl: Vec<ZoneConfig>,
     /// The decision history: every verdict and learn of the daemon, on disk.
     pub history: HistoryConfig,
+    /// Log lines: text or JSON, the level.
+    pub log: crate::logging::LogConfig,
+    /// DKIM signing of authenticated senders' mail: keys, selector, headers.
+    pub dkim_signing: crate::sign::DkimSigningConfig,
     /// Local score changes to the rule set: `SYMBOL = score`, 0 turns the symbol off.
     pub scores: BTreeMap<String, f64>,
     /// Rules or symbols turned off.
     pub rules: RulesConfig,
     /// Action thresholds in rspamd's form; each one given replaces `[verdict]`'s.
     pub actions: ActionsConfig,
+    /// Greylisting of unknown (network, sender, recipient) triples.
+    pub greylist: GreylistConfig,
+    /// Antivirus over clamd, off until `servers` names one.
+    pub antivirus: AntivirusConfig,
+    /// Per-recipient settings (`[[settings]]`), read again with `[scores]` on a reload.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<SettingsEntry>,
     /// The file this configuration was read from (SIGHUP reads its `[scores]` again).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -114,6 +128,22 @@ pub enum ConfigError {
     History(HistoryConfigError),
     #[error("invalid config: {0}")]
     Overrides(OverrideError),
+    #[error("invalid config: {0}")]
+    Log(crate::logging::LogConfigError),
+    #[error("invalid config: {0}")]
+    Sign(crate::sign::SignConfigError),
+    #[error("invalid config: {0}")]
+    Settings(SettingsError),
+    #[error("invalid config: {0}")]
+    Antivirus(AntivirusConfigError),
+    /// More than one section is wrong: each on its own line.
+    #[error("{}", list(.0))]
+    Many(Vec<ConfigError>),
+}
+
+fn list(errors: &[ConfigError]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    format!("{} errors:\n  {}", lines.len(), lines.join("\n  "))
 }
 
 impl Config {
@@ -152,10 +182,29 @@ impl Config {
         c
     }
 
-    /// The `[scores]` and `[rules]` changes to the rule set.
+    /// The `[scores]`, `[rules]` and `[[settings]]` changes to the rule set.
     pub fn overrides(&self) -> Result<Overrides, ConfigError> {
         let origin = self.source.as_ref().map(|p| p.display().to_string());
-        Overrides::new(&self.scores, &self.rules, origin).map_err(ConfigError::Overrides)
+        let overrides =
+            Overrides::new(&self.scores, &self.rules, origin).map_err(ConfigError::Overrides)?;
+        if self.settings.is_empty() {
+            return Ok(overrides);
+        }
+        // Symbols the DNS lists score themselves are known to the settings' symbol check.
+        let listed = crate::dnsbl::resolve_all(&self.dnsbl)
+            .map_err(ConfigError::Dnsbl)?
+            .into_iter()
+            .flat_map(|z| {
+                let codes: Vec<String> = z.codes.into_iter().map(|(_, s)| s).collect();
+                codes
+                    .into_iter()
+                    .chain(z.scores.into_keys())
+                    .chain([z.unknown_symbol, z.blocked_symbol])
+            })
+            .collect();
+        let table = SettingsTable::new(&self.settings, &self.verdict, listed)
+            .map_err(ConfigError::Settings)?;
+        Ok(overrides.with_settings(table))
     }
 
     /// What a scanner is configured by.
@@ -168,6 +217,8 @@ impl Config {
             classifier: self.classifier.clone(),
             // (`validate` refuses the overrides that cannot be built)
             overrides: self.overrides().unwrap_or_default(),
+            greylist: self.greylist.clone(),
+            antivirus: self.antivirus.clone(),
         }
     }
 
@@ -186,6 +237,7 @@ impl Config {
             dnsbl: self.dnsbl.clone(),
             auth: self.auth.clone(),
             scan: self.scan_settings(),
+            dkim_signing: self.dkim_signing.clone(),
             reread: self.source.clone().map(|path| Reread {
                 path,
                 read: reread_overrides,
@@ -215,25 +267,47 @@ impl Config {
 
     /// Checks values that parse but make no sense: each module's own checks.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.scan_settings().validate().map_err(ConfigError::Scan)?;
-        self.store.validate().map_err(ConfigError::Store)?;
-        crate::server::validate(
-            &self.server,
-            &self.http,
-            &self.milter,
-            &self.spamd,
-            self.limits.max_message_bytes,
-        )
-        .map_err(ConfigError::Server)?;
-        self.access
-            .validate()
-            .map_err(|e| ConfigError::Server(e.into()))?;
-        self.dns.validate().map_err(ConfigError::Dns)?;
-        crate::dnsbl::resolve_all(&self.dnsbl).map_err(ConfigError::Dnsbl)?;
-        self.auth.validate().map_err(ConfigError::Auth)?;
-        self.history.validate().map_err(ConfigError::History)?;
-        self.overrides()?;
-        Ok(())
+        // Every section is checked, so that `config check` lists each mistake at once instead
+        // of one a run (a section still stops at its own first).
+        let mut errors: Vec<ConfigError> = [
+            self.scan_settings().validate().map_err(ConfigError::Scan),
+            self.store.validate().map_err(ConfigError::Store),
+            crate::server::validate(
+                &self.server,
+                &self.http,
+                &self.milter,
+                &self.spamd,
+                self.limits.max_message_bytes,
+            )
+            .map_err(ConfigError::Server),
+            self.access
+                .validate()
+                .map_err(|e| ConfigError::Server(e.into())),
+            self.dns.validate().map_err(ConfigError::Dns),
+            crate::dnsbl::resolve_all(&self.dnsbl)
+                .map(drop)
+                .map_err(ConfigError::Dnsbl),
+            self.auth.validate().map_err(ConfigError::Auth),
+            self.history.validate().map_err(ConfigError::History),
+            self.antivirus
+                .validate(self.server.scan_timeout_ms)
+                .map_err(ConfigError::Antivirus),
+            self.log.validate().map_err(ConfigError::Log),
+            // The listed domains' keys are read here, so that `config check` finds an
+            // unreadable one before the daemon does.
+            crate::sign::Signer::new(&self.dkim_signing)
+                .map(drop)
+                .map_err(ConfigError::Sign),
+            self.overrides().map(drop),
+        ]
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(ConfigError::Many(errors)),
+        }
     }
 }
 

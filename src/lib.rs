@@ -4,6 +4,7 @@
 //! outside the two modules that allow it under their safety contracts: `engine::ffi` and
 //! `engine::preempt`.
 
+pub mod antivirus;
 pub mod auth;
 pub mod classify;
 pub mod config;
@@ -12,8 +13,10 @@ pub mod dns;
 pub mod dnsbl;
 pub mod engine;
 pub mod entities;
+pub mod greylist;
 pub mod history;
 pub mod learn;
+pub mod logging;
 pub mod message;
 pub mod netcheck;
 pub mod proto;
@@ -21,7 +24,9 @@ pub mod replay;
 pub mod scan;
 pub mod secrets;
 pub mod server;
+pub mod settings;
 pub mod shingle;
+pub mod sign;
 pub mod store;
 #[cfg(test)]
 mod testing;

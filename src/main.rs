@@ -1,9 +1,9 @@
-//! The `shrike` command line: argument parsing, logging setup, config load, dispatch to the
-//! subcommands' handlers (`cli/`).
+//! The `shrike` command line: argument parsing, config load, the log subscriber (`[log]`),
+//! dispatch to the subcommands' handlers (`cli/`).
 
 mod cli;
 
-use std::io::{self, IsTerminal};
+use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -50,23 +50,13 @@ enum Command {
     /// The password is asked on the terminal (twice), or read as the first line of standard
     /// input: `printf '%s\n' "$PW" | shrike passwd`.
     Passwd,
+    /// DKIM signing keys.
+    #[command(subcommand)]
+    Dkim(cli::dkim::DkimCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The daemon logs its lifecycle; the offline tools only warnings. RUST_LOG overrides.
-    let default_level = match cli.command {
-        Command::Serve(_) => "info",
-        _ => "warn",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(io::stderr)
-        .with_ansi(io::stderr().is_terminal())
-        .init();
     match run(cli) {
         Ok(code) => code,
         // The reader of the output went away (`shrike rules list | head`): nothing is wrong
@@ -98,6 +88,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(path) => Config::from_file(path).context("loading configuration")?,
         None => Config::default(),
     };
+    // The daemon logs its lifecycle; the offline tools only warnings.
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    shrike::logging::init(&config.log, default_level);
     match cli.command {
         Command::Serve(args) => cli::serve::run(config, args),
         Command::Scan(args) => cli::scan::run(&config, args),
@@ -107,6 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::History(args) => cli::history::run(&config, args),
         Command::Store(cmd) => cli::store::run(config, cmd),
         Command::Passwd => cli::passwd::run(),
+        Command::Dkim(cmd) => cli::dkim::run(cmd),
         Command::Config(cmd) => cli::config::run(&config, cmd),
     }
 }

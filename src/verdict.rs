@@ -90,6 +90,12 @@ pub struct Verdict {
     pub generation: u64,
     /// The classifier's spam probability, when a rule asked and the model had an opinion.
     pub probability: Option<f64>,
+    /// The `DKIM-Signature` value for an authenticated sender's message (`sign.rs`), which
+    /// the milter adds and rspamd's protocol returns as `dkim-signature`.
+    pub dkim_signature: Option<String>,
+    /// The `[[settings]]` entry this verdict was judged under (none: the global settings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
 }
 
 impl Default for Verdict {
@@ -102,6 +108,8 @@ impl Default for Verdict {
             required_score: None,
             generation: 0,
             probability: None,
+            dkim_signature: None,
+            settings: None,
         }
     }
 }

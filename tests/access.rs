@@ -8,6 +8,9 @@
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
 mod daemon;
+#[allow(dead_code)]
+#[path = "common/deploy.rs"]
+mod deploy;
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
@@ -424,6 +427,140 @@ fn a_proxy_names_its_clients_only_when_trusted_and_never_counts_as_loopback() {
     }
     // A peer that is no proxy cannot name another client.
     assert_eq!(history(d.http, "127.0.0.2", &forged), 403);
+}
+
+/// docs/deploy.md's TLS proxy as it stands: its nginx server block (on a test port, with a
+/// certificate made here) in front of a daemon with its `[access]` block (the example office
+/// network replaced by 127.0.0.2): a client in that network reads through TLS under the guide's
+/// host name, another client only scans, and the proxy's own address is nobody.
+#[test]
+fn the_deploy_guides_tls_proxy_names_its_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("daemon")).unwrap();
+    let d = Daemon::start(
+        &dir.path().join("daemon"),
+        Options {
+            config: Some(
+                deploy::snippet("toml", "tests/access.rs").replace("192.0.2.0/24", "127.0.0.2/32"),
+            ),
+            ..Options::default()
+        },
+    );
+    let n = dir.path().join("nginx");
+    std::fs::create_dir_all(n.join("logs")).unwrap();
+    let (cert, key) = (n.join("cert.pem"), n.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=shrike.example.org"])
+        .args(["-addext", "subjectAltName=DNS:shrike.example.org"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is installed (scripts/test.sh installs it)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let port = free_port();
+    let server = deploy::snippet("nginx", "tests/access.rs")
+        .replace("listen 443 ssl;", &format!("listen 127.0.0.1:{port} ssl;"))
+        .replace(
+            "/etc/ssl/certs/shrike.example.org.pem",
+            &cert.display().to_string(),
+        )
+        .replace(
+            "/etc/ssl/private/shrike.example.org.key",
+            &key.display().to_string(),
+        )
+        .replace(
+            "http://127.0.0.1:11333",
+            &format!("http://127.0.0.1:{}", d.http),
+        );
+    assert!(
+        server.contains(&format!("127.0.0.1:{port} ssl")),
+        "{server}"
+    );
+    let user = if nix_root() { "user root;" } else { "" };
+    let conf = format!(
+        "{user}\nmaster_process off;\nerror_log stderr;\npid {n}/nginx.pid;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {n}/body;\n\
+           proxy_temp_path {n}/proxy;\n  fastcgi_temp_path {n}/fcgi;\n\
+           uwsgi_temp_path {n}/uwsgi;\n  scgi_temp_path {n}/scgi;\n{server}}}\n",
+        n = n.display()
+    );
+    std::fs::write(n.join("nginx.conf"), conf).unwrap();
+    let child = Command::new(nginx_binary())
+        .args(["-p", &n.display().to_string(), "-c"])
+        .arg(n.join("nginx.conf"))
+        .args(["-g", "daemon off;"])
+        .stderr(Stdio::from(
+            std::fs::File::create(n.join("nginx.log")).unwrap(),
+        ))
+        .spawn()
+        .expect("nginx is installed (scripts/test.sh installs nginx-light)");
+    let _nginx = Nginx { child, port };
+    let https = |from: &str, method: &str, path: &str| -> u16 {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "30"])
+            .args(["--interface", from, "-X", method])
+            .arg("--resolve")
+            .arg(format!("shrike.example.org:{port}:127.0.0.1"))
+            .arg("--cacert")
+            .arg(&cert);
+        if method == "POST" {
+            cmd.args([
+                "-H",
+                "Content-Type: message/rfc822",
+                "--data-binary",
+                MESSAGE,
+            ]);
+        }
+        let o = cmd
+            .arg(format!("https://shrike.example.org:{port}{path}"))
+            .output()
+            .expect("curl is installed");
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    wait_until("nginx with TLS", 30, || {
+        https("127.0.0.2", "GET", "/ping") == 200
+    });
+    assert_eq!(
+        https("127.0.0.2", "GET", "/history"),
+        200,
+        "the read network reads"
+    );
+    assert_eq!(https("127.0.0.2", "GET", "/stat"), 200);
+    assert_eq!(https("127.0.0.3", "GET", "/history"), 403, "others do not");
+    assert_eq!(
+        https("127.0.0.3", "POST", "/checkv2"),
+        200,
+        "scanning is open"
+    );
+    assert_eq!(
+        https("127.0.0.2", "POST", "/learnspam"),
+        403,
+        "reading is no admin"
+    );
+    // The proxy's own address, without a client named, is nobody.
+    assert_eq!(
+        curl(
+            "127.0.0.1",
+            &format!("http://127.0.0.1:{}/history", d.http),
+            "GET",
+            &[],
+            ""
+        ),
+        403
+    );
 }
 
 /// A network namespace with a veth pair: the host side `10.213.N.1`, the namespace's

@@ -180,3 +180,55 @@ fn config_check_fails_on_a_rule_set_that_does_not_load() {
     assert!(said.contains("50_local.lua:2"), "{said}");
     assert!(o.stdout.is_empty(), "nothing printed as if it were fine");
 }
+
+/// The daemon and `config check` (systemd's ExecStartPre) refuse the same files with the same
+/// words, and a file with mistakes in several sections gets all of them listed at once.
+#[test]
+fn config_check_and_serve_refuse_alike_and_list_every_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shrike.toml");
+    let data = dir.path().join("data");
+    for text in [
+        "[http]\nmax_headers = 5\n",
+        "[history]\nflush_ms = 0\n",
+        "[access]\nadmin_networks = [\"nonsense\"]\n",
+        "[dns]\ntimeout_ms = 0\n",
+        "[log]\nlevel = \"x=[\"\n",
+        "[milter]\nmax_message_bytes = 0\n",
+        "[verdict]\nreject = 1.0\nadd_header = 5.0\n",
+        "[scores]\nNO_SUCH_SYMBOL = \"high\"\n",
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let config = path.to_str().unwrap();
+        let check = shrike(&["--config", config, "config", "check"]);
+        let serve = shrike(&[
+            "--config",
+            config,
+            "serve",
+            "--http",
+            "127.0.0.1:1",
+            "--milter",
+            "off",
+            "--data",
+            data.to_str().unwrap(),
+        ]);
+        assert!(!check.status.success() && !serve.status.success(), "{text}");
+        assert!(stderr(&check).contains("invalid config"), "{text}");
+        assert_eq!(stderr(&check), stderr(&serve), "{text}");
+        assert!(!data.exists(), "serve started on {text}");
+    }
+
+    let (ok, said) = check(
+        dir.path(),
+        "[http]\nmax_headers = 5\n[history]\nflush_ms = 0\n[log]\nlevel = \"x=[\"\n",
+    );
+    assert!(!ok);
+    assert!(said.contains("3 errors:"), "{said}");
+    for each in [
+        "http.max_headers must be at least 16",
+        "history.flush_ms must be 1..=1000",
+        "[log] level \"x=[\"",
+    ] {
+        assert_eq!(said.matches(each).count(), 1, "{each}: {said}");
+    }
+}

@@ -13,6 +13,9 @@
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
 mod daemon;
+#[allow(dead_code)]
+#[path = "common/deploy.rs"]
+mod deploy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -119,6 +122,12 @@ impl Exim {
                 .unwrap();
         }
         let d = dir.display();
+        // The guide's main-section lines and ACL (docs/deploy.md), on this test's address and
+        // with an RCPT ACL that accepts every recipient.
+        let guide = deploy::snippet("exim", "tests/integrations.rs")
+            .replace("127.0.0.1 11333 variant=rspamd", spamd_address)
+            .replace("begin acl\n", "begin acl\nacl_rcpt:\n  accept\n");
+        assert!(guide.contains(&format!("spamd_address = {spamd_address}\n")));
         let config = format!(
             r#"primary_hostname = shrike.test
 exim_path = {exim}
@@ -131,21 +140,8 @@ host_lookup =
 rfc1413_hosts =
 keep_environment =
 local_interfaces = 127.0.0.1
-spamd_address = {spamd_address}
 acl_smtp_rcpt = acl_rcpt
-acl_smtp_data = acl_data
-
-begin acl
-acl_rcpt:
-  accept
-acl_data:
-  deny  spam = nobody:true
-        condition = ${{if eq{{$spam_action}}{{reject}}}}
-        message = Rejected by shrike: spam score $spam_score
-  warn  add_header = X-Shrike-Score: $spam_score
-  warn  add_header = X-Shrike-Action: $spam_action
-  accept
-
+{guide}
 begin routers
 everyone:
   driver = accept
@@ -282,13 +278,13 @@ fn haraka_rspamd_plugin_rejects_gtube_and_delivers_ham_with_its_headers() {
         "config/plugins",
         "rcpt_to.in_host_list\nrspamd\nqueue/to_dir\n".into(),
     );
+    // The guide's file (docs/deploy.md) on this test's port; the test's client is on
+    // loopback, which the plugin skips unless told.
+    let ini = deploy::snippet("ini", "tests/integrations.rs")
+        .replace("port = 11333", &format!("port = {}", d.http));
     write(
         "config/rspamd.ini",
-        format!(
-            "host = 127.0.0.1\nport = {}\nadd_headers = always\n\
-             [check]\nlocal_ip = true\nprivate_ip = true\n[reject]\nspam = true\n",
-            d.http
-        ),
+        format!("{ini}[check]\nlocal_ip = true\nprivate_ip = true\n"),
     );
     std::fs::copy(
         root().join("tests/haraka/queue_to_dir.js"),
@@ -399,16 +395,16 @@ define(`STATUS_FILE', `{t}/statistics')dnl
 define(`confHOST_STATUS_DIRECTORY', `')dnl
 define(`SMART_HOST', `esmtp:[127.0.0.1]')dnl
 define(`ESMTP_MAILER_ARGS', `TCP $h {sink_port}')dnl
-define(`confMILTER_MACROS_ENVFROM', `i, {{auth_authen}}')dnl
 FEATURE(`promiscuous_relay')dnl
 FEATURE(`accept_unresolvable_domains')dnl
 FEATURE(`nocanonify')dnl
 DAEMON_OPTIONS(`Port={smtp}, Addr=127.0.0.1, Name=MTA')dnl
-INPUT_MAIL_FILTER(`shrike', `S=inet:{milter}@127.0.0.1, F=T, T=S:30s;R:30s;E:5m')dnl
-MAILER(`smtp')dnl
+{filter}MAILER(`smtp')dnl
 ",
         cf = root_dir.join("usr/share/sendmail/cf").display(),
-        milter = d.milter,
+        // The guide's lines (docs/deploy.md), on this test's milter port.
+        filter = deploy::snippet("m4", "tests/integrations.rs")
+            .replace("inet:11332@", &format!("inet:{}@", d.milter)),
     );
     let out = Command::new("m4")
         .arg("-")

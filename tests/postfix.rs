@@ -9,106 +9,21 @@
 #[path = "common/daemon.rs"]
 mod daemon;
 
+#[allow(dead_code)]
+#[path = "common/postfix.rs"]
+mod postfix;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use daemon::{free_port, Daemon, Options};
-
-fn tools() -> PathBuf {
-    std::env::var_os("SHRIKE_MTA_TOOLS").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/mta"),
-        PathBuf::from,
-    )
-}
+use daemon::{Daemon, Options};
+use postfix::{eod, harness_dir, Postfix};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name)
-}
-
-/// A Postfix instance of the harness; stopped (mta-down) when dropped.
-struct Postfix {
-    dir: PathBuf,
-    smtp: u16,
-}
-
-impl Postfix {
-    fn up(dir: &Path, milter_port: u16) -> Postfix {
-        let (smtp, sink) = (free_port(), free_port());
-        let out = Command::new(tools().join("mta-up"))
-            .arg("--force")
-            .arg("--no-install")
-            .arg("--dir")
-            .arg(dir)
-            .args(["--smtp-port", &smtp.to_string()])
-            .args(["--sink-port", &sink.to_string()])
-            .args(["--milter-port", &milter_port.to_string()])
-            .args(["--default-action", "tempfail"])
-            .output()
-            .expect("run mta-up");
-        assert!(
-            out.status.success(),
-            "mta-up failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Postfix {
-            dir: dir.to_path_buf(),
-            smtp,
-        }
-    }
-
-    /// `mta-send` one file; returns its result line.
-    fn send(&self, file: &Path) -> String {
-        let out = Command::new(tools().join("mta-send"))
-            .args(["--server", &format!("127.0.0.1:{}", self.smtp)])
-            .args(["-t", "bob@example.com"])
-            .arg(file)
-            .output()
-            .expect("run mta-send");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// The sink file holding `marker`, waiting up to 15 s for delivery.
-    fn delivered(&self, marker: &str) -> Option<String> {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(entries) = std::fs::read_dir(self.dir.join("sink")) {
-                for e in entries.flatten() {
-                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                    if text.contains(marker) && text.contains("\n\n") {
-                        return Some(text);
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        None
-    }
-
-    /// Whether a sink file holds `marker` now.
-    fn sink_holds(&self, marker: &str) -> bool {
-        std::fs::read_dir(self.dir.join("sink")).is_ok_and(|entries| {
-            entries
-                .flatten()
-                .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(marker)))
-        })
-    }
-
-    fn maillog(&self) -> String {
-        std::fs::read_to_string(self.dir.join("postfix/log/maillog")).unwrap_or_default()
-    }
-}
-
-impl Drop for Postfix {
-    fn drop(&mut self) {
-        let _ = Command::new(tools().join("mta-down"))
-            .arg("--dir")
-            .arg(&self.dir)
-            .output();
-    }
 }
 
 /// A copy of a test message with a unique Message-ID, to find it in the sink.
@@ -132,22 +47,11 @@ fn unique_copy(dir: &Path, name: &str, tag: &str) -> (PathBuf, String) {
     (path, id)
 }
 
-fn eod(line: &str) -> &str {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("EOD="))
-        .unwrap_or("")
-}
-
 #[test]
 fn postfix_with_shrike_milter() {
     let tmp = tempfile::tempdir().unwrap();
     // Postfix's processes run as user postfix and must reach the harness directory.
-    let harness = tmp.path().join("mta");
-    std::fs::create_dir_all(&harness).unwrap();
-    for p in [tmp.path(), harness.as_path()] {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let harness = harness_dir(tmp.path());
     let mut shrike = Daemon::start(tmp.path(), Options::default());
     let postfix = Postfix::up(&harness, shrike.milter);
 

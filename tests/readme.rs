@@ -1,6 +1,9 @@
-//! README.md's "## Tests" list against the tree: it names every integration test file
-//! (`tests/*.rs`) and every fuzz target (`fuzz/Cargo.toml`'s `[[bin]]`s), and nothing that is
-//! not there, so a test added without a line in the README fails here.
+//! The docs against the tree and against their own rules. README.md's "## Tests" list names
+//! every integration test file (`tests/*.rs`) and every fuzz target (`fuzz/Cargo.toml`'s
+//! `[[bin]]`s), and nothing that is not there, so a test added without a line in the README
+//! fails here. BENCHMARKS.md stays a reference: under 40,000 bytes, and its "## Targets" table
+//! one short line a target (8 cells a row, none over 200 characters), the story in the sections
+//! below and the history in docs/perf-log.md.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -112,4 +115,52 @@ fn the_readme_names_every_fuzz_target() {
         unnamed.is_empty(),
         "README.md's \"- Fuzzing:\" bullet does not name the fuzz targets {unnamed:?}:\n{fuzz}"
     );
+}
+
+/// BENCHMARKS.md is a reference, not a diary: under 40,000 bytes, and every row of its
+/// "## Targets" table eight short cells (area, target, from, figure, command, commit, date,
+/// status). Explanations go to the area's section below the table, runs to docs/perf-log.md.
+#[test]
+fn benchmarks_md_stays_a_reference() {
+    const MAX_BYTES: usize = 40_000;
+    const MAX_CELL_CHARS: usize = 200;
+    let text = read(Path::new("BENCHMARKS.md"));
+    assert!(
+        text.len() < MAX_BYTES,
+        "BENCHMARKS.md is {} bytes (limit {MAX_BYTES}): move histories, experiment narratives \
+         and superseded runs to docs/perf-log.md",
+        text.len()
+    );
+    let start = text
+        .find("\n## Targets\n")
+        .expect("BENCHMARKS.md has a \"## Targets\" section");
+    let section = &text[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2) // the header and the |---| line
+        .collect();
+    assert!(!rows.is_empty(), "BENCHMARKS.md's Targets table has rows");
+    for row in rows {
+        let inner = row
+            .trim()
+            .strip_prefix('|')
+            .and_then(|r| r.strip_suffix('|'))
+            .unwrap_or_else(|| panic!("a Targets row starts and ends with '|': {row}"));
+        let cells: Vec<&str> = inner.split('|').map(str::trim).collect();
+        assert_eq!(
+            cells.len(),
+            8,
+            "a Targets row has 8 cells (area, target, from, figure, command, commit, date, \
+             status): {row}"
+        );
+        for cell in cells {
+            assert!(
+                !cell.is_empty() && cell.chars().count() <= MAX_CELL_CHARS,
+                "a Targets cell is empty or over {MAX_CELL_CHARS} characters (put the story in \
+                 the area's section): {cell}"
+            );
+        }
+    }
 }

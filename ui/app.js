@@ -367,6 +367,18 @@ async function rules() {
       el("td", {}, x.file), el("td", { class: "num" }, fmt(x.runs)), el("td", { class: "num" }, fmt(x.hits)),
       el("td", { class: "num" }, fmt(x.hit_rate * 100, 2) + "%"), el("td", { class: "num" }, fmt(x.mean_us, 1)),
       el("td", { class: "num" }, fmt(x.errors)), el("td", { class: "num" }, fmt(x.timeouts)))));
+  const settings = r.settings || [];
+  $("settings-summary").textContent = settings.length === 0
+    ? "No [[settings]] entries: every recipient gets the global settings."
+    : `${settings.length} [[settings]] entries; the most specific match wins (recipient address, recipient domain, user, sender, network).`;
+  const list = (x) => (x || []).join(", ");
+  const pairs = (o) => Object.entries(o || {}).map(([k, v]) => `${k} ${v}`).join(", ");
+  table($("settings-table"), ["name", "matches", "thresholds", "scores", "disabled", "allow senders", "deny senders"], settings.map((s) =>
+    el("tr", {}, el("td", {}, s.name),
+      el("td", {}, [["recipients", s.rcpts], ["domains", s.rcpt_domains], ["users", s.users], ["senders", s.senders], ["networks", s.networks]]
+        .filter(([, v]) => v && v.length).map(([k, v]) => `${k}: ${list(v)}`).join("; ") || "(by Settings-ID only)"),
+      el("td", {}, pairs(s.thresholds)), el("td", {}, pairs(s.scores)), el("td", {}, list(s.disabled)),
+      el("td", {}, list(s.allow_senders)), el("td", {}, list(s.deny_senders)))));
 }
 
 // ---- Routing ----

@@ -2,6 +2,7 @@
 //! Each takes the loaded configuration and its own parsed arguments, and returns the exit code.
 
 pub mod config;
+pub mod dkim;
 pub mod history;
 pub mod learn;
 pub mod passwd;

@@ -9,10 +9,12 @@
 //! is dropped from its hits.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::{Generation, RuleMeta};
+use crate::settings::{Profile, SettingsTable};
 
 /// `[rules]` of the configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +40,8 @@ pub struct Overrides {
     pub disabled: BTreeSet<String>,
     /// Where they were read (the configuration file), for `rules list`.
     pub origin: Option<String>,
+    /// `[[settings]]`: per-recipient changes over these, read and swapped in with them.
+    pub settings: Arc<SettingsTable>,
 }
 
 impl Overrides {
@@ -54,11 +58,18 @@ impl Overrides {
             scores: scores.clone(),
             disabled: rules.disabled.iter().cloned().collect(),
             origin,
+            settings: Arc::default(),
         })
     }
 
+    /// With `[[settings]]` (checked against the rules when a generation is built).
+    pub fn with_settings(mut self, settings: SettingsTable) -> Overrides {
+        self.settings = Arc::new(settings);
+        self
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.scores.is_empty() && self.disabled.is_empty()
+        self.scores.is_empty() && self.disabled.is_empty() && self.settings.is_empty()
     }
 
     fn symbol_off(&self, rule: &str, symbol: &str) -> bool {
@@ -120,6 +131,13 @@ pub struct ListedSymbol {
 
 /// The effective set of `generation`: every declared symbol with its score, file and changes.
 pub fn list(generation: &Generation) -> Vec<ListedSymbol> {
+    list_for(generation, None)
+}
+
+/// The effective set for recipients under `profile` (`rules list --settings NAME`): the
+/// global set with the entry's scores and switches over it. A symbol the global set turns off
+/// does not run, so an entry cannot turn it back on.
+pub fn list_for(generation: &Generation, profile: Option<&Profile>) -> Vec<ListedSymbol> {
     let o = &generation.overrides;
     let origin = o.origin.as_deref().unwrap_or("the configuration");
     let mut out = Vec::new();
@@ -147,10 +165,24 @@ pub fn list(generation: &Generation) -> Vec<ListedSymbol> {
             } else if off {
                 overridden.push(format!("disabled by [scores] {} = 0 in {origin}", s.name));
             }
+            let mut effective = score.unwrap_or(s.score);
+            let mut off = off;
+            if let Some(p) = profile.filter(|_| !off) {
+                if p.is_off(Some(&r.name), &s.name) {
+                    off = true;
+                    overridden.push(format!("disabled by settings \"{}\"", p.name));
+                } else if let Some(new) = p.score(&s.name).filter(|&v| v != effective) {
+                    overridden.push(format!(
+                        "score {effective} -> {new} by settings \"{}\"",
+                        p.name
+                    ));
+                    effective = new;
+                }
+            }
             out.push(ListedSymbol {
                 symbol: s.name.clone(),
                 rule: r.name.clone(),
-                score: if off { 0.0 } else { score.unwrap_or(s.score) },
+                score: if off { 0.0 } else { effective },
                 declared: s.score,
                 enabled: !off,
                 source: source.clone(),

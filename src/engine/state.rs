@@ -502,6 +502,17 @@ pub(super) fn build_generation(
     if !unknown.is_empty() {
         tracing::warn!(names = ?unknown, "[scores] or [rules] name symbols no rule declares");
     }
+    // A settings entry naming a symbol no rule declares is refused, not warned about: the
+    // recipients it was written for would silently keep the scores it meant to change.
+    overrides
+        .settings
+        .check_symbols(|n| {
+            names.contains_key(n)
+                || declared.iter().any(|r| r.name == n)
+                || [RULE_ERROR, RULE_TIMEOUT, RULES_SKIPPED].contains(&n)
+                || crate::settings::SERVICE_SYMBOLS.contains(&n)
+        })
+        .map_err(|e| LoadError::Declaration(e.to_string()))?;
     let mut symbols = HashMap::new();
     for (ri, r) in rules.iter().enumerate() {
         for (si, s) in r.symbols.iter().enumerate() {

@@ -80,6 +80,9 @@ pub struct Envelope {
     pub queue_id: Option<String>,
     /// The final recipient of a local delivery (`Deliver-To`).
     pub deliver_to: Option<String>,
+    /// The `[[settings]]` entry the client asked for by name (rspamd's `Settings-ID`), over
+    /// what the recipients would match.
+    pub settings_id: Option<String>,
 }
 
 /// An attachment (or any non-body part) as decoded.

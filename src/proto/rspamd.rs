@@ -73,6 +73,8 @@ impl CheckRequest {
         req.envelope.user = text(headers, "user");
         req.envelope.queue_id = text(headers, "queue-id");
         req.envelope.deliver_to = text(headers, "deliver-to").map(|d| address(&d));
+        // rspamd's name for a settings entry the client chooses (`rspamc --settings-id`).
+        req.envelope.settings_id = text(headers, "settings-id");
         req.pass_all = text(headers, "pass").is_some_and(|p| p.eq_ignore_ascii_case("all"));
         req
     }
@@ -136,8 +138,14 @@ pub struct CheckReply<'a> {
     pub message_id: Option<&'a str>,
     pub time_real: f64,
     pub milter: Milter,
+    /// rspamd's field for a signed message: the `DKIM-Signature` value.
+    #[serde(rename = "dkim-signature", skip_serializing_if = "Option::is_none")]
+    pub dkim_signature: Option<&'a str>,
     // shrike's extras
     pub generation: u64,
+    /// The `[[settings]]` entry the verdict was judged under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<&'a str>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub shadow: BTreeMap<&'a str, Symbol<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -169,6 +177,16 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
         let order = u32::try_from(order).unwrap_or(u32::MAX);
         milter.add_headers.insert(name, AddHeader { value, order });
     }
+    if let Some(value) = &verdict.dkim_signature {
+        // On top of the header, where signers put it (order 0: before the others).
+        milter.add_headers.insert(
+            "DKIM-Signature".into(),
+            AddHeader {
+                value: value.clone(),
+                order: 0,
+            },
+        );
+    }
     for name in extras.remove_headers {
         milter.remove_headers.insert(name, 0);
     }
@@ -199,7 +217,9 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
         message_id: extras.message_id,
         time_real: extras.time_real,
         milter,
+        dkim_signature: verdict.dkim_signature.as_deref(),
         generation: verdict.generation,
+        settings: verdict.settings.as_deref(),
         shadow: verdict
             .shadow
             .values()
@@ -213,6 +233,14 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
 
 /// The SMTP text for a rejected message.
 pub fn forced_reason(verdict: &Verdict) -> Option<String> {
+    if let Some(name) = verdict
+        .symbols
+        .get("CLAM_VIRUS")
+        .and_then(|s| s.options.first())
+        .filter(|_| verdict.action == Action::Reject)
+    {
+        return Some(format!("Virus found: {name}"));
+    }
     match verdict.action {
         Action::Reject => Some("Spam message rejected".into()),
         Action::SoftReject | Action::Greylist => Some("Try again later".into()),

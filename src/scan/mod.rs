@@ -10,6 +10,7 @@
 mod late;
 pub mod nearmiss;
 pub mod ruletest;
+mod settle;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,6 +47,10 @@ pub struct ScanSettings {
     pub classifier: ClassifierConfig,
     /// The configuration's `[scores]` and `[rules]` changes to the rule set.
     pub overrides: engine::Overrides,
+    /// `[greylist]`.
+    pub greylist: crate::greylist::GreylistConfig,
+    /// `[antivirus]`.
+    pub antivirus: crate::antivirus::AntivirusConfig,
 }
 
 /// Why scan settings cannot be used. Each message names the option.
@@ -59,6 +64,8 @@ pub enum SettingsError {
     Engine(#[from] EngineConfigError),
     #[error(transparent)]
     Classifier(#[from] ClassifierConfigError),
+    #[error(transparent)]
+    Greylist(#[from] crate::greylist::GreylistConfigError),
 }
 
 impl ScanSettings {
@@ -83,6 +90,7 @@ impl ScanSettings {
             return Err(SettingsError::Zero("scan.unique_period_secs"));
         }
         self.classifier.validate()?;
+        self.greylist.validate()?;
         Ok(())
     }
 }
@@ -107,6 +115,18 @@ pub fn verdict(
     generation: &engine::Generation,
     lists: &[crate::dnsbl::ListHit],
 ) -> Verdict {
+    judge(thresholds, outcome, generation, lists, None).0
+}
+
+/// `verdict`, under a `[[settings]]` entry when one is given (its scores and switched-off
+/// symbols; the caller passes its thresholds), with the action a symbol forced, if any.
+fn judge(
+    thresholds: &VerdictConfig,
+    outcome: &RuleOutcome,
+    generation: &engine::Generation,
+    lists: &[crate::dnsbl::ListHit],
+    profile: Option<&crate::settings::Profile>,
+) -> (Verdict, Option<Action>) {
     let mut v = Verdict {
         required_score: Some(thresholds.reject),
         generation: outcome.generation,
@@ -115,14 +135,33 @@ pub fn verdict(
     };
     let mut forced: Option<Action> = None;
     for hit in &outcome.hits {
-        let description = generation
-            .symbols
-            .get(&hit.symbol)
-            .map(|&(r, s)| generation.rules[r].symbols[s].description.clone())
+        let meta = generation.symbols.get(&hit.symbol).and_then(|&(r, s)| {
+            Some((
+                generation.rules.get(r)?,
+                generation.rules[r].symbols.get(s)?,
+            ))
+        });
+        let mut score = hit.score;
+        if let Some(p) = profile {
+            if p.is_off(meta.map(|(r, _)| r.name.as_str()), &hit.symbol) {
+                continue;
+            }
+            if let Some(new) = p.score(&hit.symbol) {
+                // The rule's weight stays: a hit at half the declared score gets half the new one.
+                let declared = meta.map_or(0.0, |(_, s)| s.score);
+                score = if declared != 0.0 {
+                    new * (hit.score / declared)
+                } else {
+                    new
+                };
+            }
+        }
+        let description = meta
+            .map(|(_, s)| s.description.clone())
             .filter(|d| !d.is_empty());
         let entry = SymbolHit {
             name: hit.symbol.clone(),
-            score: hit.score,
+            score,
             description,
             options: hit.options.clone(),
         };
@@ -130,7 +169,7 @@ pub fn verdict(
             v.shadow.insert(hit.symbol.clone(), entry);
             continue;
         }
-        v.score += hit.score;
+        v.score += score;
         if let Some(a) = hit.action {
             forced = Some(forced.map_or(a, |f| f.max(a)));
         }
@@ -139,6 +178,14 @@ pub fn verdict(
     let mut scored_lists: BTreeMap<&str, SymbolHit> = BTreeMap::new();
     for hit in lists {
         let Some(score) = hit.score else { continue };
+        if profile.is_some_and(|p| p.is_off(None, &hit.symbol)) {
+            continue;
+        }
+        let score = crate::dnsbl::ListScore(
+            profile
+                .and_then(|p| p.score(&hit.symbol))
+                .unwrap_or(score.0),
+        );
         if v.symbols.contains_key(&hit.symbol) {
             // A rule gave it: the rule's score stands.
             continue;
@@ -190,7 +237,7 @@ pub fn verdict(
     }
     v.score = (v.score * 1e4).round() / 1e4;
     v.action = forced.unwrap_or_else(|| thresholds.action_for(v.score));
-    v
+    (v, forced)
 }
 /// `[scan]`: where a scan's statistics go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -239,6 +286,10 @@ pub struct Scanner {
     /// With a store that reads by kind (`ReputationStore::reads_by_kind`): the kinds read
     /// before the rules (`late.rs`).
     asked_kinds: late::AskedKinds,
+    /// `[greylist]` when on.
+    greylist: Option<crate::greylist::Greylist>,
+    /// clamd, when `[antivirus]` names one.
+    antivirus: Option<crate::antivirus::Antivirus>,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -304,6 +355,11 @@ impl Scanner {
             Arc::clone(&store),
             settings.traffic.namespace,
         )?;
+        let greylist = crate::greylist::Greylist::new(
+            &settings.greylist,
+            Arc::clone(&store),
+            settings.traffic.namespace,
+        );
         Ok(Arc::new(Scanner {
             limits: settings.limits.clone(),
             verdict: settings.verdict.clone(),
@@ -313,6 +369,8 @@ impl Scanner {
             classifier,
             reputation_window,
             asked_kinds: late::AskedKinds::new(&crate::classify::features::REPUTATION_KINDS),
+            greylist,
+            antivirus: crate::antivirus::Antivirus::new(&settings.antivirus),
         }))
     }
 
@@ -341,6 +399,11 @@ impl Scanner {
 
     pub fn classifier(&self) -> &Arc<Classifier> {
         &self.classifier
+    }
+
+    /// The clamd client, when `[antivirus]` is on.
+    pub fn antivirus(&self) -> Option<&crate::antivirus::Antivirus> {
+        self.antivirus.as_ref()
     }
 
     /// What the rules see of an analysed message.
@@ -580,6 +643,12 @@ impl ScanWorker {
     ) -> Scanned<'p> {
         let sc = &*self.scanner;
         let start = std::time::Instant::now();
+        // clamd reads the message as received; a learn or a trial scan does not ask it.
+        let virus = sc
+            .antivirus
+            .as_ref()
+            .filter(|_| !observe)
+            .map(|av| av.scan(input.bytes()));
         let mut analysis = analyze(input, envelope, &sc.limits);
         if let Some(domain) = net.and_then(|n| n.auth.aligned_dkim_domain()) {
             let hashes = crate::shingle::of_value(crate::shingle::Kind::DkimDomain, domain);
@@ -638,10 +707,35 @@ impl ScanWorker {
         let lists = net.map_or(&[][..], |n| &n.lists[..]);
         // Descriptions come from the generation that judged the message, even if a reload
         // swapped in another one meanwhile.
-        let mut verdict = match self.rules.generation() {
-            Some(generation) => verdict(&sc.verdict, &outcome, generation, lists),
-            None => verdict(&sc.verdict, &outcome, &sc.engine.generation(), lists),
+        let current;
+        let generation = match self.rules.generation() {
+            Some(generation) => generation,
+            None => {
+                current = sc.engine.generation();
+                &current
+            }
         };
+        let base = verdict(&sc.verdict, &outcome, generation, lists);
+        let updates_from = base.score;
+        // (What the senders are only matters to settings entries: none, no work.)
+        let senders = if generation.overrides.settings.is_empty() {
+            settle::Senders::default()
+        } else {
+            settle::Senders::new(
+                envelope,
+                analysis.entities.from().map(|e| e.address.as_str()),
+                net.map(|n| &n.auth),
+            )
+        };
+        let mut verdict = settle::settle(base, &outcome, generation, lists, envelope, &senders);
+        if let Some(finding) = &virus {
+            settle::antivirus(finding, sc.antivirus.as_ref(), &mut verdict);
+        }
+        if !observe {
+            if let Some(greylist) = &sc.greylist {
+                settle::greylist(greylist, &mut verdict, generation, &sc.verdict, envelope);
+            }
+        }
         if store_unavailable {
             verdict.symbols.insert(
                 STORE_UNAVAILABLE.to_string(),
@@ -661,7 +755,9 @@ impl ScanWorker {
             lookup: looked_up - analyzed,
             rules: looked_up.elapsed(),
         };
-        let mut updates = self.updates(&analysis, &verdict);
+        // What the global settings made of the message: one recipient's settings do not move
+        // the reputation all share (settle.rs).
+        let mut updates = self.updates(&analysis, updates_from);
         updates.features = feature_updates;
         Scanned {
             analysis,
@@ -767,13 +863,13 @@ impl ScanWorker {
         sc.train(scanned, class).then_some(class)
     }
 
-    fn updates(&self, analysis: &Analysis<'_>, verdict: &Verdict) -> Updates {
+    fn updates(&self, analysis: &Analysis<'_>, score: f64) -> Updates {
         let sc = &*self.scanner;
         let mut counts = [0u64; COUNTERS];
         counts[Counter::Seen as usize] = 1;
-        if verdict.score >= sc.verdict.count_spam_at {
+        if score >= sc.verdict.count_spam_at {
             counts[Counter::Spam as usize] = 1;
-        } else if verdict.score < sc.verdict.count_ham_below {
+        } else if score < sc.verdict.count_ham_below {
             counts[Counter::Ham as usize] = 1;
         }
         let increments = counted(&analysis.shingles)

@@ -504,6 +504,15 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         }
     };
     let v = &answer.verdict;
+    // A verdict under a settings entry answers with that entry's thresholds.
+    let entry_thresholds = v.settings.as_deref().and_then(|name| {
+        let generation = daemon.scanner.engine().generation();
+        let table = &generation.overrides.settings;
+        table
+            .by_name(name)
+            .and_then(|i| table.profile(i))
+            .map(|p| p.verdict.thresholds())
+    });
     let add_headers = spam_headers(v, daemon.config.scan.verdict.add_header);
     let remove_headers = add_headers.iter().map(|(n, _)| n.clone()).collect();
     let body = check_reply(
@@ -514,7 +523,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
             urls: &answer.urls,
             emails: &answer.emails,
             time_real: start.elapsed().as_secs_f64(),
-            thresholds: &daemon.thresholds,
+            thresholds: entry_thresholds.as_ref().unwrap_or(&daemon.thresholds),
             add_headers,
             remove_headers,
         },
@@ -629,6 +638,12 @@ fn health(daemon: &Daemon) -> Reply {
         // they can be written; snapshots are tried again).
         "persistence": if persistence_error.is_some() { "degraded" } else { "ok" },
         "persistence_error": persistence_error,
+        // clamd: "off" without `[antivirus] servers`, "degraded" while it fails (scans go on
+        // with CLAM_VIRUS_FAIL).
+        "antivirus": daemon.scanner.antivirus().map_or("off", |a| {
+            if a.degraded().is_some() { "degraded" } else { "ok" }
+        }),
+        "antivirus_error": daemon.scanner.antivirus().and_then(|a| a.degraded()),
     });
     let status = if ready {
         StatusCode::OK
@@ -770,6 +785,28 @@ fn metrics(daemon: &Daemon) -> String {
     ] {
         counter_header(&mut out, name, help);
         let _ = writeln!(out, "{name} {}", value.load(Relaxed));
+    }
+    if let Some(av) = daemon.scanner.antivirus() {
+        for (name, help, value) in [
+            (
+                "shrike_antivirus_scans_total",
+                "Messages sent to clamd.",
+                &av.scans,
+            ),
+            (
+                "shrike_antivirus_viruses_total",
+                "Messages clamd found a virus in.",
+                &av.viruses,
+            ),
+            (
+                "shrike_antivirus_failures_total",
+                "Messages clamd could not scan (CLAM_VIRUS_FAIL).",
+                &av.failures,
+            ),
+        ] {
+            counter_header(&mut out, name, help);
+            let _ = writeln!(out, "{name} {}", value.load(Relaxed));
+        }
     }
     if let Some(status) = daemon.scanner.store().status() {
         gauge(

@@ -65,6 +65,8 @@ pub struct ServeSettings {
     pub auth: AuthConfig,
     /// `[limits]`, `[verdict]`, `[scan]`, `[engine]`, `[classifier]`, `[scores]` and `[rules]`.
     pub scan: ScanSettings,
+    /// `[dkim_signing]`: the keys outbound mail is signed with.
+    pub dkim_signing: crate::sign::DkimSigningConfig,
     /// Where SIGHUP and `POST /reload` read `[scores]` and `[rules]` again (none without a
     /// configuration file).
     pub reread: Option<Reread>,
@@ -225,6 +227,9 @@ pub enum ServeError {
     Dns(#[source] crate::netcheck::NetcheckError),
     #[error("starting the redis store")]
     Redis(#[source] crate::store::redis::RedisStoreError),
+    /// A `[[dkim_signing.domain]]` key that cannot be read (config check says it first).
+    #[error("DKIM signing: {0}")]
+    Sign(String),
     #[error(transparent)]
     ShareLearns(crate::store::redis::learns::ShareError),
 }
@@ -303,6 +308,9 @@ impl Daemon {
     /// With a configuration file, its `[scores]` and `[rules]` are read again first (the other
     /// sections apply at the next start); a file that no longer parses fails the reload.
     pub fn reload(&self) -> Result<u64, LoadError> {
+        // Key files named by the `keys` template are read again at their next use (a rotated
+        // key); the listed domains' keys at the next start.
+        self.pool.forget_template_keys();
         let engine = self.scanner.engine();
         let Some(reread) = &self.config.reread else {
             return engine.reload();
@@ -392,12 +400,16 @@ pub fn serve(config: ServeSettings, rules: RuleLocation) -> Result<(), ServeErro
     let watcher = crate::engine::watch::watch(scanner.engine()).map_err(ServeError::Watch)?;
     let metrics = Arc::new(Metrics::default());
     let stuck_after = Daemon::stuck_after(&config.server);
+    let signer = crate::sign::Signer::new(&config.dkim_signing)
+        .map_err(|e| ServeError::Sign(e.to_string()))?
+        .map(Arc::new);
     let pool = Pool::start(
         scanner.clone(),
         workers,
         queue,
         metrics.clone(),
         stuck_after,
+        signer,
     )
     .map_err(ServeError::io("starting the scan workers"))?;
     let pool = match crate::netcheck::from_config(

@@ -30,6 +30,7 @@ use super::metrics::{Metrics, Stage};
 use crate::message::{prepare, Envelope};
 use crate::netcheck::{Checker, NetChecks};
 use crate::scan::{ScanWorker, Scanner, StageTimes};
+use crate::sign::{Outcome, Signer};
 use crate::store::Counter;
 use crate::verdict::Verdict;
 
@@ -131,6 +132,8 @@ struct WorkerSlot {
 /// What the pool needs to start a worker, shared with the supervisor.
 struct Workers {
     scanner: Arc<Scanner>,
+    /// Signs authenticated senders' mail after its verdict (None: `[dkim_signing]` off).
+    signer: Option<Arc<Signer>>,
     rx: Receiver<Job>,
     metrics: Arc<Metrics>,
     epoch: Instant,
@@ -230,6 +233,13 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// Key files of the signer's `keys` template are read again at their next use.
+    pub fn forget_template_keys(&self) {
+        if let Some(signer) = &self.pool.signer {
+            signer.forget_loaded();
+        }
+    }
+
     /// Starts `workers` threads behind a queue of `capacity` jobs; a worker busy on one job
     /// for longer than `stuck_after` is replaced.
     pub fn start(
@@ -238,6 +248,7 @@ impl Pool {
         capacity: usize,
         metrics: Arc<Metrics>,
         stuck_after: Duration,
+        signer: Option<Arc<Signer>>,
     ) -> std::io::Result<Pool> {
         let workers = workers.max(1);
         let capacity = capacity.max(1);
@@ -245,6 +256,7 @@ impl Pool {
         let (warm_tx, warm_rx) = std::sync::mpsc::channel();
         let pool = Arc::new(Workers {
             scanner,
+            signer,
             rx,
             metrics,
             epoch: Instant::now(),
@@ -454,7 +466,10 @@ fn worker_loop(pool: &Workers, slot: &WorkerSlot, warm: Option<std::sync::mpsc::
             _ => None,
         };
         slot.busy_since.store(pool.now_ms(), Relaxed);
-        let result = catch_unwind(AssertUnwindSafe(|| run_job(&mut worker, job, metrics)));
+        let signer = pool.signer.as_deref();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            run_job(&mut worker, job, metrics, signer)
+        }));
         slot.busy_since.store(0, Relaxed);
         if slot.retired.load(Relaxed) {
             // Replaced while stuck on that job: a fresh worker serves in its place.
@@ -477,6 +492,47 @@ fn worker_loop(pool: &Workers, slot: &WorkerSlot, warm: Option<std::sync::mpsc::
 /// Charges a job's analysis to the budget on top of its body, for as long as the worker holds
 /// it: forced, as a message already admitted is scanned whatever arrives meanwhile; new ones
 /// are refused until the charge is given back.
+/// Signs a message that leaves with its headers unchanged (no action, greylist, add header:
+/// a rewritten subject would break the signature, and refused mail is not sent), and says so
+/// in its symbols: `DKIM_SIGNED`, or `DKIM_SIGN_FAIL` with the reason when it should have been.
+fn sign(
+    signer: &Signer,
+    verdict: &mut Verdict,
+    raw: &[u8],
+    envelope: &Envelope,
+    from: Option<&str>,
+) {
+    use crate::verdict::{Action, SymbolHit};
+    if !matches!(
+        verdict.action,
+        Action::NoAction | Action::Greylist | Action::AddHeader
+    ) {
+        return;
+    }
+    let mut hit = |name: &str, option: String| {
+        verdict.symbols.insert(
+            name.to_string(),
+            SymbolHit {
+                name: name.to_string(),
+                score: 0.0,
+                description: None,
+                options: vec![option],
+            },
+        );
+    };
+    match signer.sign(raw, envelope.user.as_deref(), from) {
+        Outcome::Skipped => {}
+        Outcome::Signed { domain, value } => {
+            hit("DKIM_SIGNED", domain);
+            verdict.dkim_signature = Some(value);
+        }
+        Outcome::Failed { domain, reason } => {
+            tracing::warn!(%domain, %reason, "DKIM signing failed; the message goes unsigned");
+            hit("DKIM_SIGN_FAIL", format!("{domain}: {reason}"));
+        }
+    }
+}
+
 fn charge_analysis(held: &mut Reservation, raw: &[u8], limit: usize) {
     let analysed = raw.len().min(limit);
     held.force(
@@ -485,7 +541,7 @@ fn charge_analysis(held: &mut Reservation, raw: &[u8], limit: usize) {
     );
 }
 
-fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
+fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics, signer: Option<&Signer>) {
     match job {
         Job::Scan {
             mut request,
@@ -517,11 +573,15 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics) {
             let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
             let cfg = scanner.classifier().config();
             let autolearn = cfg.autolearn_spam_at.is_some() || cfg.autolearn_ham_at.is_some();
-            let verdict = if autolearn {
+            let mut verdict = if autolearn {
                 scanned.verdict.clone()
             } else {
                 std::mem::take(&mut scanned.verdict)
             };
+            if let Some(signer) = signer {
+                let from = scanned.analysis.entities.from().map(|e| e.address.as_str());
+                sign(signer, &mut verdict, &request.raw, &request.envelope, from);
+            }
             let (urls, emails) = if request.lists {
                 (
                     owned(scanned.analysis.distinct_urls()),

@@ -470,10 +470,24 @@ fn rules(daemon: &Daemon) -> serde_json::Value {
             })
         })
         .collect();
+    // `[[settings]]` as the generation carries them: what each entry matches and changes,
+    // with its thresholds as they apply (the global ones with its `actions` over them).
+    let table = &generation.overrides.settings;
+    let settings: Vec<serde_json::Value> = table
+        .entries()
+        .iter()
+        .zip(table.profiles())
+        .map(|(entry, profile)| {
+            let mut v = serde_json::to_value(entry).unwrap_or_default();
+            v["thresholds"] = serde_json::json!(profile.verdict.thresholds());
+            v
+        })
+        .collect();
     serde_json::json!({
         "generation": generation.id,
         "build_ms": generation.build_time.as_secs_f64() * 1000.0,
         "rules": rules,
+        "settings": settings,
     })
 }
 

@@ -10,12 +10,35 @@ use shrike::scan::Scanner;
 
 use crate::cli::RuleArgs;
 
-pub fn run(config: &Config, args: &RuleArgs, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(
+    config: &Config,
+    args: &RuleArgs,
+    json: bool,
+    settings: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let location = args.location(config)?;
     let scanner = Scanner::in_memory(&config.scan_settings(), &config.store, location.clone())
         .with_context(|| format!("loading {}", location.describe()))?;
     let generation = scanner.engine().generation();
-    let listed = shrike::engine::overlay::list(&generation);
+    let table = &generation.overrides.settings;
+    let profile = match settings {
+        None => None,
+        Some(name) => {
+            let names: Vec<&str> = table.profiles().iter().map(|p| p.name.as_str()).collect();
+            let index = table.by_name(name).with_context(|| {
+                if names.is_empty() {
+                    format!("no settings entry named {name:?}: the configuration has none")
+                } else {
+                    format!(
+                        "no settings entry named {name:?} (the configuration has {})",
+                        names.join(", ")
+                    )
+                }
+            })?;
+            table.profile(index)
+        }
+    };
+    let listed = shrike::engine::overlay::list_for(&generation, profile);
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if json {
@@ -66,6 +89,20 @@ pub fn run(config: &Config, args: &RuleArgs, json: bool) -> anyhow::Result<ExitC
             listed.len() - on,
             location.describe()
         )?;
+        if let Some(p) = profile {
+            let thresholds: Vec<String> = p
+                .verdict
+                .thresholds()
+                .into_iter()
+                .map(|(action, at)| format!("{action} at {at}"))
+                .collect();
+            writeln!(out, "settings \"{}\": {}", p.name, thresholds.join(", "))?;
+            for (what, list) in [("allow_senders", &p.allow), ("deny_senders", &p.deny)] {
+                if !list.is_empty() {
+                    writeln!(out, "settings \"{}\": {what} {}", p.name, list.describe())?;
+                }
+            }
+        }
     }
     out.flush().context("writing output")?;
     for name in generation.overrides.unknown(&generation.declared) {

@@ -35,6 +35,10 @@ pub enum RulesCommand {
         /// One JSON object per symbol instead of a table.
         #[arg(long)]
         json: bool,
+        /// The set as recipients under this `[[settings]]` entry get it: its scores and
+        /// switched-off symbols over the global ones, and its thresholds.
+        #[arg(long, value_name = "NAME")]
+        settings: Option<String>,
     },
 }
 
@@ -45,6 +49,10 @@ pub fn run(config: &Config, cmd: RulesCommand) -> anyhow::Result<ExitCode> {
             tests,
             no_default_rules,
         } => check::run(config, dir, tests, no_default_rules),
-        RulesCommand::List { rules, json } => list::run(config, &rules, json),
+        RulesCommand::List {
+            rules,
+            json,
+            settings,
+        } => list::run(config, &rules, json, settings.as_deref()),
     }
 }

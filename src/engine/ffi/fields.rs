@@ -386,6 +386,7 @@ mod tests {
             user: None,
             queue_id: Some("4AbC".into()),
             deliver_to: None,
+            settings_id: None,
         };
         let limits = Limits::default();
         for name in [

@@ -272,6 +272,7 @@ impl Session {
                 .cloned(),
             queue_id: self.queue_id.clone(),
             deliver_to: None,
+            settings_id: None,
         }
     }
 
@@ -565,7 +566,13 @@ impl Session {
 
     fn replies_for(&self, v: &Verdict, config: &Policy, add_header_at: f64) -> Vec<Reply> {
         let disposal = match v.action {
-            Action::Reject => return vec![Reply::ReplyCode(config.reject_reply.clone())],
+            Action::Reject => {
+                return vec![Reply::ReplyCode(match virus_name(v) {
+                    // The name is printable ASCII of bounded length (`antivirus`): one line.
+                    Some(name) => format!("550 5.7.1 Virus found: {name}"),
+                    None => config.reject_reply.clone(),
+                })];
+            }
             Action::SoftReject | Action::Greylist => {
                 return vec![Reply::ReplyCode(config.tempfail_reply.clone())]
             }
@@ -624,6 +631,14 @@ impl Session {
                 });
             }
         }
+        if let (Some(value), true) = (&v.dkim_signature, self.has_action(actions::ADDHDRS)) {
+            // On top, where a signer's header goes.
+            out.push(Reply::InsertHeader {
+                index: 0,
+                name: "DKIM-Signature".into(),
+                value: format!("{space}{value}"),
+            });
+        }
         if v.action == Action::RewriteSubject {
             let subject = format!(
                 "{space}{}{}",
@@ -671,6 +686,14 @@ fn grown(buf: &Vec<u8>, more: usize, limit: usize) -> usize {
     } else {
         capacity.saturating_mul(2).min(limit).max(need)
     }
+}
+
+/// The virus clamd found in the message (`CLAM_VIRUS`'s option), if any.
+fn virus_name(v: &Verdict) -> Option<&str> {
+    v.symbols
+        .get("CLAM_VIRUS")
+        .and_then(|s| s.options.first())
+        .map(String::as_str)
 }
 
 #[cfg(test)]

@@ -238,6 +238,8 @@ fn verdict(score: f64, action: Action, symbols: &[(&str, f64)]) -> Verdict {
         required_score: None,
         generation: 1,
         probability: None,
+        dkim_signature: None,
+        settings: None,
     }
 }
 
