@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mail_auth::common::crypto::{Ed25519Key, RsaKey, Sha256};
+use mail_auth::common::crypto::{Ed25519Key, RsaKey, Sha256, SigningKey};
 use mail_auth::dkim::{Canonicalization, DkimSigner, Done};
 use parking_lot::Mutex;
 use rustls_pki_types::pem::PemObject;
@@ -294,39 +294,35 @@ fn one_line(field: &str) -> String {
         .to_string()
 }
 
+/// A key's signer: relaxed/relaxed over `headers`.
+fn signer<T: SigningKey>(
+    key: T,
+    domain: &str,
+    selector: &str,
+    headers: &[String],
+) -> DkimSigner<T, Done> {
+    DkimSigner::from_key(key)
+        .domain(domain)
+        .selector(selector)
+        .headers(headers.iter().cloned())
+        .header_canonicalization(Canonicalization::Relaxed)
+        .body_canonicalization(Canonicalization::Relaxed)
+}
+
 fn load(path: &Path, domain: &str, selector: &str, headers: &[String]) -> Result<Key, String> {
     let pem = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
     let der = PrivateKeyDer::from_pem_slice(&pem)
         .map_err(|e| format!("not a PEM private key ({e:?})"))?;
     let rsa = match &der {
-        PrivateKeyDer::Pkcs1(_) => RsaKey::<Sha256>::from_key_der(der.clone_key()).map(Some),
+        PrivateKeyDer::Pkcs1(_) => RsaKey::<Sha256>::from_key_der(der.clone_key()),
         PrivateKeyDer::Pkcs8(p) => match Ed25519Key::from_pkcs8_der(p.secret_pkcs8_der()) {
-            Ok(ed) => {
-                return Ok(Key::Ed25519(
-                    DkimSigner::from_key(ed)
-                        .domain(domain)
-                        .selector(selector)
-                        .headers(headers.iter().cloned())
-                        .header_canonicalization(Canonicalization::Relaxed)
-                        .body_canonicalization(Canonicalization::Relaxed),
-                ))
-            }
-            Err(_) => RsaKey::<Sha256>::from_key_der(der.clone_key()).map(Some),
+            Ok(ed) => return Ok(Key::Ed25519(signer(ed, domain, selector, headers))),
+            Err(_) => RsaKey::<Sha256>::from_key_der(der.clone_key()),
         },
-        _ => Ok(None),
+        _ => return Err("not an RSA or Ed25519 private key".into()),
     };
-    match rsa {
-        Ok(Some(key)) => Ok(Key::Rsa(
-            DkimSigner::from_key(key)
-                .domain(domain)
-                .selector(selector)
-                .headers(headers.iter().cloned())
-                .header_canonicalization(Canonicalization::Relaxed)
-                .body_canonicalization(Canonicalization::Relaxed),
-        )),
-        Ok(None) => Err("not an RSA or Ed25519 private key".into()),
-        Err(e) => Err(format!("not an RSA or Ed25519 private key: {e}")),
-    }
+    rsa.map(|key| Key::Rsa(signer(key, domain, selector, headers)))
+        .map_err(|e| format!("not an RSA or Ed25519 private key: {e}"))
 }
 
 /// The algorithm of a key `shrike dkim keygen` makes.

@@ -303,6 +303,26 @@ struct Nginx {
 impl Nginx {
     fn start(dir: &Path, upstream: u16) -> Nginx {
         let port = free_port();
+        let server = format!(
+            "server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
+               proxy_pass http://127.0.0.1:{upstream};\n\
+               proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n    }}\n  }}\n"
+        );
+        let n = Nginx::spawn(dir, port, &server);
+        wait_until("nginx", 30, || {
+            curl(
+                "127.0.0.1",
+                &format!("http://127.0.0.1:{port}/ping"),
+                "GET",
+                &[],
+                "",
+            ) == 200
+        });
+        n
+    }
+
+    /// One nginx process under `dir` serving the `server` block (which listens on `port`).
+    fn spawn(dir: &Path, port: u16, server: &str) -> Nginx {
         std::fs::create_dir_all(dir.join("logs")).unwrap();
         // As root, nginx's workers would switch to `nobody`, who cannot write its temp dirs.
         let user = if nix_root() { "user root;" } else { "" };
@@ -311,10 +331,7 @@ impl Nginx {
              events {{ worker_connections 64; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n\
                proxy_temp_path {dir}/proxy;\n  fastcgi_temp_path {dir}/fcgi;\n\
-               uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
-               server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
-                 proxy_pass http://127.0.0.1:{upstream};\n\
-                 proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n    }}\n  }}\n}}\n",
+               uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n{server}}}\n",
             dir = dir.display()
         );
         let path = dir.join("nginx.conf");
@@ -328,17 +345,7 @@ impl Nginx {
             ))
             .spawn()
             .expect("nginx is installed (scripts/test.sh installs nginx-light)");
-        let n = Nginx { child, port };
-        wait_until("nginx", 30, || {
-            curl(
-                "127.0.0.1",
-                &format!("http://127.0.0.1:{port}/ping"),
-                "GET",
-                &[],
-                "",
-            ) == 200
-        });
-        n
+        Nginx { child, port }
     }
 }
 
@@ -485,26 +492,7 @@ fn the_deploy_guides_tls_proxy_names_its_clients() {
         server.contains(&format!("127.0.0.1:{port} ssl")),
         "{server}"
     );
-    let user = if nix_root() { "user root;" } else { "" };
-    let conf = format!(
-        "{user}\nmaster_process off;\nerror_log stderr;\npid {n}/nginx.pid;\n\
-         events {{ worker_connections 64; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {n}/body;\n\
-           proxy_temp_path {n}/proxy;\n  fastcgi_temp_path {n}/fcgi;\n\
-           uwsgi_temp_path {n}/uwsgi;\n  scgi_temp_path {n}/scgi;\n{server}}}\n",
-        n = n.display()
-    );
-    std::fs::write(n.join("nginx.conf"), conf).unwrap();
-    let child = Command::new(nginx_binary())
-        .args(["-p", &n.display().to_string(), "-c"])
-        .arg(n.join("nginx.conf"))
-        .args(["-g", "daemon off;"])
-        .stderr(Stdio::from(
-            std::fs::File::create(n.join("nginx.log")).unwrap(),
-        ))
-        .spawn()
-        .expect("nginx is installed (scripts/test.sh installs nginx-light)");
-    let _nginx = Nginx { child, port };
+    let _nginx = Nginx::spawn(&n, port, &server);
     let https = |from: &str, method: &str, path: &str| -> u16 {
         let mut cmd = Command::new("curl");
         cmd.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "30"])

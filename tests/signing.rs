@@ -171,6 +171,19 @@ fn config(keys: &Keys) -> String {
     )
 }
 
+/// A daemon on `config`, with the directory that holds its data.
+fn daemon_with(config: &str) -> (tempfile::TempDir, Daemon) {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        tmp.path(),
+        Options {
+            config: Some(config.to_string()),
+            ..Options::default()
+        },
+    );
+    (tmp, d)
+}
+
 fn symbols(v: &serde_json::Value) -> Vec<String> {
     v["symbols"].as_object().unwrap().keys().cloned().collect()
 }
@@ -178,14 +191,7 @@ fn symbols(v: &serde_json::Value) -> Vec<String> {
 #[test]
 fn authenticated_mail_is_signed_and_verifies_and_nothing_else_is() {
     let keys = keys();
-    let tmp = tempfile::tempdir().unwrap();
-    let d = Daemon::start(
-        tmp.path(),
-        Options {
-            config: Some(config(&keys)),
-            ..Options::default()
-        },
-    );
+    let (_tmp, d) = daemon_with(&config(&keys));
     for (user, from) in [
         ("alice@example.org", "alice@example.org"),
         ("carol@pkcs1.example", "carol@pkcs1.example"),
@@ -265,14 +271,7 @@ fn authenticated_mail_is_signed_and_verifies_and_nothing_else_is() {
 fn the_milter_inserts_the_signature_of_an_authenticated_session() {
     use shrike::proto::milter::{Command, Reply};
     let keys = keys();
-    let tmp = tempfile::tempdir().unwrap();
-    let d = Daemon::start(
-        tmp.path(),
-        Options {
-            config: Some(config(&keys)),
-            ..Options::default()
-        },
-    );
+    let (_tmp, d) = daemon_with(&config(&keys));
     let raw = message("alice@example.org", "Over the milter.\r\n");
     let session = |login: Option<&str>| -> Vec<Reply> {
         let mut m = mta::Mta::connect(d.milter);
@@ -322,14 +321,7 @@ fn the_milter_inserts_the_signature_of_an_authenticated_session() {
 #[test]
 fn sighup_reads_a_rotated_template_key_again() {
     let keys = keys();
-    let tmp = tempfile::tempdir().unwrap();
-    let d = Daemon::start(
-        tmp.path(),
-        Options {
-            config: Some(config(&keys)),
-            ..Options::default()
-        },
-    );
+    let (_tmp, d) = daemon_with(&config(&keys));
     let raw = message("alice@example.org", "first\r\n");
     let before = check(&d, &raw, Some("alice@example.org"));
     let signed = format!(
@@ -447,17 +439,10 @@ fn keygen_keys_sign_and_their_printed_records_verify() {
         );
         assert_eq!(std::fs::read(&out).unwrap(), before);
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let d = Daemon::start(
-        tmp.path(),
-        Options {
-            config: Some(format!(
-                "[dkim_signing]\nenabled = true\nselector = \"k1\"\nkeys = \"{}/$domain.$selector.key\"\n",
-                dir.path().display()
-            )),
-            ..Options::default()
-        },
-    );
+    let (_tmp, d) = daemon_with(&format!(
+        "[dkim_signing]\nenabled = true\nselector = \"k1\"\nkeys = \"{}/$domain.$selector.key\"\n",
+        dir.path().display()
+    ));
     for from in ["alice@rsa.example", "alice@ed.example"] {
         let raw = message(from, "Generated keys.\r\n");
         let v = check(&d, &raw, Some(from));
