@@ -4,6 +4,10 @@
 //! those without a default commented out, and `config check` loads the rule set. (`shrike history`'s flag names in its errors are
 //! tests/history.rs's.)
 
+#[allow(dead_code)]
+#[path = "common/daemon.rs"]
+mod daemon;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -199,22 +203,9 @@ fn config_check_and_serve_refuse_alike_and_list_every_mistake() {
         "[scores]\nNO_SUCH_SYMBOL = \"high\"\n",
     ] {
         std::fs::write(&path, text).unwrap();
-        let config = path.to_str().unwrap();
-        let check = shrike(&["--config", config, "config", "check"]);
-        let serve = shrike(&[
-            "--config",
-            config,
-            "serve",
-            "--http",
-            "127.0.0.1:1",
-            "--milter",
-            "off",
-            "--data",
-            data.to_str().unwrap(),
-        ]);
-        assert!(!check.status.success() && !serve.status.success(), "{text}");
-        assert!(stderr(&check).contains("invalid config"), "{text}");
-        assert_eq!(stderr(&check), stderr(&serve), "{text}");
+        let (check, serve) = daemon::refused_by_check_and_serve(&path, &data);
+        assert!(check.contains("invalid config"), "{text}");
+        assert_eq!(check, serve, "{text}");
         assert!(!data.exists(), "serve started on {text}");
     }
 

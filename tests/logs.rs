@@ -157,30 +157,7 @@ fn a_bad_level_is_a_config_error_in_check_and_serve_alike() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shrike.toml");
     std::fs::write(&path, "[log]\nlevel = \"loud=[\"\n").unwrap();
-    let mut said = Vec::new();
-    let data = dir.path().join("data");
-    let data = data.to_str().unwrap();
-    for args in [
-        &["config", "check"][..],
-        &[
-            "serve",
-            "--milter",
-            "off",
-            "--http",
-            "127.0.0.1:1",
-            "--data",
-            data,
-        ][..],
-    ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_shrike"))
-            .arg("--config")
-            .arg(&path)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(!o.status.success(), "{args:?}");
-        said.push(String::from_utf8_lossy(&o.stderr).into_owned());
-    }
-    assert!(said[0].contains("[log] level \"loud=[\""), "{}", said[0]);
-    assert_eq!(said[0], said[1]);
+    let (check, serve) = daemon::refused_by_check_and_serve(&path, &dir.path().join("data"));
+    assert!(check.contains("[log] level \"loud=[\""), "{check}");
+    assert_eq!(check, serve);
 }

@@ -373,31 +373,12 @@ fn an_unreadable_listed_key_stops_config_check_and_the_start() {
         ),
     )
     .unwrap();
-    let data = dir.path().join("data");
-    for args in [
-        vec!["config", "check"],
-        vec![
-            "serve",
-            "--http",
-            "127.0.0.1:1",
-            "--milter",
-            "off",
-            "--data",
-            data.to_str().unwrap(),
-        ],
-    ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_shrike"))
-            .arg("--config")
-            .arg(&path)
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(!o.status.success(), "{args:?}");
-        let said = String::from_utf8_lossy(&o.stderr);
+    let said = daemon::refused_by_check_and_serve(&path, &dir.path().join("data"));
+    for said in [said.0, said.1] {
         assert!(
             said.contains("dkim_signing.domain \"example.org\"")
                 && said.contains("not a PEM private key"),
-            "{args:?}: {said}"
+            "{said}"
         );
     }
 }

@@ -8,6 +8,33 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `config check`, then `serve`, of the configuration file at `path` (data under `data`), each
+/// asserted to have failed: what each wrote to stderr, for the caller's checks of the words.
+pub fn refused_by_check_and_serve(path: &Path, data: &Path) -> (String, String) {
+    let data = data.to_str().expect("a UTF-8 path");
+    let serve = [
+        "serve",
+        "--http",
+        "127.0.0.1:1",
+        "--milter",
+        "off",
+        "--data",
+        data,
+    ];
+    let mut said = [&["config", "check"][..], &serve[..]].map(|args| {
+        let o = Command::new(env!("CARGO_BIN_EXE_shrike"))
+            .arg("--config")
+            .arg(path)
+            .args(args)
+            .output()
+            .expect("run shrike");
+        assert!(!o.status.success(), "{args:?} accepted {}", path.display());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    });
+    let serve = std::mem::take(&mut said[1]);
+    (std::mem::take(&mut said[0]), serve)
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
