@@ -523,18 +523,28 @@ fn two_daemons_share_a_cluster_through_failover_and_outage() {
     assert_eq!(health_store(&a), "ok");
 }
 
-/// The clients (`ADDR:PORT`) that sent `command` on a timeline key (`in:{…}`), from the lines
-/// `redis-cli MONITOR` printed.
+/// The clients (`ADDR:PORT`) whose script calls ran `command` on a timeline key (`in:{…}`),
+/// from the lines `redis-cli MONITOR` printed: a script's commands are printed as the `lua`
+/// client's, right after the call that ran them.
 fn clients_sending(monitor: &str, command: &str) -> std::collections::BTreeSet<String> {
     let needle = format!("\"{command}\" \"in:{{");
-    monitor
-        .lines()
-        .filter(|l| l.contains(&needle))
-        .filter_map(|l| {
-            let inside = l.split_once('[')?.1.split_once(']')?.0;
-            Some(inside.split_whitespace().nth(1)?.to_string())
-        })
-        .collect()
+    let mut caller = None;
+    let mut out = std::collections::BTreeSet::new();
+    for l in monitor.lines() {
+        let Some(client) = l
+            .split_once('[')
+            .and_then(|(_, rest)| rest.split_once(']'))
+            .and_then(|(inside, _)| inside.split_whitespace().nth(1))
+        else {
+            continue;
+        };
+        if client != "lua" {
+            caller = Some(client.to_string());
+        } else if l.contains(&needle) {
+            out.extend(caller.clone());
+        }
+    }
+    out
 }
 
 /// What one daemon sends while it scans `n` messages, as `MONITOR` on the node saw it.

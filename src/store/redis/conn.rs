@@ -38,6 +38,8 @@ enum Conn {
 pub struct Item {
     pub slot: u16,
     pub cmds: Vec<Cmd>,
+    /// What to send instead when the node answers NOSCRIPT (the same script call as `EVAL`).
+    pub retry: Option<Vec<Cmd>>,
 }
 
 impl Item {
@@ -45,6 +47,16 @@ impl Item {
         Item {
             slot: super::keys::slot(key),
             cmds,
+            retry: None,
+        }
+    }
+
+    /// A script call by SHA, with its text to fall back on.
+    pub fn script(key: &str, evalsha: Cmd, eval: Cmd) -> Item {
+        Item {
+            slot: super::keys::slot(key),
+            cmds: vec![evalsha],
+            retry: Some(vec![eval]),
         }
     }
 }
@@ -65,6 +77,8 @@ pub enum LinkError {
     Down(String),
     #[error("redis: {}", Redacted(.0))]
     Redis(String),
+    #[error("redis: NOSCRIPT")]
+    NoScript,
 }
 
 struct State {
@@ -115,6 +129,15 @@ impl Link {
     /// Whether a connection is up (it may still fail).
     pub fn connected(&self) -> bool {
         self.state.lock().conns.is_some()
+    }
+
+    /// The node serving each of `slots`, as the slot map says (all 0 without a cluster or
+    /// before the map is known): how a batch is grouped into per-node script calls.
+    pub fn nodes_of(&self, slots: impl Iterator<Item = u16>) -> Vec<u16> {
+        let map = self.state.lock().slots.clone();
+        slots
+            .map(|s| map.as_ref().map_or(0, |m| m[usize::from(s) % SLOTS]))
+            .collect()
     }
 
     pub fn last_error(&self) -> String {
@@ -199,7 +222,7 @@ impl Link {
     }
 
     /// Refreshes the slot map in the background (after a MOVED reply).
-    fn refresh_slots(self: &Arc<Self>) {
+    pub fn refresh_slots(self: &Arc<Self>) {
         if !self.cfg.cluster || self.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -224,8 +247,37 @@ impl Link {
         self.run_on(items, Lane::Read).await
     }
 
-    /// `run` on a given lane.
+    /// `run` on a given lane. A script call answered NOSCRIPT is sent once more as its text
+    /// (`Item::retry`).
     pub async fn run_on(
+        self: &Arc<Self>,
+        mut items: Vec<Item>,
+        lane: Lane,
+    ) -> Vec<Result<Vec<Value>, LinkError>> {
+        let retries: Vec<(u16, Option<Vec<Cmd>>)> =
+            items.iter_mut().map(|i| (i.slot, i.retry.take())).collect();
+        let mut out = self.send(items, lane).await;
+        let mut again = Vec::new();
+        let mut at = Vec::new();
+        for (i, (slot, retry)) in retries.into_iter().enumerate() {
+            if let (Err(LinkError::NoScript), Some(cmds)) = (&out[i], retry) {
+                again.push(Item {
+                    slot,
+                    cmds,
+                    retry: None,
+                });
+                at.push(i);
+            }
+        }
+        if !again.is_empty() {
+            for (i, r) in at.into_iter().zip(self.send(again, lane).await) {
+                out[i] = r;
+            }
+        }
+        out
+    }
+
+    async fn send(
         self: &Arc<Self>,
         items: Vec<Item>,
         lane: Lane,
@@ -336,9 +388,17 @@ impl Link {
                             _ => None,
                         });
                         out[i] = match failed {
+                            // Not a failure: the caller sends the script's text.
+                            Some(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
+                                Err(LinkError::NoScript)
+                            }
                             Some(e) => {
                                 let text = format!("{e:?}");
-                                if text.contains("MOVED") || text.contains("ASK") {
+                                // (A script touching a key another node now serves.)
+                                if text.contains("MOVED")
+                                    || text.contains("ASK")
+                                    || text.contains("non local key")
+                                {
                                     moved = true;
                                 }
                                 error.get_or_insert((text.clone(), false));

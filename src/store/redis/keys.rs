@@ -7,12 +7,12 @@
 //!   one field per resolution instead of two, and a bucket holds one field for it where it
 //!   held two. Every increment is added to its bucket at each resolution (a 10-minute
 //!   bucket and its day), so no process ever folds buckets: a window sum reads the finest
-//!   resolution that still keeps the whole window. The key's TTL is renewed on every write to
-//!   the coarsest resolution's keep plus one bucket; fields past their resolution's keep are
+//!   resolution that still keeps the whole window. The key's TTL (the coarsest resolution's
+//!   keep plus one bucket) is renewed by each write that creates a coarsest bucket; fields past their resolution's keep are
 //!   deleted by the reader that meets them. No sweeper walks Redis.
 //! - A paired unique count's pair marker is `<prefix>:p:{<unique id>}:<pair id>`: the braces
-//!   (the hash tag) put it in the unique key's slot, so `UNIQUE` checks and counts both in one
-//!   atomic script on one node.
+//!   (the hash tag) put it in the unique key's slot, so the write script checks and counts both
+//!   atomically on one node (`scripts.rs`).
 //! - A rate counter is a small hash `<prefix>:r:{<id>}` of sub-bucket → hits with a TTL of its
 //!   window (Figma's layout), hit in one `MULTI`/`EXEC` transaction (`RateWindow`).
 
@@ -302,17 +302,6 @@ pub fn timeline(layout: &Layout, windows_secs: &[u64], d: &Decoded, now: u64) ->
         windows: window_sums(layout, windows_secs, d, now),
     })
 }
-
-/// `UNIQUE`: counts the unique key once per pair and period, atomically on its node.
-/// KEYS: pair marker, unique timeline. ARGV: period, timeline TTL, then the fields to add 1 to.
-pub const UNIQUE_SCRIPT: &str = r"
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  for i = 3, #ARGV do redis.call('HINCRBY', KEYS[2], ARGV[i], 1) end
-  redis.call('EXPIRE', KEYS[2], ARGV[2])
-  return 1
-end
-return 0
-";
 
 /// A sliding-window rate counter (the memory store's `rate.rs`: window/60 sub-buckets plus
 /// one), a small hash of sub-bucket → hits. A hit is one transaction of plain commands

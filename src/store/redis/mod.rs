@@ -7,6 +7,7 @@
 //! - `config.rs`: `[store] backend` and `[store.redis]`;
 //! - `keys.rs`: key layout, field encoding, window sums of a decoded hash, the Lua scripts;
 //! - `conn.rs`: connections, the cluster slot map, one pipeline per node, reconnect/backoff;
+//! - `scripts.rs`: the per-node read and write scripts of the scan path;
 //! - `coalesce.rs`: the scan workers' reads sent together while a batch is out;
 //! - `writer.rs`: increments aggregated per key and flushed as pipelines off the reply path;
 //! - `learns.rs`: the classifier's shared learn stream;
@@ -19,6 +20,7 @@ mod conn;
 mod health;
 pub mod keys;
 pub mod learns;
+mod scripts;
 pub mod transfer;
 mod writer;
 
@@ -66,6 +68,7 @@ impl<T> Default for Reply<T> {
 
 struct Inner {
     link: Arc<Link>,
+    scripts: Arc<scripts::Scripts>,
     /// The scan path's reads (lookups, rate scripts), coalesced.
     reads: Arc<coalesce::Coalescer>,
     layout: Layout,
@@ -102,15 +105,19 @@ impl RedisStore {
         let stats = Arc::new(Stats::default());
         let link = Link::new(cfg.clone(), stats.clone(), runtime.handle().clone());
         let bucket_secs = layout.resolutions()[0].bucket_secs;
+        let ttl = keys::ttl_secs(&layout);
+        let scripts = Arc::new(scripts::Scripts::new(&layout, &config.windows_secs, ttl));
         let reads = coalesce::Coalescer::new(
             link.clone(),
+            scripts.clone(),
             runtime.handle().clone(),
             Duration::from_millis(cfg.timeout_ms),
         );
         let inner = Arc::new(Inner {
             link,
+            scripts,
             reads,
-            ttl: keys::ttl_secs(&layout),
+            ttl,
             layout,
             windows_secs: config.windows_secs.clone(),
             clock,
@@ -235,14 +242,15 @@ impl RedisStore {
 
     /// A read on the scan path (coalesced with the other workers'), waited for at most
     /// `timeout_ms`.
-    fn read(&self, items: Vec<Item>) -> Option<coalesce::Replies> {
-        let replies = self.inner.reads.run(items, self.inner.timeout);
+    fn read(&self, read: coalesce::Read) -> Option<coalesce::Replies> {
+        let replies = self.inner.reads.run(read, self.inner.timeout);
         if replies.is_none() {
             self.inner.link.timed_out();
         }
         replies
     }
 
+    /// `HGETALL` of each key's timeline (the whole hash: `/reputation`'s timeline view).
     fn hgetall(&self, keys: &[StoreKey]) -> Result<Vec<Value>, Unavailable> {
         let items: Vec<Item> = keys
             .iter()
@@ -253,10 +261,33 @@ impl RedisStore {
                 Item::new(&name, vec![cmd])
             })
             .collect();
-        let Some(replies) = self.read(items) else {
+        self.replies(self.read(coalesce::Read::Items(items)))
+    }
+
+    /// Each key's window sums, summed on its node (`scripts::READ`).
+    fn window_sums(&self, keys: &[StoreKey], now: u64) -> Result<Vec<WindowCounts>, Unavailable> {
+        let names = keys
+            .iter()
+            .map(|k| keys::timeline_key(&self.inner.prefix, k))
+            .collect();
+        let values = self.replies(self.read(coalesce::Read::Timelines { keys: names, now }))?;
+        values
+            .iter()
+            .map(|v| {
+                self.inner
+                    .scripts
+                    .parse_sums(v)
+                    .ok_or_else(|| Unavailable("READ: unexpected reply".into()))
+            })
+            .collect()
+    }
+
+    /// One value per read item, or why the read failed.
+    fn replies(&self, replies: Option<coalesce::Replies>) -> Result<Vec<Value>, Unavailable> {
+        let Some(replies) = replies else {
             return Err(Unavailable("timed out".into()));
         };
-        let mut out = Vec::with_capacity(keys.len());
+        let mut out = Vec::with_capacity(replies.len());
         for r in replies {
             match r {
                 Ok(mut v) => out.push(v.pop().unwrap_or(Value::Nil)),
@@ -271,7 +302,7 @@ impl RedisStore {
         let window = keys::RateWindow::new(window_secs, self.now());
         let cmds = window.commands(&name, hit);
         let reply = self
-            .read(vec![conn::Item::new(&name, cmds)])
+            .read(coalesce::Read::Items(vec![conn::Item::new(&name, cmds)]))
             .and_then(|mut r| r.pop());
         let counted = match reply {
             Some(Ok(replies)) => window.reply(&replies, hit),
@@ -308,6 +339,7 @@ impl Inner {
         let ping = Item {
             slot: 0,
             cmds: vec![redis::cmd("PING")],
+            retry: None,
         };
         let link = self.link.clone();
         let ok = match tokio::time::timeout(self.timeout * 4, link.run(vec![ping])).await {
@@ -321,19 +353,25 @@ impl Inner {
     }
 
     async fn flush(&self) {
-        let mut batch = self.writer.take(&self.layout, &self.prefix, self.ttl);
+        let link = self.link.clone();
+        let mut batch = self
+            .writer
+            .take(&self.layout, &self.prefix, &self.scripts, |slots| {
+                link.nodes_of(slots.iter().copied())
+            });
         self.stats.pending.store(self.writer.len() as u64, Relaxed);
         if batch.is_empty() {
             return;
         }
         self.stats.flushes.fetch_add(1, Relaxed);
-        let link = self.link.clone();
         let wait = (self.timeout * 20).max(Duration::from_secs(1));
         let items = std::mem::take(&mut batch.items);
         match tokio::time::timeout(wait, link.run_on(items, conn::Lane::Bulk)).await {
-            Ok(results) => self
-                .writer
-                .settle(batch, &results, &self.layout, &self.stats),
+            Ok(results) => {
+                if self.writer.settle(batch, &results, &self.stats) > 0 {
+                    self.link.refresh_slots();
+                }
+            }
             Err(_) => {
                 self.link.timed_out();
                 let all: Vec<usize> = (0..batch.len()).collect();
@@ -374,25 +412,10 @@ impl ReputationStore for RedisStore {
         }
         self.inner.stats.prefetches.fetch_add(1, Relaxed);
         let now = self.now();
-        match self.hgetall(keys) {
-            Ok(values) => {
+        match self.window_sums(keys, now) {
+            Ok(sums) => {
                 self.inner.degraded.store(false, Relaxed);
-                let mut out = Vec::with_capacity(keys.len());
-                for (key, v) in keys.iter().zip(&values) {
-                    let d = keys::decode(&self.inner.layout, v, now);
-                    if !d.stale.is_empty() {
-                        self.inner
-                            .writer
-                            .delete(keys::timeline_key(&self.inner.prefix, key), d.stale.clone());
-                    }
-                    out.push(keys::window_sums(
-                        &self.inner.layout,
-                        &self.inner.windows_secs,
-                        &d,
-                        now,
-                    ));
-                }
-                Ok(out)
+                Ok(sums)
             }
             Err(e) => {
                 self.inner.degraded.store(true, Relaxed);

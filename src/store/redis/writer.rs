@@ -1,6 +1,7 @@
 //! Writes off the reply path: increments are added together per (key, bucket) in memory and
-//! flushed every `flush_interval_ms` as one pipeline per node (+5 once equals +1 five times);
-//! unique pairs wait for the same flush and run their script there. While Redis is down the
+//! flushed every `flush_interval_ms` as `WRITE` script calls, one per node and `CHUNK`
+//! operations (+5 once equals +1 five times); unique pairs and the deletes readers asked for
+//! go in the same calls. While Redis is down the
 //! pending set grows up to `max_pending` entries; past that, new increments are dropped and
 //! counted. A flush that fails puts its entries back (at-least-once: a batch that reached Redis
 //! but whose reply was lost is counted again).
@@ -13,7 +14,8 @@ use parking_lot::Mutex;
 use super::conn::Item;
 use super::health::Stats;
 use super::keys;
-use crate::store::{Counter, Counts, Increment, Layout, StoreKey};
+use super::scripts::{Scripts, CHUNK};
+use crate::store::{Counts, Increment, Layout, StoreKey};
 
 #[derive(Default)]
 struct Pending {
@@ -21,26 +23,26 @@ struct Pending {
     incs: HashMap<(StoreKey, u64), Counts>,
     /// (pair, unique) → (period, time).
     pairs: HashMap<(StoreKey, StoreKey), (u64, u64)>,
-    /// Fields past their keep found by readers (of timelines and rate counters), by key name.
+    /// Fields past their keep found by readers (of rate counters), by key name.
     dels: HashMap<String, Vec<Vec<u8>>>,
-    /// Keys whose TTL to renew: their first write of a coarsest bucket (a day).
-    expires: std::collections::HashSet<StoreKey>,
 }
 
 enum Origin {
     Inc(StoreKey, u64, Counts),
     Pair(StoreKey, StoreKey, u64, u64),
-    Del,
+    /// A hash's fields to delete (not put back when the call fails: the next reader finds
+    /// them again).
+    Del(String, Vec<Vec<u8>>),
 }
 
-/// A flush's commands and what each came from (to put back on failure).
+/// A flush's script calls and the entries each carries (to put back on failure).
 pub struct Batch {
     pub items: Vec<Item>,
-    origins: Vec<Origin>,
+    origins: Vec<Vec<Origin>>,
 }
 
 impl Batch {
-    /// Entries (items before they are sent).
+    /// Script calls (before they are sent).
     pub fn len(&self) -> usize {
         self.origins.len()
     }
@@ -73,7 +75,7 @@ impl Writer {
 
     pub fn is_empty(&self) -> bool {
         let p = self.pending.lock();
-        p.incs.is_empty() && p.pairs.is_empty() && p.dels.is_empty() && p.expires.is_empty()
+        p.incs.is_empty() && p.pairs.is_empty() && p.dels.is_empty()
     }
 
     pub fn add(&self, increments: &[Increment], now: u64, stats: &Stats) {
@@ -121,89 +123,105 @@ impl Writer {
         }
     }
 
-    /// Everything pending, as commands.
-    pub fn take(&self, layout: &Layout, prefix: &str, ttl: u64) -> Batch {
+    /// Everything pending, as `WRITE` calls: the operations grouped by the node serving their
+    /// key (`nodes` maps slots to nodes) and cut into calls of at most `CHUNK`.
+    pub fn take(
+        &self,
+        layout: &Layout,
+        prefix: &str,
+        scripts: &Scripts,
+        nodes: impl FnOnce(&[u16]) -> Vec<u16>,
+    ) -> Batch {
         let taken = std::mem::take(&mut *self.pending.lock());
-        let incs = taken.incs;
-        let mut items = Vec::with_capacity(incs.len() + taken.pairs.len() + taken.dels.len());
-        let mut origins = Vec::with_capacity(items.capacity());
-        // The TTL is renewed only after a key's first write of a day (seen in the replies of
-        // the flush before): a key written every day still lives 14 days past its last write,
-        // and most writes cost no EXPIRE.
-        for ((key, at), counts) in incs {
-            items.extend(increment_items(layout, prefix, None, [(key, at, counts)]));
-            origins.push(Origin::Inc(key, at, counts));
-        }
-        for key in taken.expires {
-            let tk = keys::timeline_key(prefix, &key);
-            let mut cmd = redis::cmd("EXPIRE");
-            cmd.arg(&tk).arg(ttl);
-            items.push(Item::new(&tk, vec![cmd]));
-            origins.push(Origin::Del);
+        let mut ops: Vec<(u16, Origin)> =
+            Vec::with_capacity(taken.incs.len() + taken.pairs.len() + taken.dels.len());
+        for ((key, at), counts) in taken.incs {
+            ops.push((
+                keys::slot(&keys::timeline_key(prefix, &key)),
+                Origin::Inc(key, at, counts),
+            ));
         }
         for ((pair, unique), (period, at)) in taken.pairs {
-            let pk = keys::pair_key(prefix, &pair, &unique);
-            let tk = keys::timeline_key(prefix, &unique);
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(keys::UNIQUE_SCRIPT)
-                .arg(2)
-                .arg(&pk)
-                .arg(&tk)
-                .arg(period)
-                .arg(ttl);
-            let one = Increment::one(unique, Counter::Seen).counts;
-            for (f, _) in keys::increment_fields(layout, at, &one) {
-                cmd.arg(f);
-            }
-            items.push(Item::new(&tk, vec![cmd]));
-            origins.push(Origin::Pair(pair, unique, period, at));
+            ops.push((
+                keys::slot(&keys::timeline_key(prefix, &unique)),
+                Origin::Pair(pair, unique, period, at),
+            ));
         }
         for (name, fields) in taken.dels {
-            let mut cmd = redis::cmd("HDEL");
-            cmd.arg(&name).arg(fields);
-            items.push(Item::new(&name, vec![cmd]));
-            origins.push(Origin::Del);
+            ops.push((keys::slot(&name), Origin::Del(name, fields)));
+        }
+        let node_of = nodes(&ops.iter().map(|(slot, _)| *slot).collect::<Vec<_>>());
+        let mut by_node: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, &node) in node_of.iter().enumerate() {
+            match by_node.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, list)) => list.push(i),
+                None => by_node.push((node, vec![i])),
+            }
+        }
+        let mut ops: Vec<Option<Origin>> = ops.into_iter().map(|(_, o)| Some(o)).collect();
+        let mut items = Vec::new();
+        let mut origins = Vec::new();
+        for (_, members) in by_node {
+            for chunk in members.chunks(CHUNK) {
+                let mut call = scripts.writes();
+                let mut carried = Vec::with_capacity(chunk.len());
+                for &i in chunk {
+                    let Some(origin) = ops[i].take() else {
+                        continue;
+                    };
+                    match &origin {
+                        Origin::Inc(key, at, counts) => call.inc(layout, prefix, key, *at, counts),
+                        Origin::Pair(pair, unique, period, at) => {
+                            call.pair(layout, prefix, pair, unique, *period, *at)
+                        }
+                        Origin::Del(name, fields) => call.del(name, fields),
+                    }
+                    carried.push(origin);
+                }
+                let (sha, text, first) = call.finish();
+                items.push(Item::script(&first, sha, text));
+                origins.push(carried);
+            }
         }
         Batch { items, origins }
     }
 
-    /// After a flush: keys whose replies show a first write of the day get their TTL renewed
-    /// by the next flush, and the entries of failed items are put back (within the bound).
+    /// After a flush: the entries of calls that failed are put back (within the bound), and
+    /// of a call that ran only the operations whose key its node no longer serves (its
+    /// commands run under `pcall`: the rest is never resent). Returns how many moved.
     pub fn settle(
         &self,
-        batch: Batch,
+        mut batch: Batch,
         results: &[Result<Vec<redis::Value>, super::conn::LinkError>],
-        layout: &Layout,
         stats: &Stats,
-    ) {
-        let coarsest = layout.resolutions().len() - 1;
+    ) -> usize {
         let mut failed = Vec::new();
-        let mut expire = Vec::new();
+        let mut moved = 0;
         for (i, r) in results.iter().enumerate() {
-            match (r, &batch.origins[i]) {
-                (Err(_), _) => failed.push(i),
-                (Ok(replies), Origin::Inc(key, _, counts)) => {
-                    // The replies come per written counter, each at every resolution
-                    // (`keys::increment_fields`): a day field equal to its delta was new.
-                    let stored = keys::stored_deltas(counts);
-                    let deltas = stored.iter().filter(|&&d| d != 0);
-                    let firsts = replies
-                        .chunks(coarsest + 1)
-                        .zip(deltas)
-                        .any(|(per_res, &d)| {
-                            matches!(per_res.get(coarsest), Some(redis::Value::Int(v)) if *v == d)
-                        });
-                    if firsts {
-                        expire.push(*key);
+            match r {
+                Err(_) => failed.push(i),
+                Ok(replies) => {
+                    let Some(redis::Value::Array(ops)) = replies.first() else {
+                        continue;
+                    };
+                    let mut keep: Vec<Origin> = Vec::new();
+                    let carried = std::mem::take(&mut batch.origins[i]);
+                    for (n, origin) in carried.into_iter().enumerate() {
+                        if ops
+                            .iter()
+                            .any(|v| matches!(v, redis::Value::Int(k) if *k == n as i64 + 1))
+                        {
+                            keep.push(origin);
+                        }
                     }
+                    moved += keep.len();
+                    batch.origins[i] = keep;
+                    failed.push(i);
                 }
-                _ => {}
             }
         }
-        if !expire.is_empty() {
-            self.pending.lock().expires.extend(expire);
-        }
         self.requeue(batch, &failed, stats);
+        moved
     }
 
     /// Puts back the entries of `failed` items (within the bound).
@@ -212,8 +230,8 @@ impl Writer {
             return;
         }
         let mut p = self.pending.lock();
-        for &i in failed {
-            match &batch.origins[i] {
+        for origin in failed.iter().flat_map(|&i| &batch.origins[i]) {
+            match origin {
                 Origin::Inc(key, at, counts) => self.add_one(&mut p, *key, *at, counts, stats),
                 Origin::Pair(pair, unique, period, at) => {
                     if p.incs.len() + p.pairs.len() >= self.max {
@@ -222,7 +240,7 @@ impl Writer {
                         p.pairs.entry((*pair, *unique)).or_insert((*period, *at));
                     }
                 }
-                Origin::Del => {}
+                Origin::Del(..) => {}
             }
         }
     }
@@ -258,7 +276,7 @@ pub fn increment_items(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreConfig;
+    use crate::store::{Counter, StoreConfig};
 
     fn args(item: &Item) -> Vec<Vec<String>> {
         item.cmds
@@ -299,61 +317,125 @@ mod tests {
         w.add(&[Increment::one(key(3), Counter::Seen)], now, &stats);
         w.add(&[spam], now, &stats);
         assert_eq!(stats.dropped.load(Relaxed), 1);
-        let batch = w.take(&layout, "in", 100);
+        let scripts = Scripts::new(&layout, &StoreConfig::default().windows_secs, 100);
+        // Key 1 on node 0, key 2 on node 1: one call each.
+        let k1 = keys::slot(&keys::timeline_key("in", &key(1)));
+        let nodes = |slots: &[u16]| -> Vec<u16> {
+            slots.iter().map(|&s| if s == k1 { 0 } else { 1 }).collect()
+        };
+        let batch = w.take(&layout, "in", &scripts, nodes);
         assert!(w.is_empty());
-        let mut all: Vec<Vec<Vec<String>>> = batch.items.iter().map(args).collect();
-        all.sort();
+        let mut all: Vec<Vec<String>> = batch.items.iter().map(|i| args(i).remove(0)).collect();
+        all.sort_by(|a, b| a[3].cmp(&b[3]));
+        let call = |key: &str, f1: String, f2: String, d: &str| {
+            vec![
+                "EVALSHA".into(),
+                redis::Script::new(super::super::scripts::WRITE)
+                    .get_hash()
+                    .to_string(),
+                "1".into(),
+                key.into(),
+                "100".into(),
+                "1".into(),
+                "i".into(),
+                key.into(),
+                "2".into(),
+                f1,
+                d.into(),
+                f2,
+                d.into(),
+            ]
+        };
         assert_eq!(
             all,
             vec![
-                vec![
-                    vec![
-                        "HINCRBY".into(),
-                        "in:{0.1.0000000000000001}".into(),
-                        format!("00{}", now / 600),
-                        "5".into()
-                    ],
-                    vec![
-                        "HINCRBY".into(),
-                        "in:{0.1.0000000000000001}".into(),
-                        format!("10{}", now / 86_400),
-                        "5".into()
-                    ],
-                ],
-                vec![
-                    vec![
-                        "HINCRBY".into(),
-                        "in:{0.1.0000000000000002}".into(),
-                        format!("01{}", now / 600),
-                        "2".into()
-                    ],
-                    vec![
-                        "HINCRBY".into(),
-                        "in:{0.1.0000000000000002}".into(),
-                        format!("11{}", now / 86_400),
-                        "2".into()
-                    ],
-                ],
+                call(
+                    "in:{0.1.0000000000000001}",
+                    format!("00{}", now / 600),
+                    format!("10{}", now / 86_400),
+                    "5"
+                ),
+                call(
+                    "in:{0.1.0000000000000002}",
+                    format!("01{}", now / 600),
+                    format!("11{}", now / 86_400),
+                    "2"
+                ),
             ]
         );
-        // A failed flush puts its entries back; a first write of the day asks for an EXPIRE.
-        let results = vec![
-            Err(super::super::conn::LinkError::Redis("down".into())),
-            Ok(vec![redis::Value::Int(9), redis::Value::Int(2)]),
-        ];
-        let first_is_key1 = args(&batch.items[0])[0][1].ends_with("1}");
-        let results = if first_is_key1 {
-            results
-        } else {
-            results.into_iter().rev().collect()
-        };
-        w.settle(batch, &results, &layout, &stats);
-        let again = w.take(&layout, "in", 100);
-        let all: Vec<Vec<Vec<String>>> = again.items.iter().map(args).collect();
-        assert_eq!(all.len(), 2, "{all:?}");
-        assert!(all.iter().any(|c| c[0][0] == "HINCRBY" && c[0][3] == "5"));
-        assert!(all
+        // Each call falls back on the script's text.
+        assert!(batch
+            .items
             .iter()
-            .any(|c| c[0] == vec!["EXPIRE", "in:{0.1.0000000000000002}", "100"]));
+            .all(|i| i.retry.as_ref().is_some_and(|r| matches!(
+                r[0].args_iter().next(),
+                Some(redis::Arg::Simple(b)) if b == b"EVAL"
+            ))));
+        // A failed call puts its entries back; one that ran does not come again.
+        let first_is_key1 = args(&batch.items[0])[0][3].ends_with("1}");
+        let mut results = vec![
+            Err(super::super::conn::LinkError::Redis("down".into())),
+            Ok(vec![redis::Value::Array(vec![])]),
+        ];
+        if !first_is_key1 {
+            results.reverse();
+        }
+        assert_eq!(w.settle(batch, &results, &stats), 0);
+        let again = w.take(&layout, "in", &scripts, nodes);
+        let all: Vec<Vec<String>> = again.items.iter().map(|i| args(i).remove(0)).collect();
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0][3], "in:{0.1.0000000000000001}");
+        assert_eq!(all[0][10], "5");
+        // A call that ran but whose node no longer serves its first operation's key: that
+        // operation alone comes again.
+        w.add(&[spam], now, &stats);
+        let batch = w.take(&layout, "in", &scripts, |s| vec![0; s.len()]);
+        assert_eq!(batch.len(), 1);
+        let first_key = args(&batch.items[0])[0][3].clone();
+        let results = vec![Ok(vec![redis::Value::Array(vec![redis::Value::Int(1)])])];
+        assert_eq!(w.settle(batch, &results, &stats), 1);
+        let again = w.take(&layout, "in", &scripts, |s| vec![0; s.len()]);
+        assert_eq!(again.origins.iter().map(Vec::len).sum::<usize>(), 1);
+        assert_eq!(args(&again.items[0])[0][3], first_key);
+    }
+
+    #[test]
+    fn a_node_gets_calls_of_at_most_chunk_operations() {
+        let cfg = StoreConfig::default();
+        let layout = Layout::new(&cfg.resolutions).unwrap();
+        let scripts = Scripts::new(&layout, &cfg.windows_secs, 100);
+        let stats = Stats::default();
+        let w = Writer::new(10_000, 600);
+        let now = 1_800_000_000;
+        for hash in 0..(CHUNK as u64 * 2 + 1) {
+            let key = StoreKey {
+                namespace: 0,
+                kind: 1,
+                hash,
+            };
+            w.add(&[Increment::one(key, Counter::Seen)], now, &stats);
+        }
+        let unique = StoreKey {
+            namespace: 0,
+            kind: 7,
+            hash: 1,
+        };
+        let pair = StoreKey {
+            namespace: 0,
+            kind: 6,
+            hash: 2,
+        };
+        w.pair(pair, unique, 3600, now, &stats);
+        w.delete("in:r:{x}".into(), vec![b"17".to_vec()]);
+        let batch = w.take(&layout, "in", &scripts, |s| vec![0; s.len()]);
+        // 2 × CHUNK + 3 operations on one node: three calls.
+        assert_eq!(batch.len(), 3);
+        let ops: usize = batch.origins.iter().map(Vec::len).sum();
+        assert_eq!(ops, CHUNK * 2 + 1 + 1 + 1);
+        // Each call declares one key (its route); the others are arguments.
+        assert!(batch.items.iter().all(|i| args(i)[0][2] == "1"));
+        let flat: Vec<String> = batch.items.iter().flat_map(|i| args(i).remove(0)).collect();
+        assert!(flat.iter().any(|a| a.starts_with("in:p:{0.7.")));
+        assert!(flat.windows(4).any(|w| w == ["d", "in:r:{x}", "1", "17"]));
     }
 }
