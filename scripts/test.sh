@@ -22,14 +22,14 @@ fi
 # python3-dkim and python3-nacl (dkimpy, Ed25519) as the independent DKIM verifier of
 # tests/signing.rs, clamav-daemon for the antivirus tests' own clamd (tests/antivirus.rs; its
 # services are not started, and the tests write their own signature database: freshclam
-# never runs).
+# never runs), wrk for the MX farm's load (tests/farm.rs, scripts/mx_farm.sh).
 mta_libs="libdb5.3 libgnutls-dane0 libgnutls30 libidn12 libidn2-0 libldap-2.5-0 libmariadb3 \
     libnsl2 libpam0g libpcre2-8-0 libperl5.36 libpq5 libsasl2-2 libspf2-2 libsqlite3-0 libcrypt1 \
     libssl3 libwrap0 liblockfile1 m4 util-linux"
 missing=""
 command -v npm >/dev/null || missing="nodejs npm"
 for pkg in postfix miltertest rspamd spamc iproute2 python3 chromium chromium-driver lua-check \
-    nginx-light curl openssl adduser python3-dkim python3-nacl systemd redis-server redis-tools clamav-daemon $mta_libs; do
+    nginx-light curl openssl adduser python3-dkim python3-nacl systemd redis-server redis-tools clamav-daemon wrk $mta_libs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
         || missing="$missing $pkg"
 done

@@ -31,6 +31,11 @@ rule { name = "RATE10", score = 0.5, description = "its sender went over 10 a mi
     local _, over = ratelimit("rl", from, 10, 60)
     return over
   end }
+rule { name = "SUBJECT_SEEN", score = 0.01, description = "its subject's count (options)",
+  check = function(msg)
+    local seen = msg:stat("subject", "10m")
+    return true, tostring(seen)
+  end }
 rule { name = "MAILER_SEEN", score = 0.1, description = "asked only of subjects with 'ask'",
   check = function(msg)
     local subject = msg:subject() or ""
@@ -55,11 +60,86 @@ fn message(from: &str, subject: &str, id: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A redis store without the near cache: these tests check what each daemon reads from Redis
+/// (`near_cache_serves_own_counts_at_once_and_others_within_its_bound` turns it on).
 fn redis_config(urls: &str, cluster: bool) -> String {
     format!(
         "[store]\nbackend = \"redis\"\n[store.redis]\nurls = {urls}\ncluster = {cluster}\n\
-         prefix = \"in\"\ntimeout_ms = 50\nflush_interval_ms = 20\n"
+         prefix = \"in\"\ntimeout_ms = 50\nflush_interval_ms = 20\nnear_cache_ms = 0\n"
     )
+}
+
+/// What `SUBJECT_SEEN` says a scan of `msg` counted of its subject in 10 minutes.
+fn subject_seen(d: &Daemon, msg: &[u8]) -> u64 {
+    let r = d.post("/checkv2", &[], msg);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["symbols"]["SUBJECT_SEEN"]["options"][0]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no SUBJECT_SEEN count in {}", r.text()))
+}
+
+#[test]
+fn near_cache_serves_own_counts_at_once_and_others_within_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), daemon::free_port(), false);
+    let urls = format!("[\"redis://127.0.0.1:{}\"]", node.port);
+    // Flushes every 10 s: what a daemon sees of its own scans before that, only the near
+    // cache can show.
+    let slow = |near: u64| {
+        redis_config(&urls, false)
+            .replace("flush_interval_ms = 20", "flush_interval_ms = 10000")
+            .replace("near_cache_ms = 0", &format!("near_cache_ms = {near}"))
+    };
+    let a = start(dir.path(), "a", &slow(1_000));
+    let off = start(dir.path(), "off", &slow(0));
+    for d in [&a, &off] {
+        wait_until("the store connected", 10, || health_store(d) == "ok");
+    }
+    for (d, subject) in [(&a, "Burst with cache"), (&off, "Burst without cache")] {
+        let counts: Vec<u64> = (0..5)
+            .map(|i| {
+                subject_seen(
+                    d,
+                    &message("b@burst.example", subject, &format!("{subject}{i}")),
+                )
+            })
+            .collect();
+        if std::ptr::eq(d, &a) {
+            // Each scan counts the ones before it (a scan's increments are recorded just
+            // after its reply, so one may still be on its way): the near cache adds this
+            // daemon's own increments at once.
+            assert!(
+                counts.windows(2).all(|w| w[0] <= w[1]) && counts[4] >= 3,
+                "with the near cache: {counts:?}"
+            );
+        } else {
+            // Without it the count waits for the flush.
+            assert_eq!(counts, [0, 0, 0, 0, 0], "without the near cache");
+        }
+    }
+    assert!(a.metric("shrike_redis_near_cache_hits_total") >= 4);
+    assert_eq!(off.metric("shrike_redis_near_cache_hits_total"), 0);
+
+    // Another daemon's counts arrive once flushed and once the entry is older than
+    // near_cache_ms: a second daemon (flushing every 20 ms) scans the subject, A had it cached.
+    let b = start(
+        dir.path(),
+        "b",
+        &redis_config(&urls, false).replace("near_cache_ms = 0", "near_cache_ms = 1000"),
+    );
+    wait_until("the store connected", 10, || health_store(&b) == "ok");
+    for i in 0..3 {
+        b.post(
+            "/checkv2",
+            &[],
+            &message("c@burst.example", "Burst with cache", &format!("b{i}")),
+        );
+    }
+    // Once A's entry is older than near_cache_ms, A reads Redis again: B's 3 are there (A's
+    // own 5 wait for A's 10 s flush).
+    let probe = message("b@burst.example", "Burst with cache", "probe");
+    wait_until("A counts B's scans", 10, || subject_seen(&a, &probe) >= 3);
 }
 
 fn start(dir: &Path, name: &str, config: &str) -> Daemon {

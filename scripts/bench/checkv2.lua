@@ -59,6 +59,13 @@ function init(args)
   end
 end
 
+-- $BENCH_PAUSE_MS: each connection waits that long before each request (an offered rate below
+-- saturation: scripts/mx_farm.sh measures p99 at about half the saturated rate this way).
+local pause = tonumber(os.getenv("BENCH_PAUSE_MS") or "0") or 0
+if pause > 0 then
+  function delay() return pause end
+end
+
 function request()
   i = i + 1
   return prepared[(i % #prepared) + 1]

@@ -41,6 +41,13 @@ pub struct RedisConfig {
     pub max_pending: usize,
     /// Share the classifier's learns through a Redis stream every daemon applies.
     pub shared_classifier: bool,
+    /// How long window sums read from Redis are served again from memory (with this daemon's
+    /// own increments added at once); 0 turns the near cache off. Other daemons' counts show
+    /// here at most this much (plus their `flush_interval_ms`) late; rate limits and unique
+    /// counts are never read from it.
+    pub near_cache_ms: u64,
+    /// Most keys the near cache holds.
+    pub near_cache_keys: usize,
 }
 
 impl Default for RedisConfig {
@@ -56,6 +63,8 @@ impl Default for RedisConfig {
             flush_interval_ms: 100,
             max_pending: 1_000_000,
             shared_classifier: true,
+            near_cache_ms: 1_000,
+            near_cache_keys: 65_536,
         }
     }
 }
@@ -80,6 +89,10 @@ pub enum RedisConfigError {
     Flush,
     #[error("store.redis.max_pending must be greater than 0")]
     Pending,
+    #[error("store.redis.near_cache_ms must be 0 (off) to 60000")]
+    NearCache,
+    #[error("store.redis.near_cache_keys must be 1 to 10000000")]
+    NearCacheKeys,
 }
 
 impl RedisConfig {
@@ -110,6 +123,12 @@ impl RedisConfig {
         }
         if self.max_pending == 0 {
             return Err(RedisConfigError::Pending);
+        }
+        if self.near_cache_ms > 60_000 {
+            return Err(RedisConfigError::NearCache);
+        }
+        if !(1..=10_000_000).contains(&self.near_cache_keys) {
+            return Err(RedisConfigError::NearCacheKeys);
         }
         Ok(())
     }
@@ -146,6 +165,8 @@ mod tests {
         assert!(with(&|c| c.timeout_ms = 0).contains("timeout_ms"));
         assert!(with(&|c| c.pool_size = 0).contains("pool_size"));
         assert!(with(&|c| c.max_pending = 0).contains("max_pending"));
+        assert!(with(&|c| c.near_cache_ms = 60_001).contains("near_cache_ms"));
+        assert!(with(&|c| c.near_cache_keys = 0).contains("near_cache_keys"));
         // Only checked when the backend is redis.
         let cfg: crate::config::Config =
             toml::from_str("[store]\nbackend = \"redis\"\n[store.redis]\nurls = []\n").unwrap();

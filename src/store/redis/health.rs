@@ -14,6 +14,8 @@ pub struct Stats {
     pub commands: AtomicU64,
     /// Reads (and scripts) that did not answer within `timeout_ms`.
     pub timeouts: AtomicU64,
+    /// Reads answered "unavailable" at once because one had just timed out.
+    pub fast_failures: AtomicU64,
     /// Failed batches, replies and connects.
     pub errors: AtomicU64,
     /// Scans that went on without reputation.
@@ -31,6 +33,13 @@ pub struct Stats {
     /// Batches of coalesced reads (`coalesce.rs`) and the reads they carried.
     pub read_batches: AtomicU64,
     pub reads: AtomicU64,
+    /// Near cache (`near.rs`): keys served from it, keys read from Redis while it is on, the
+    /// summed age of what it served (milliseconds), times it was full, and its size (a gauge).
+    pub near_hits: AtomicU64,
+    pub near_misses: AtomicU64,
+    pub near_age_ms: AtomicU64,
+    pub near_evictions: AtomicU64,
+    pub near_entries: AtomicU64,
 }
 
 impl Stats {
@@ -90,6 +99,12 @@ impl Stats {
                 false,
             ),
             (
+                "shrike_redis_fast_failures_total",
+                "Reads that failed at once because a read had just timed out (one probe waits at a time).",
+                self.fast_failures.load(Relaxed),
+                false,
+            ),
+            (
                 "shrike_redis_errors_total",
                 "Failed redis batches, replies and connection attempts.",
                 self.errors.load(Relaxed),
@@ -117,6 +132,36 @@ impl Stats {
                 "shrike_redis_pending_increments",
                 "Aggregated increments waiting for the next flush.",
                 self.pending.load(Relaxed),
+                true,
+            ),
+            (
+                "shrike_redis_near_cache_hits_total",
+                "Keys whose window sums the near cache served (near_cache_ms).",
+                self.near_hits.load(Relaxed),
+                false,
+            ),
+            (
+                "shrike_redis_near_cache_misses_total",
+                "Keys read from redis while the near cache is on.",
+                self.near_misses.load(Relaxed),
+                false,
+            ),
+            (
+                "shrike_redis_near_cache_served_age_ms_total",
+                "Summed age of the sums the near cache served, in ms (divided by its hits: the mean staleness).",
+                self.near_age_ms.load(Relaxed),
+                false,
+            ),
+            (
+                "shrike_redis_near_cache_full_total",
+                "Times the near cache was full and dropped entries.",
+                self.near_evictions.load(Relaxed),
+                false,
+            ),
+            (
+                "shrike_redis_near_cache_entries",
+                "Keys the near cache holds.",
+                self.near_entries.load(Relaxed),
                 true,
             ),
             (

@@ -9,6 +9,7 @@
 //! - `conn.rs`: connections, the cluster slot map, one pipeline per node, reconnect/backoff;
 //! - `scripts.rs`: the per-node read and write scripts of the scan path;
 //! - `coalesce.rs`: the scan workers' reads sent together while a batch is out;
+//! - `near.rs`: window sums served again for `near_cache_ms`, with own increments added;
 //! - `writer.rs`: increments aggregated per key and flushed as pipelines off the reply path;
 //! - `learns.rs`: the classifier's shared learn stream;
 //! - `transfer.rs`: `shrike store export/import`;
@@ -20,6 +21,7 @@ mod conn;
 mod health;
 pub mod keys;
 pub mod learns;
+mod near;
 mod scripts;
 pub mod transfer;
 mod writer;
@@ -69,6 +71,7 @@ impl<T> Default for Reply<T> {
 struct Inner {
     link: Arc<Link>,
     scripts: Arc<scripts::Scripts>,
+    near: Option<near::NearCache>,
     /// The scan path's reads (lookups, rate scripts), coalesced.
     reads: Arc<coalesce::Coalescer>,
     layout: Layout,
@@ -81,6 +84,12 @@ struct Inner {
     stats: Arc<Stats>,
     /// The last read failed (cleared by the next that succeeds).
     degraded: AtomicBool,
+    /// After a read timed out, reads fail at once until this instant (ms on `started`), but
+    /// for one probe at a time: a scan waits for a dead node once (`timeout_ms`), not once
+    /// per read (its prefetch, then a rate limit), and the scans behind it not at all.
+    fail_fast_until: std::sync::atomic::AtomicU64,
+    probing: AtomicBool,
+    started: std::time::Instant,
 }
 
 /// The shared store. Starting it never waits for Redis: it connects in the background, and
@@ -116,6 +125,7 @@ impl RedisStore {
         let inner = Arc::new(Inner {
             link,
             scripts,
+            near: near::NearCache::new(cfg.near_cache_ms, cfg.near_cache_keys),
             reads,
             ttl,
             layout,
@@ -126,6 +136,9 @@ impl RedisStore {
             writer: writer::Writer::new(cfg.max_pending, bucket_secs),
             stats,
             degraded: AtomicBool::new(false),
+            fail_fast_until: std::sync::atomic::AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            started: std::time::Instant::now(),
         });
         let flusher = {
             let inner = inner.clone();
@@ -243,9 +256,26 @@ impl RedisStore {
     /// A read on the scan path (coalesced with the other workers'), waited for at most
     /// `timeout_ms`.
     fn read(&self, read: coalesce::Read) -> Option<coalesce::Replies> {
-        let replies = self.inner.reads.run(read, self.inner.timeout);
-        if replies.is_none() {
-            self.inner.link.timed_out();
+        let inner = &self.inner;
+        let now_ms = || inner.started.elapsed().as_millis() as u64;
+        let failing = now_ms() < inner.fail_fast_until.load(Relaxed);
+        if failing && inner.probing.swap(true, Relaxed) {
+            inner.stats.fast_failures.fetch_add(1, Relaxed);
+            return None;
+        }
+        let replies = inner.reads.run(read, inner.timeout);
+        match &replies {
+            None => {
+                inner.link.timed_out();
+                // Four timeouts' worth: a failover or partition keeps failing for seconds,
+                // and a probe a timeout long finds the end of it.
+                let span = inner.timeout.as_millis() as u64 * 4;
+                inner.fail_fast_until.store(now_ms() + span, Relaxed);
+            }
+            Some(_) => inner.fail_fast_until.store(0, Relaxed),
+        }
+        if failing {
+            inner.probing.store(false, Relaxed);
         }
         replies
     }
@@ -412,10 +442,35 @@ impl ReputationStore for RedisStore {
         }
         self.inner.stats.prefetches.fetch_add(1, Relaxed);
         let now = self.now();
-        match self.window_sums(keys, now) {
-            Ok(sums) => {
+        let stats = &self.inner.stats;
+        let cached = match &self.inner.near {
+            Some(near) => near.get(keys, stats),
+            None => vec![None; keys.len()],
+        };
+        let missing: Vec<StoreKey> = keys
+            .iter()
+            .zip(&cached)
+            .filter(|(_, c)| c.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        if missing.is_empty() {
+            return Ok(cached.into_iter().flatten().collect());
+        }
+        match self.window_sums(&missing, now) {
+            Ok(read) => {
                 self.inner.degraded.store(false, Relaxed);
-                Ok(sums)
+                if let Some(near) = &self.inner.near {
+                    near.put(missing.iter().copied().zip(read.iter().cloned()), stats);
+                }
+                let mut read = read.into_iter();
+                Ok(cached
+                    .into_iter()
+                    .map(|c| {
+                        c.or_else(|| read.next()).unwrap_or_else(|| WindowCounts {
+                            windows: WindowSums::zeros(self.inner.windows_secs.len()),
+                        })
+                    })
+                    .collect())
             }
             Err(e) => {
                 self.inner.degraded.store(true, Relaxed);
@@ -430,6 +485,9 @@ impl ReputationStore for RedisStore {
     }
 
     fn record_many(&self, increments: &[Increment]) {
+        if let Some(near) = &self.inner.near {
+            near.add(increments);
+        }
         self.inner
             .writer
             .add(increments, self.now(), &self.inner.stats);
@@ -450,7 +508,12 @@ impl ReputationStore for RedisStore {
         let wait = (self.inner.timeout * 10).max(Duration::from_millis(500));
         match self.block(wait, async move { link.run(items).await }) {
             Some(results) => match results.into_iter().find_map(Result::err) {
-                None => Ok(()),
+                None => {
+                    if let Some(near) = &self.inner.near {
+                        near.add(increments);
+                    }
+                    Ok(())
+                }
                 Some(e) => Err(Unavailable(e.to_string())),
             },
             None => Err(Unavailable("timed out".into())),

@@ -33,6 +33,7 @@ use crate::store::{Counts, Layout, StoreKey, WindowCounts, WindowSums, COUNTERS}
 pub const CHUNK: usize = 128;
 
 pub const READ: &str = r"#!lua flags=allow-cross-slot-keys
+local byte, sub, tonumber, format = string.byte, string.sub, tonumber, string.format
 local now = tonumber(ARGV[1])
 local nres = tonumber(ARGV[2])
 local bucket, keep = {}, {}
@@ -42,12 +43,15 @@ for r = 0, nres - 1 do
 end
 local at = 3 + 2 * nres
 local nwin = tonumber(ARGV[at])
-local from, wres = {}, {}
+-- Per resolution, the windows it serves: their index and start.
+local wins = {}
+for r = 0, nres - 1 do wins[r] = {} end
 for w = 1, nwin do
-  from[w] = now - tonumber(ARGV[at + 2 * w - 1])
-  wres[w] = tonumber(ARGV[at + 2 * w])
+  local r = tonumber(ARGV[at + 2 * w])
+  local list = wins[r]
+  list[#list + 1] = { w, now - tonumber(ARGV[at + 2 * w - 1]) }
 end
-local ncounters = tonumber(ARGV[at + 2 * nwin + 1])
+local nc = tonumber(ARGV[at + 2 * nwin + 1])
 local out = {}
 for k = at + 2 * nwin + 2, #ARGV do
   local key = ARGV[k]
@@ -55,20 +59,22 @@ for k = at + 2 * nwin + 2, #ARGV do
   local sums, stale = nil, nil
   for i = 1, #h, 2 do
     local f = h[i]
-    if #f >= 3 and string.find(f, '^%d+$') then
-      local r = string.byte(f, 1) - 48
-      local c = string.byte(f, 2) - 48
-      if r < nres and c < ncounters then
-        local e = (tonumber(string.sub(f, 3)) + 1) * bucket[r]
+    local r, c = byte(f, 1, 2)
+    local id = tonumber(sub(f, 3))
+    if id and c then
+      r, c = r - 48, c - 48
+      local b = bucket[r]
+      if b and c >= 0 and c < nc then
+        local e = (id + 1) * b
         if e + keep[r] <= now then
           stale = stale or {}
           stale[#stale + 1] = f
         else
           local v = tonumber(h[i + 1]) or 0
-          for w = 1, nwin do
-            if wres[w] == r and e > from[w] then
+          for _, win in ipairs(wins[r]) do
+            if e > win[2] then
               sums = sums or {}
-              local j = (w - 1) * ncounters + c + 1
+              local j = (win[1] - 1) * nc + c + 1
               sums[j] = (sums[j] or 0) + v
             end
           end
@@ -83,7 +89,7 @@ for k = at + 2 * nwin + 2, #ARGV do
   end
   if sums then
     local parts = {}
-    for j = 1, nwin * ncounters do parts[j] = string.format('%d', sums[j] or 0) end
+    for j = 1, nwin * nc do parts[j] = format('%d', sums[j] or 0) end
     out[#out + 1] = table.concat(parts, ',')
   else
     out[#out + 1] = ''
