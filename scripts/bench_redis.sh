@@ -165,6 +165,10 @@ for p in "${ports[@]}"; do redis-cli -p "$p" info commandstats; done | tr -d '\r
         END { for (k in c) { t += c[k]; printf "  %s: %.2f a message, %.2f us each\n", substr(k, 9), c[k] / n, u[k] / c[k] }
               printf "Redis executed %.1f commands a message (scripts'"'"' own calls included)\n", t / n }' | sort -t: -k2 -rn
 echo "unavailable scans: $(metric 21352 shrike_redis_unavailable_scans_total), timeouts: $(metric 21352 shrike_redis_timeouts_total), dropped: $(metric 21352 shrike_redis_dropped_increments_total)"
+hits=$(metric 21352 shrike_redis_near_cache_hits_total); misses=$(metric 21352 shrike_redis_near_cache_misses_total)
+age=$(metric 21352 shrike_redis_near_cache_served_age_ms_total)
+[ -n "$hits" ] && awk -v h="$hits" -v m="$misses" -v a="$age" 'BEGIN {
+    printf "near cache: %d hits, %d misses (%.1f%% of keys served from it), mean age of what it served %.0f ms\n", h, m, h + m ? 100 * h / (h + m) : 0, h ? a / h : 0 }'
 
 [[ $sections == *2* ]] && {
 echo "## 2. Redis memory per key"

@@ -84,10 +84,13 @@ struct Inner {
     stats: Arc<Stats>,
     /// The last read failed (cleared by the next that succeeds).
     degraded: AtomicBool,
-    /// After a read timed out, reads fail at once until this instant (ms on `started`), but
-    /// for one probe at a time: a scan waits for a dead node once (`timeout_ms`), not once
-    /// per read (its prefetch, then a rate limit), and the scans behind it not at all.
+    /// After three reads in a row timed out, reads fail at once until this instant (ms on
+    /// `started`), but for one probe at a time: a scan waits for a dead node once
+    /// (`timeout_ms`), not once per read (its prefetch, then a rate limit), and the scans
+    /// behind it not at all. Three, not one: on a daemon short of CPU a read late now and then
+    /// is the daemon's delay, not the store's, and must not fail the scans that follow.
     fail_fast_until: std::sync::atomic::AtomicU64,
+    timeouts_in_a_row: std::sync::atomic::AtomicU32,
     probing: AtomicBool,
     started: std::time::Instant,
 }
@@ -137,6 +140,7 @@ impl RedisStore {
             stats,
             degraded: AtomicBool::new(false),
             fail_fast_until: std::sync::atomic::AtomicU64::new(0),
+            timeouts_in_a_row: std::sync::atomic::AtomicU32::new(0),
             probing: AtomicBool::new(false),
             started: std::time::Instant::now(),
         });
@@ -269,10 +273,15 @@ impl RedisStore {
                 inner.link.timed_out();
                 // Four timeouts' worth: a failover or partition keeps failing for seconds,
                 // and a probe a timeout long finds the end of it.
-                let span = inner.timeout.as_millis() as u64 * 4;
-                inner.fail_fast_until.store(now_ms() + span, Relaxed);
+                if inner.timeouts_in_a_row.fetch_add(1, Relaxed) + 1 >= 3 {
+                    let span = inner.timeout.as_millis() as u64 * 4;
+                    inner.fail_fast_until.store(now_ms() + span, Relaxed);
+                }
             }
-            Some(_) => inner.fail_fast_until.store(0, Relaxed),
+            Some(_) => {
+                inner.timeouts_in_a_row.store(0, Relaxed);
+                inner.fail_fast_until.store(0, Relaxed);
+            }
         }
         if failing {
             inner.probing.store(false, Relaxed);
