@@ -486,6 +486,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         envelope: request.envelope,
         lists: true,
         checks: None,
+        keep: Default::default(),
     };
     let answer = match daemon
         .recorded("http")

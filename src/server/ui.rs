@@ -524,6 +524,7 @@ async fn test(req: Request<Incoming>, daemon: &Daemon) -> Reply {
         envelope,
         lists: false,
         checks: None,
+        keep: Default::default(),
     };
     match daemon.pool.test(request, daemon.scan_timeout()).await {
         Ok(report) => json(StatusCode::OK, report.to_string()),
