@@ -117,6 +117,20 @@ struct StoreInner {
     key: Option<Key>,
     /// Events are appended by one thread at a time of this process.
     events: parking_lot::Mutex<()>,
+    /// Entries being released now: a second release of one waits for none, it is refused.
+    releasing: parking_lot::Mutex<std::collections::HashSet<String>>,
+}
+
+/// An entry claimed for a release; the claim ends when it is dropped.
+pub struct Claim {
+    store: Store,
+    id: String,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.store.inner.releasing.lock().remove(&self.id);
+    }
 }
 
 impl Store {
@@ -147,6 +161,7 @@ impl Store {
                 dir: dir.clone(),
                 key,
                 events: parking_lot::Mutex::new(()),
+                releasing: parking_lot::Mutex::new(Default::default()),
             }),
         };
         if create {
@@ -236,6 +251,18 @@ impl Store {
         // One write: a concurrent appender (the CLI beside the daemon) cannot interleave.
         f.write_all(&line)?;
         f.sync_data()
+    }
+
+    /// Claims `id` for a release; `None` while another release of it is under way.
+    pub fn claim(&self, id: &str) -> Option<Claim> {
+        self.inner
+            .releasing
+            .lock()
+            .insert(id.to_string())
+            .then(|| Claim {
+                store: self.clone(),
+                id: id.to_string(),
+            })
     }
 
     /// Records a release of `id` to `rcpt` by `by`.

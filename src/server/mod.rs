@@ -17,6 +17,7 @@ pub mod milter;
 mod notify;
 pub mod ops;
 pub mod pool;
+mod quarantine;
 mod record;
 pub mod sniff;
 pub mod spamd;
