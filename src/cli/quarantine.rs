@@ -87,6 +87,9 @@ pub enum QuarantineCommand {
         /// One JSON object per recipient instead of text.
         #[arg(long)]
         json: bool,
+        /// How long the links stay valid (`7d`, `12h`; default: [quarantine] link_days).
+        #[arg(long, value_name = "DURATION")]
+        valid: Option<String>,
     },
 }
 
@@ -228,7 +231,11 @@ pub fn run(mut config: Config, cmd: QuarantineCommand) -> anyhow::Result<ExitCod
             )?;
             store.mark_released(&id, "cli", &m.rcpt)?;
             record_release(&config, &dir, &m, bytes.len())?;
-            writeln!(out, "released {id} to {} recipient(s): {reply}", m.rcpt.len())?;
+            writeln!(
+                out,
+                "released {id} to {} recipient(s): {reply}",
+                m.rcpt.len()
+            )?;
         }
         QuarantineCommand::Learn {
             id,
@@ -280,10 +287,22 @@ pub fn run(mut config: Config, cmd: QuarantineCommand) -> anyhow::Result<ExitCod
             store.delete(&m, &seg, "cli")?;
             writeln!(out, "deleted {id}")?;
         }
-        QuarantineCommand::Digest { data, since, json } => {
+        QuarantineCommand::Digest {
+            data,
+            since,
+            json,
+            valid,
+        } => {
             let dir = data.dir(&config)?;
             let store = open(&config, &dir)?;
-            digest(&config, &store, &since, json, &mut out)?;
+            let valid = match valid {
+                Some(v) => humantime::parse_duration(&v)
+                    .with_context(|| format!("--valid {v}"))?
+                    .as_secs()
+                    .max(1),
+                None => config.quarantine.link_days * 86_400,
+            };
+            digest(&config, &store, &since, json, valid, &mut out)?;
         }
     }
     out.flush()?;
@@ -336,6 +355,7 @@ fn digest(
     store: &Store,
     since: &str,
     json: bool,
+    valid_secs: u64,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     use std::collections::BTreeMap;
@@ -364,7 +384,7 @@ fn digest(
         }
     }
     let qc = &config.quarantine;
-    let expires = shrike::quarantine::links::now_secs() + qc.link_days * 86_400;
+    let expires = shrike::quarantine::links::now_secs() + valid_secs;
     for (rcpt, entries) in by_rcpt {
         let link = format!(
             "{}/quarantine/r/{}",

@@ -358,7 +358,9 @@ impl Quarantine {
 
     /// The actions it keeps (empty when disabled).
     pub fn actions(&self) -> ActionSet {
-        self.inner.as_ref().map_or(ActionSet::default(), |i| i.actions)
+        self.inner
+            .as_ref()
+            .map_or(ActionSet::default(), |i| i.actions)
     }
 
     /// The store the operations read and change (`None` when disabled).

@@ -66,7 +66,13 @@ pub fn send(
         .hello_name(ClientId::Domain(helo.to_string()))
         .timeout(Some(TIMEOUT))
         .build();
-    match transport.send_raw(&envelope, raw) {
+    // lettre ends the data with CRLF.CRLF, its own CRLF included: a message that ends with a
+    // line end would gain an empty line.
+    let data = raw
+        .strip_suffix(b"\r\n")
+        .or_else(|| raw.strip_suffix(b"\n"))
+        .unwrap_or(raw);
+    match transport.send_raw(&envelope, data) {
         Ok(r) => Ok(format!(
             "{} {}",
             r.code(),

@@ -78,7 +78,11 @@ pub fn view(raw: &[u8]) -> serde_json::Value {
                     })
                 })
                 .collect();
-            (m.subject().map(|s| cut(s.to_string(), MAX_FIELD)), text, attachments)
+            (
+                m.subject().map(|s| cut(s.to_string(), MAX_FIELD)),
+                text,
+                attachments,
+            )
         }
         None => (None, String::new(), Vec::new()),
     };

@@ -512,7 +512,8 @@ impl Query {
     }
 
     pub fn matches(&self, m: &Meta) -> bool {
-        if self.since_us.is_some_and(|t| m.time_us < t) || self.until_us.is_some_and(|t| m.time_us > t)
+        if self.since_us.is_some_and(|t| m.time_us < t)
+            || self.until_us.is_some_and(|t| m.time_us > t)
         {
             return false;
         }
@@ -690,6 +691,7 @@ impl W {
     }
 
     fn write(&mut self, mut meta: Meta, raw: &[u8]) {
+        meta.size = raw.len() as u64;
         let compressed = match zstd::bulk::compress(raw, LEVEL) {
             Ok(c) => c,
             Err(e) => {
@@ -737,12 +739,7 @@ impl W {
                 start += 1;
             }
             let seg = self.store.segment(start);
-            let open = |p: &Path| {
-                OpenOptions::new()
-                    .create_new(true)
-                    .append(true)
-                    .open(p)
-            };
+            let open = |p: &Path| OpenOptions::new().create_new(true).append(true).open(p);
             let dat = open(&seg.dat)?;
             let idx = open(&seg.idx)?;
             self.cur = Some(Cur {
@@ -803,7 +800,8 @@ impl W {
             if total <= self.config.max_bytes && !old {
                 continue;
             }
-            let removed = std::fs::remove_file(&seg.idx).and_then(|()| std::fs::remove_file(&seg.dat));
+            let removed =
+                std::fs::remove_file(&seg.idx).and_then(|()| std::fs::remove_file(&seg.dat));
             match removed {
                 Ok(()) => {
                     total = total.saturating_sub(*size);
@@ -845,7 +843,10 @@ mod tests {
         let c = config(data.path());
         let (q, w) = super::super::open(data.path(), &c).unwrap();
         for i in 0..10 {
-            q.submit(meta(i), format!("Subject: {i}\r\n\r\nbody {i}\r\n").into_bytes());
+            q.submit(
+                meta(i),
+                format!("Subject: {i}\r\n\r\nbody {i}\r\n").into_bytes(),
+            );
         }
         q.flush();
         let store = q.store().unwrap();
@@ -876,7 +877,10 @@ mod tests {
         assert_eq!(only.entries.len(), 3);
         let id = &page.entries[2].0.id;
         let (m, seg) = store.find(id).unwrap().unwrap();
-        assert_eq!(store.body(&m, &seg).unwrap(), b"Subject: 7\r\n\r\nbody 7\r\n");
+        assert_eq!(
+            store.body(&m, &seg).unwrap(),
+            b"Subject: 7\r\n\r\nbody 7\r\n"
+        );
         store.delete(&m, &seg, "test").unwrap();
         assert!(matches!(store.body(&m, &seg), Err(BodyError::Deleted)));
         let all = store

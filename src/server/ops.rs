@@ -307,10 +307,7 @@ pub struct ReleasedTo {
     pub reply: String,
 }
 
-type QuarantineEntry = (
-    crate::quarantine::Meta,
-    crate::quarantine::store::Segment,
-);
+type QuarantineEntry = (crate::quarantine::Meta, crate::quarantine::store::Segment);
 
 impl Daemon {
     fn quarantine_store(&self) -> Result<crate::quarantine::store::Store, QuarantineOpError> {
@@ -337,8 +334,14 @@ impl Daemon {
     async fn quarantined(
         &self,
         id: &str,
-    ) -> Result<(QuarantineEntry, crate::quarantine::store::EntryState, Vec<u8>), QuarantineOpError>
-    {
+    ) -> Result<
+        (
+            QuarantineEntry,
+            crate::quarantine::store::EntryState,
+            Vec<u8>,
+        ),
+        QuarantineOpError,
+    > {
         let id = id.to_string();
         self.on_store(move |store| {
             let state = store.state(&id)?;
@@ -353,7 +356,10 @@ impl Daemon {
 
     /// `GET /quarantine?…`: a page of kept messages, newest first, with the query's filters
     /// (`rcpt`, `sender`, `symbol`, `since`, `until`, `limit`, `cursor`).
-    pub async fn quarantine_list(&self, query: &str) -> Result<serde_json::Value, QuarantineOpError> {
+    pub async fn quarantine_list(
+        &self,
+        query: &str,
+    ) -> Result<serde_json::Value, QuarantineOpError> {
         let pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect();
@@ -362,21 +368,28 @@ impl Daemon {
             crate::history::now_us(),
         )
         .map_err(QuarantineOpError::Bad)?;
-        self.on_store(move |store| Ok(store.list(&q)?.to_json())).await
+        self.on_store(move |store| Ok(store.list(&q)?.to_json()))
+            .await
     }
 
     /// The entries of one recipient (a per-recipient link's page), newest first.
     pub async fn quarantine_of(
         &self,
         rcpt: &str,
-    ) -> Result<Vec<(crate::quarantine::Meta, crate::quarantine::store::EntryState)>, QuarantineOpError>
-    {
+    ) -> Result<
+        Vec<(
+            crate::quarantine::Meta,
+            crate::quarantine::store::EntryState,
+        )>,
+        QuarantineOpError,
+    > {
         let q = crate::quarantine::store::Query {
             rcpt: Some(crate::quarantine::normal_address(rcpt)),
             limit: 500,
             ..Default::default()
         };
-        self.on_store(move |store| Ok(store.list(&q)?.entries)).await
+        self.on_store(move |store| Ok(store.list(&q)?.entries))
+            .await
     }
 
     /// `GET /quarantine/ID`: the entry, its header fields and its text.
@@ -439,7 +452,13 @@ impl Daemon {
         let (id_owned, rc) = (id.to_string(), rcpt.clone());
         self.on_store(move |store| Ok(store.mark_released(&id_owned, by, &rc)?))
             .await?;
-        tracing::info!(id, by, rcpt = rcpt.len(), reply, "quarantined message released");
+        tracing::info!(
+            id,
+            by,
+            rcpt = rcpt.len(),
+            reply,
+            "quarantined message released"
+        );
         if self.history.enabled() {
             let mut r = crate::history::Record {
                 time_us: crate::history::now_us(),
@@ -488,7 +507,11 @@ impl Daemon {
     }
 
     /// Deletes `id`: its body overwritten, the entry gone from every list.
-    pub async fn quarantine_delete(&self, id: &str, by: &'static str) -> Result<(), QuarantineOpError> {
+    pub async fn quarantine_delete(
+        &self,
+        id: &str,
+        by: &'static str,
+    ) -> Result<(), QuarantineOpError> {
         let id = id.to_string();
         self.on_store(move |store| {
             let state = store.state(&id)?;

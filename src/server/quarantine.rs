@@ -41,7 +41,10 @@ fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>)
             CSP_JSON
         }),
     );
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
     r
 }
@@ -139,10 +142,9 @@ pub(super) async fn api(
             Ok((meta, raw)) => {
                 // Never shown inline: the bytes are a download.
                 let mut r = reply(StatusCode::OK, "application/octet-stream", raw);
-                if let Ok(v) = HeaderValue::from_str(&format!(
-                    "attachment; filename=\"{}.eml\"",
-                    meta.id
-                )) {
+                if let Ok(v) =
+                    HeaderValue::from_str(&format!("attachment; filename=\"{}.eml\"", meta.id))
+                {
                     r.headers_mut().insert(CONTENT_DISPOSITION, v);
                 }
                 r
@@ -163,7 +165,11 @@ pub(super) async fn api(
             let counter = match param(query, "class").as_deref() {
                 Some("spam") => Counter::Complaint,
                 Some("ham") => Counter::Rescue,
-                _ => return failed(&QuarantineOpError::Bad("need ?class=spam or ?class=ham".into())),
+                _ => {
+                    return failed(&QuarantineOpError::Bad(
+                        "need ?class=spam or ?class=ham".into(),
+                    ))
+                }
             };
             match daemon.quarantine_learn(id, by, counter).await {
                 Ok(l) => json(StatusCode::OK, &super::http::learned_json(&l)),
@@ -217,7 +223,11 @@ fn page(status: StatusCode, title: &str, body: &str) -> Reply {
 async fn link_page(method: &Method, link: &str, daemon: &Daemon) -> Reply {
     let (token, rest) = link.split_once('/').unwrap_or((link, ""));
     let Some(key) = &daemon.links else {
-        return page(StatusCode::NOT_FOUND, "Not found", "<p>The quarantine is off.</p>");
+        return page(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "<p>The quarantine is off.</p>",
+        );
     };
     let rcpt = match key.verify(token, now_secs()) {
         Ok(r) => r,
@@ -227,7 +237,11 @@ async fn link_page(method: &Method, link: &str, daemon: &Daemon) -> Reply {
                 LinkError::Expired => StatusCode::GONE,
                 _ => StatusCode::FORBIDDEN,
             };
-            return page(status, "Link not valid", &format!("<p>{}</p>", esc(&e.to_string())));
+            return page(
+                status,
+                "Link not valid",
+                &format!("<p>{}</p>", esc(&e.to_string())),
+            );
         }
     };
     let base = format!("/quarantine/r/{token}");
@@ -277,13 +291,21 @@ async fn link_page(method: &Method, link: &str, daemon: &Daemon) -> Reply {
             };
             let rcpts: Vec<String> = v["entry"]["rcpt"]
                 .as_array()
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .unwrap_or_default();
             let mine = rcpts
                 .iter()
                 .any(|r| crate::quarantine::normal_address(r) == rcpt);
             if !mine {
-                return page(StatusCode::NOT_FOUND, "Not found", "<p>No such message.</p>");
+                return page(
+                    StatusCode::NOT_FOUND,
+                    "Not found",
+                    "<p>No such message.</p>",
+                );
             }
             let headers: String = v["headers"]
                 .as_array()
@@ -307,18 +329,27 @@ async fn link_page(method: &Method, link: &str, daemon: &Daemon) -> Reply {
             )
         }
         (&Method::POST, "release") => {
-            match daemon.quarantine_release(id, "link", Some(&rcpt), false).await {
+            match daemon
+                .quarantine_release(id, "link", Some(&rcpt), false)
+                .await
+            {
                 Ok(_) => page(
                     StatusCode::OK,
                     "Released",
-                    &format!("<p>The message was sent on to {}.</p><p><a href=\"{base}\">Back</a></p>", esc(&rcpt)),
+                    &format!(
+                        "<p>The message was sent on to {}.</p><p><a href=\"{base}\">Back</a></p>",
+                        esc(&rcpt)
+                    ),
                 ),
                 Err(e) => {
                     let r = failed(&e);
                     page(
                         r.status(),
                         "Not released",
-                        &format!("<p>{}</p><p><a href=\"{base}\">Back</a></p>", esc(&e.to_string())),
+                        &format!(
+                            "<p>{}</p><p><a href=\"{base}\">Back</a></p>",
+                            esc(&e.to_string())
+                        ),
                     )
                 }
             }
