@@ -11,7 +11,9 @@
 #    serves it and GET /quarantine (first page, 50 entries) and a filtered first page (one
 #    recipient: every segment read) are timed with curl, 11 times each, the median printed.
 #
-#   [ROUNDS=3] [N=100000] [ACTIONS='"reject", ...'] scripts/bench_quarantine.sh [SECONDS] [CONNECTIONS]
+# PARTS="throughput listing" (the default) chooses the parts to run.
+#
+#   [ROUNDS=3] [N=100000] [ACTIONS='"reject", ...'] [PARTS=listing] scripts/bench_quarantine.sh [SECONDS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
@@ -42,6 +44,8 @@ serve() {  # serve NAME CONFIG PORT
     pids+=($!)
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$3/health" >/dev/null && break; sleep 0.1; done
 }
+parts=${PARTS:-throughput listing}
+if [[ " $parts " == *" throughput "* ]]; then
 serve on "$work/on.toml" 21433
 serve off "$work/off.toml" 21434
 run() {  # run URL -> rate
@@ -70,7 +74,9 @@ print(f"kept {q['stored']} of {scanned} scanned ({100 * q['stored'] / max(1, sca
 PY
 cleanup
 pids=()
+fi
 
+[[ " $parts " == *" listing "* ]] || exit 0
 echo "== listing $n entries"
 rm -rf "$work/list-data"
 mkdir -p "$work/list-data"

@@ -31,8 +31,11 @@ use super::{id_time, normal_address, Meta, QuarantineConfig, QuarantineError, St
 const IDX: &str = "qidx";
 const DAT: &str = "qdat";
 const EVENTS: &str = "events";
-/// A segment is closed after this long.
+/// A segment is closed after this long...
 const SEGMENT_AGE: Duration = Duration::from_secs(3600);
+/// ...or with this many entries: a list's first page parses the newest index only, so its
+/// cost is bounded by this, not by the quarantine's size.
+const SEGMENT_ENTRIES: usize = 4096;
 /// How often retention runs besides after writes past `max_bytes`.
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 /// zstd's level for bodies: the writer's time, not the reply's.
@@ -614,6 +617,7 @@ struct Cur {
     dat: File,
     idx: File,
     dat_len: u64,
+    entries: usize,
     opened: Instant,
 }
 
@@ -729,6 +733,7 @@ impl W {
     fn append(&mut self, meta: &mut Meta, stored: &[u8]) -> std::io::Result<()> {
         let rotate = self.cur.as_ref().is_none_or(|c| {
             (c.dat_len > 0 && c.dat_len + stored.len() as u64 > self.segment_bytes)
+                || c.entries >= SEGMENT_ENTRIES
                 || c.opened.elapsed() >= SEGMENT_AGE
         });
         if rotate {
@@ -747,6 +752,7 @@ impl W {
                 dat,
                 idx,
                 dat_len: 0,
+                entries: 0,
                 opened: Instant::now(),
             });
         }
@@ -765,6 +771,7 @@ impl W {
         frame.extend_from_slice(&crc32c::crc32c(&json).to_le_bytes());
         frame.extend_from_slice(&json);
         c.idx.write_all(&frame)?;
+        c.entries += 1;
         self.dirty = true;
         self.stats
             .bytes
@@ -913,5 +920,38 @@ mod tests {
         let cut = std::fs::read(&seg.idx).unwrap();
         assert!(cut.len() < bytes.len());
         assert_eq!(read_index(&seg.idx).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn keep_days_deletes_old_segments_but_never_the_current_one() {
+        let data = tempfile::tempdir().unwrap();
+        let c = QuarantineConfig {
+            keep_days: 30,
+            ..config(data.path())
+        };
+        // Two starts: two segments.
+        for round in 0..2 {
+            let (q, w) = super::super::open(data.path(), &c).unwrap();
+            q.submit(meta(round), b"Subject: x\r\n\r\nbody\r\n".to_vec());
+            q.flush();
+            drop(w);
+        }
+        let store = Store::open(data.path(), &c, true).unwrap();
+        let segs = store.segments().unwrap();
+        assert_eq!(segs.len(), 2);
+        let old = SystemTime::now() - Duration::from_secs(31 * 86_400);
+        File::options()
+            .write(true)
+            .open(&segs[0].idx)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        // A writer's start runs retention: the old segment goes, the recent one stays.
+        let (q, w) = super::super::open(data.path(), &c).unwrap();
+        let left = q.store().unwrap().segments().unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].start_us, segs[1].start_us);
+        assert!(!segs[0].dat.exists());
+        drop(w);
     }
 }
