@@ -22,6 +22,7 @@ use crate::greylist::GreylistConfig;
 use crate::history::{HistoryConfig, HistoryConfigError};
 use crate::learn::LearnSettings;
 use crate::message::Limits;
+use crate::quarantine::{QuarantineConfig, QuarantineConfigError};
 use crate::replay::ReplaySettings;
 use crate::scan::{ScanSettings, TrafficConfig};
 use crate::secrets::{redact, redact_all, MASK};
@@ -76,6 +77,8 @@ pub struct Config {
     pub dnsbl: Vec<ZoneConfig>,
     /// The decision history: every verdict and learn of the daemon, on disk.
     pub history: HistoryConfig,
+    /// The quarantine: the bodies of refused messages, kept for release and learning.
+    pub quarantine: QuarantineConfig,
     /// Log lines: text or JSON, the level.
     pub log: crate::logging::LogConfig,
     /// DKIM signing of authenticated senders' mail: keys, selector, headers.
@@ -126,6 +129,8 @@ pub enum ConfigError {
     Auth(crate::auth::AuthConfigError),
     #[error("invalid config: {0}")]
     History(HistoryConfigError),
+    #[error("invalid config: {0}")]
+    Quarantine(QuarantineConfigError),
     #[error("invalid config: {0}")]
     Overrides(OverrideError),
     #[error("invalid config: {0}")]
@@ -233,6 +238,7 @@ impl Config {
             store: self.store.clone(),
             persist: self.persist.clone(),
             history: self.history.clone(),
+            quarantine: self.quarantine.clone(),
             dns: self.dns.clone(),
             dnsbl: self.dnsbl.clone(),
             auth: self.auth.clone(),
@@ -289,6 +295,7 @@ impl Config {
                 .map_err(ConfigError::Dnsbl),
             self.auth.validate().map_err(ConfigError::Auth),
             self.history.validate().map_err(ConfigError::History),
+            self.quarantine.validate().map_err(ConfigError::Quarantine),
             self.antivirus
                 .validate(self.server.scan_timeout_ms)
                 .map_err(ConfigError::Antivirus),

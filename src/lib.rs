@@ -20,6 +20,7 @@ pub mod logging;
 pub mod message;
 pub mod netcheck;
 pub mod proto;
+pub mod quarantine;
 pub mod replay;
 pub mod scan;
 pub mod secrets;

@@ -43,6 +43,10 @@ enum Command {
     /// Search the decision history in a data directory (works with the daemon stopped),
     /// newest first.
     History(cli::history::HistoryArgs),
+    /// The quarantine of a data directory: list, show, release, learn, delete, digest
+    /// (works with the daemon stopped).
+    #[command(subcommand)]
+    Quarantine(cli::quarantine::QuarantineCommand),
     /// Move reputation counters between a memory data directory and Redis.
     #[command(subcommand)]
     Store(cli::store::StoreCommand),
@@ -102,6 +106,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rules(cmd) => cli::rules::run(&config, cmd),
         Command::History(args) => cli::history::run(&config, args),
         Command::Store(cmd) => cli::store::run(config, cmd),
+        Command::Quarantine(cmd) => cli::quarantine::run(config, cmd),
         Command::Passwd => cli::passwd::run(),
         Command::Dkim(cmd) => cli::dkim::run(cmd),
         Command::Config(cmd) => cli::config::run(&config, cmd),

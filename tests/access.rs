@@ -90,12 +90,14 @@ fn endpoints() -> Vec<(&'static str, &'static str, &'static str, &'static str)> 
         ("learnspam", "POST", "/learnspam", MESSAGE),
         ("reload", "POST", "/reload", ""),
         ("statreset", "POST", "/statreset", ""),
+        // Other people's mail: admin only, reading included.
+        ("quarantine", "GET", "/quarantine", ""),
     ]
 }
 
 /// Runs every endpoint for one client kind and compares with the expected statuses, in
 /// `endpoints()` order; returns the rows that differ.
-fn row(from: &str, port: u16, headers: &[(&str, &str)], expected: [u16; 12]) -> Vec<String> {
+fn row(from: &str, port: u16, headers: &[(&str, &str)], expected: [u16; 13]) -> Vec<String> {
     let mut wrong = Vec::new();
     for ((name, method, path, body), want) in endpoints().into_iter().zip(expected) {
         let mut h = vec![("Content-Type", "message/rfc822")];
@@ -143,7 +145,8 @@ fn every_row_of_the_access_table() {
     let (admin, read) = (passwd(ADMIN_PW), passwd(READ_PW));
     let config = format!(
         "[access]\nadmin_networks = [\"127.0.0.1/32\"]\nread_networks = [\"127.0.0.3/32\"]\n\
-         password_hash = \"{admin}\"\nread_password_hash = \"{read}\"\n"
+         password_hash = \"{admin}\"\nread_password_hash = \"{read}\"\n\n\
+         [quarantine]\nenabled = true\n"
     );
     // `config check` prints the hashes masked.
     let path = dir.path().join("check.toml");
@@ -166,24 +169,26 @@ fn every_row_of_the_access_table() {
     let (ok, unauth, forbidden) = (200, 401, 403);
     let mut wrong = Vec::new();
     // The admin network: everything.
-    wrong.extend(row("127.0.0.1", p, &[], [ok; 12]));
+    wrong.extend(row("127.0.0.1", p, &[], [ok; 13]));
     // The read network: reads, not learns, reloads or resets (a password could make it an
     // admin).
-    let reads = [ok, ok, ok, ok, ok, ok, ok, ok, ok, unauth, unauth, unauth];
+    let reads = [
+        ok, ok, ok, ok, ok, ok, ok, ok, ok, unauth, unauth, unauth, unauth,
+    ];
     wrong.extend(row("127.0.0.3", p, &[], reads));
     // Any other address: scans only.
-    let mut scans = [unauth; 12];
+    let mut scans = [unauth; 13];
     scans[..3].fill(ok);
     wrong.extend(row("127.0.0.2", p, &[], scans));
     // With the admin password: everything; with the read one: reads, and 403 for a change.
-    wrong.extend(row("127.0.0.2", p, &[("Password", ADMIN_PW)], [ok; 12]));
+    wrong.extend(row("127.0.0.2", p, &[("Password", ADMIN_PW)], [ok; 13]));
     let read_pw = [
-        ok, ok, ok, ok, ok, ok, ok, ok, ok, forbidden, forbidden, forbidden,
+        ok, ok, ok, ok, ok, ok, ok, ok, ok, forbidden, forbidden, forbidden, forbidden,
     ];
     wrong.extend(row("127.0.0.4", p, &[("Password", READ_PW)], read_pw));
     // A browser's page of another site, even on the admin network: refused.
     let evil = [("Origin", "http://evil.example")];
-    let mut browsed = [403; 12];
+    let mut browsed = [403; 13];
     browsed[..3].fill(ok);
     wrong.extend(row("127.0.0.1", p, &evil, browsed));
     let rebound = [("Host", "rebind.evil.example")];
@@ -267,7 +272,7 @@ fn without_passwords_nothing_can_let_a_client_in_and_wide_networks_are_warned_of
         },
     );
     // 403, not 401: no password is configured; /metrics is public here.
-    let mut scans = [403; 12];
+    let mut scans = [403; 13];
     scans[..4].fill(200);
     let wrong = row("127.0.0.2", d.http, &[("Password", "anything")], scans);
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

@@ -3,7 +3,10 @@
 //! a console error, a trial scan of GTUBE says reject with its symbols (and counts nothing),
 //! a verdict is found in History by its queue id and opened, a message is learned, a
 //! reputation chart is opened; screenshots go to `target/ui-screenshots/`. The access rules
-//! (login, cookie, CSRF token, Origin, DNS-rebinding Host) are checked over plain HTTP.
+//! (login, cookie, CSRF token, Origin, DNS-rebinding Host) are checked over plain HTTP. The
+//! Quarantine page lists, views (a message with a script and remote content: nothing runs,
+//! nothing is fetched) and releases to a real `smtp-sink`; a per-recipient link shows only its
+//! recipient's mail and is refused with one signature character changed or once expired.
 
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
@@ -943,4 +946,376 @@ async function attempt(name, url, init) {{
     let r = d.post("/reload", &[], b"x");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(metric("shrike_reloads_total"), reloads_before + 1);
+}
+
+/// A message that shows what a viewer must not do: a script that would mark the page and a
+/// remote image (on `remote`) that would be fetched, in an HTML-only body.
+fn hostile_html(tag: &str, rcpt: &str, remote: &str) -> String {
+    format!(
+        "From: Mallory <mallory@example.net>\r\nTo: {rcpt}\r\nSubject: QUARANTINE-ME {tag}\r\n\
+         Message-ID: <{tag}@shrike.test>\r\nDate: Sun, 29 Nov 2026 10:00:00 +0000\r\n\
+         MIME-Version: 1.0\r\nContent-Type: text/html; charset=utf-8\r\n\r\n\
+         <html><head><script>window.__pwned = 1; document.title = 'PWNED';</script></head>\
+         <body onload=\"window.__pwned = 2\"><p>Visible words of {tag}</p>\
+         <img src=\"{remote}/pixel-{tag}.png\"><iframe src=\"{remote}/frame-{tag}\"></iframe>\
+         </body></html>\r\n"
+    )
+}
+
+/// Counts the connections made to a listener on every address (the "remote" server of the
+/// hostile message's image).
+fn connection_counter() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = count.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            if s.is_ok() {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    (port, count)
+}
+
+/// Postfix's `smtp-sink` as the release relay: one file per message under `dir`.
+struct Sink(Child);
+
+impl Sink {
+    fn start(dir: &Path, port: u16) -> Sink {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).expect("sink dir");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let child = Command::new("/usr/sbin/smtp-sink")
+            .args(["-u", "postfix", "-d"])
+            .arg(format!("{}/%M%S.", dir.display()))
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("16")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("smtp-sink (the postfix package, which scripts/test.sh installs)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "smtp-sink did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Sink(child)
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sink_files(dir: &Path, marker: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .filter(|t| t.contains(marker))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quarantine_page_and_per_recipient_links_in_a_real_browser() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let relay = free_port();
+    let sink_dir = dir.path().join("sink");
+    let _sink = Sink::start(&sink_dir, relay);
+    let rules = rules_with_shadow_and_share(dir.path());
+    std::fs::write(
+        rules.join("96_quarantine_test.lua"),
+        "rule { name = 'UI_QUARANTINE_ME', score = 50, description = 'test', \
+           check = function(msg) return msg:subject():find('QUARANTINE-ME', 1, true) ~= nil end }\n",
+    )
+    .expect("rule");
+    let d = Daemon::start(
+        dir.path(),
+        Options {
+            rules: Some(rules),
+            config: Some(format!(
+                "[http]\npassword = \"{PASSWORD}\"\n\n[quarantine]\nenabled = true\n\
+                 release_relay = \"127.0.0.1:{relay}\"\n"
+            )),
+            http_host: Some("0.0.0.0".into()),
+            ..Options::default()
+        },
+    );
+    let (remote_port, fetched) = connection_counter();
+    let remote = format!("http://{}:{remote_port}", outside_ip());
+    for (tag, rcpt) in [
+        ("qui-alice", "alice@example.com"),
+        ("qui-bob", "bob@example.com"),
+    ] {
+        let r = d.post(
+            "/checkv2",
+            &[("Rcpt", rcpt), ("From", "mallory@example.net")],
+            hostile_html(tag, rcpt, &remote).as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["action"], "reject");
+    }
+    let driver = Driver::start(&dir.path().join("chromedriver.log"));
+    let c = browser(&driver, &dir.path().join("chromium-profile"), &[]).await;
+    let base = format!("http://{}:{}", outside_ip(), d.http);
+
+    // The operator logs in and opens the Quarantine page: both kept messages are listed.
+    c.goto(&format!("{base}/")).await.expect("goto");
+    c.wait()
+        .for_element(Locator::Id("password"))
+        .await
+        .expect("the login form");
+    c.find(Locator::Id("password"))
+        .await
+        .expect("password field")
+        .send_keys(PASSWORD)
+        .await
+        .expect("type");
+    c.find(Locator::Id("login"))
+        .await
+        .expect("login")
+        .click()
+        .await
+        .expect("log in");
+    wait_for(
+        &c,
+        "the app",
+        "return document.body.dataset.page === 'status'",
+    )
+    .await;
+    open(&c, &base, "quarantine", driver.port).await;
+    wait_for(
+        &c,
+        "two kept messages",
+        "return document.querySelectorAll('#quarantine-table tr.q-entry').length === 2",
+    )
+    .await;
+    shot(&c, "quarantine").await;
+
+    // Viewing the hostile message: its words as text; no script ran, nothing was fetched.
+    click_fresh(
+        &c,
+        "open the message",
+        "#quarantine-table tr.q-entry[data-id]",
+    )
+    .await;
+    wait_for(
+        &c,
+        "the message's text",
+        "return document.getElementById('q-text').textContent.includes('Visible words of qui-')",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ran = c
+        .execute(
+            "return [window.__pwned === undefined, document.title, \
+             document.querySelectorAll('#quarantine-view img, #quarantine-view iframe, #quarantine-view script').length]",
+            vec![],
+        )
+        .await
+        .expect("execute");
+    assert_eq!(
+        ran,
+        json!([true, "shrike", 0]),
+        "the message's markup came alive"
+    );
+    assert_eq!(
+        fetched.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the remote image was fetched"
+    );
+    no_console_errors(&c, driver.port, "quarantine view").await;
+    shot(&c, "quarantine-view").await;
+    let opened = c
+        .execute(
+            "return document.getElementById('q-entry').textContent",
+            vec![],
+        )
+        .await
+        .expect("entry")
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let marker = if opened.contains("qui-alice") {
+        "qui-alice@shrike.test"
+    } else {
+        "qui-bob@shrike.test"
+    };
+
+    // Release: the relay gets it; the entry says so.
+    c.find(Locator::Id("q-release"))
+        .await
+        .expect("release button")
+        .click()
+        .await
+        .expect("release");
+    wait_for(
+        &c,
+        "the release",
+        "return document.getElementById('q-result').textContent.startsWith('released to')",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sink_files(&sink_dir, marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the released message is not at the relay"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for(
+        &c,
+        "the list marks it released",
+        "return document.getElementById('quarantine-table').textContent.includes('released')",
+    )
+    .await;
+    no_console_errors(&c, driver.port, "quarantine release").await;
+
+    // Per-recipient links from the digest (read beside the running daemon).
+    let digest = |valid: &str| -> Vec<Value> {
+        let out = Command::new(env!("CARGO_BIN_EXE_shrike"))
+            .args([
+                "quarantine",
+                "digest",
+                "--since",
+                "1h",
+                "--json",
+                "--valid",
+                valid,
+                "--data",
+            ])
+            .arg(&d.data)
+            .output()
+            .expect("digest");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect()
+    };
+    let links = digest("1h");
+    let link = |v: &[Value], rcpt: &str| -> String {
+        let l = v
+            .iter()
+            .find(|x| x["rcpt"] == rcpt)
+            .unwrap_or_else(|| panic!("no digest for {rcpt}: {v:?}"))["link"]
+            .as_str()
+            .expect("link")
+            .to_string();
+        format!("{base}{}", &l[l.find("/quarantine/r/").expect("path")..])
+    };
+    let alice = link(&links, "alice@example.com");
+    let page_text = |c: &Client| {
+        let c = c.clone();
+        async move {
+            c.execute("return document.body.innerText", vec![])
+                .await
+                .expect("text")
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    // A fresh browser without the operator's login: the link alone opens alice's mail.
+    let guest = browser(&driver, &dir.path().join("guest-profile"), &[]).await;
+    guest.goto(&alice).await.expect("goto the link");
+    let text_now = page_text(&guest).await;
+    assert!(text_now.contains("QUARANTINE-ME qui-alice"), "{text_now}");
+    assert!(
+        !text_now.contains("qui-bob"),
+        "another recipient's mail shown: {text_now}"
+    );
+    shot(&guest, "quarantine-link").await;
+    // Its view: text, no script, nothing fetched.
+    guest
+        .find(Locator::Css("tr.entry a"))
+        .await
+        .expect("the message's link")
+        .click()
+        .await
+        .expect("open");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !page_text(&guest)
+        .await
+        .contains("Visible words of qui-alice")
+    {
+        assert!(Instant::now() < deadline, "the link's view did not open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ran = guest
+        .execute(
+            "return [window.__pwned === undefined, document.title.includes('PWNED'), \
+             document.querySelectorAll('img, iframe, script').length]",
+            vec![],
+        )
+        .await
+        .expect("execute");
+    assert_eq!(
+        ran,
+        json!([true, false, 0]),
+        "the message's markup came alive"
+    );
+    assert_eq!(fetched.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // Release to alice only, from her page (unless the operator released hers already).
+    guest.goto(&alice).await.expect("back");
+    if marker != "qui-alice@shrike.test" {
+        guest
+            .find(Locator::Css("tr.entry button"))
+            .await
+            .expect("the release button")
+            .click()
+            .await
+            .expect("release");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !page_text(&guest)
+            .await
+            .contains("sent on to alice@example.com")
+        {
+            assert!(Instant::now() < deadline, "{}", page_text(&guest).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let files = sink_files(&sink_dir, "qui-alice@shrike.test");
+        assert_eq!(files.len(), 1);
+        assert!(!files[0].contains("bob@example.com"), "{}", files[0]);
+    }
+    // One character of the signature changed: refused.
+    let mut tampered = alice.clone().into_bytes();
+    let last = tampered.len() - 1;
+    tampered[last] = if tampered[last] == b'0' { b'1' } else { b'0' };
+    guest
+        .goto(std::str::from_utf8(&tampered).expect("utf-8"))
+        .await
+        .expect("goto");
+    let t = page_text(&guest).await;
+    assert!(
+        t.contains("signature does not match") && !t.contains("qui-alice"),
+        "{t}"
+    );
+    // An expired link: refused.
+    let r = d.post(
+        "/checkv2",
+        &[("Rcpt", "carol@example.com")],
+        hostile_html("qui-carol", "carol@example.com", &remote).as_bytes(),
+    );
+    assert_eq!(r.json()["action"], "reject");
+    let mut carol = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while carol.is_empty() {
+        assert!(Instant::now() < deadline, "carol's message not kept");
+        carol = digest("1s");
+    }
+    let short = link(&carol, "carol@example.com");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    guest.goto(&short).await.expect("goto");
+    let t = page_text(&guest).await;
+    assert!(t.contains("expired") && !t.contains("qui-carol"), "{t}");
+    guest.close().await.expect("close the guest");
+    c.close().await.expect("close the browser");
 }

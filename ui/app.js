@@ -1,4 +1,4 @@
-// shrike's web UI: one page, five views chosen by the URL's fragment. Plain DOM, no library;
+// shrike's web UI: one page, six views chosen by the URL's fragment. Plain DOM, no library;
 // every value from the daemon goes in as text (never as HTML). State-changing requests are
 // POSTs that carry the session's CSRF token in a header.
 "use strict";
@@ -383,7 +383,89 @@ async function rules() {
 
 // ---- Routing ----
 
-const PAGES = ["status", "history", "test", "reputation", "rules"];
+// The quarantine: kept messages, newest first; one opened shows its header fields and its text
+// (the daemon renders HTML as text; it goes in with textContent), with the admin's actions.
+let quarantineCursor = null;
+let quarantineSeq = 0;
+
+async function quarantine(more) {
+  const seq = ++quarantineSeq;
+  const p = new URLSearchParams();
+  for (const [k, v] of new FormData($("quarantine-form"))) if (String(v).trim()) p.set(k, String(v).trim());
+  if (more && quarantineCursor) p.set("cursor", quarantineCursor);
+  let page;
+  try {
+    page = await api("/ui/api/quarantine?" + p);
+  } catch (e) {
+    if (/quarantine is off/.test(e.message)) { $("quarantine-off").hidden = false; return; }
+    throw e;
+  }
+  if (seq !== quarantineSeq) return;
+  const t = $("quarantine-table");
+  if (!more) table(t, ["time (UTC)", "action", "score", "sender", "recipients", "subject", ""], []);
+  for (const m of page.entries) {
+    const tr = el("tr", { class: "clickable q-entry", "data-id": m.id },
+      el("td", {}, (m.time || "").replace("T", " ").slice(0, 19)), el("td", {}, m.action),
+      el("td", { class: "num" }, fmt(m.score)), el("td", {}, m.sender || m.from || "<>"),
+      el("td", {}, (m.rcpt || []).slice(0, 3).join(", ") + ((m.rcpt || []).length > 3 ? ` (+${m.rcpt.length - 3})` : "")),
+      el("td", {}, m.subject || ""), el("td", {}, (m.released || []).length ? "released" : ""));
+    tr.addEventListener("click", () => openQuarantined(m.id).catch((e) => showError(e.message)));
+    t.append(tr);
+  }
+  if (!page.entries.length && !more) t.append(el("tr", {}, el("td", { colspan: 7 }, "No kept messages match.")));
+  quarantineCursor = page.cursor;
+  $("quarantine-more").hidden = !page.cursor;
+}
+
+let openedId = null;
+
+async function openQuarantined(id) {
+  const v = await api("/ui/api/quarantine/" + encodeURIComponent(id));
+  openedId = id;
+  const e = v.entry;
+  const rows = [["time", e.time], ["action", e.action], ["score", fmt(e.score)], ["listener", e.listener],
+    ["queue id", e.queue_id], ["Message-ID", e.message_id], ["client IP", e.ip], ["envelope sender", e.sender],
+    ["recipients", (e.rcpt || []).join(", ")], ["From", e.from], ["subject", e.subject], ["size", e.size],
+    ["symbols", (e.symbols || []).map((s) => `${s.name} (${fmt(s.score)})`).join(", ")],
+    ["released", (e.released || []).map((r) => `${r.time} by ${r.by}`).join("; ")]]
+    .filter(([, x]) => x !== undefined && x !== null && x !== "")
+    .map(([k, x]) => el("tr", {}, el("th", {}, k), el("td", {}, x)));
+  $("q-entry").replaceChildren(...rows);
+  table($("q-headers"), ["field", "value"], (v.headers || []).map(([n, x]) => el("tr", {}, el("td", {}, n), el("td", {}, x))));
+  $("q-text").textContent = v.text || "";
+  table($("q-attachments"), ["name", "type", "size"], (v.attachments || []).map((a) =>
+    el("tr", {}, el("td", {}, a.name || ""), el("td", {}, a.type || ""), el("td", { class: "num" }, fmt(a.size)))));
+  $("q-raw").setAttribute("href", "/ui/api/quarantine/" + encodeURIComponent(id) + "/raw");
+  $("q-result").textContent = "";
+  $("quarantine-view").hidden = false;
+  $("quarantine-view").scrollIntoView();
+}
+
+async function quarantineAction(action, query) {
+  if (!openedId) return;
+  const id = openedId;
+  const q = query ? "?" + query : "";
+  const r = await api(`/ui/api/quarantine/${encodeURIComponent(id)}/${action}${q}`,
+    { method: "POST", headers: { "Content-Type": "application/json" } });
+  const said = action === "release" ? `released to ${(r.rcpt || []).join(", ")}: ${r.reply}`
+    : action === "learn" ? `learned as ${r.class}${r.duplicate ? " (already learned)" : ""}`
+      : "deleted";
+  $("q-result").textContent = said;
+  if (action === "delete") $("quarantine-view").hidden = true;
+  await quarantine(false);
+  if (action !== "delete") $("q-result").textContent = said;
+}
+
+async function releaseQuarantined() {
+  try {
+    await quarantineAction("release");
+  } catch (e) {
+    if (!/already released/.test(e.message) || !confirm(e.message + "\n\nRelease it again?")) throw e;
+    await quarantineAction("release", "force=1");
+  }
+}
+
+const PAGES = ["status", "history", "quarantine", "test", "reputation", "rules"];
 
 async function route() {
   const page = PAGES.includes(location.hash.slice(1)) ? location.hash.slice(1) : "status";
@@ -396,6 +478,7 @@ async function route() {
     if (page === "status") await status();
     else if (page === "rules") await rules();
     else if (page === "history" && !$("history-table").childElementCount) await history(false);
+    else if (page === "quarantine") await quarantine(false);
     else if (page === "reputation") {
       fillTypes();
       if (pendingReputation) {
@@ -429,6 +512,15 @@ async function start() {
   }));
   $("history-form").addEventListener("submit", guard(() => history(false)));
   $("history-more").addEventListener("click", guard(() => history(true)));
+  $("quarantine-form").addEventListener("submit", guard(() => quarantine(false)));
+  $("quarantine-more").addEventListener("click", guard(() => quarantine(true)));
+  $("q-release").addEventListener("click", guard(releaseQuarantined));
+  $("q-ham").addEventListener("click", guard(() => quarantineAction("learn", "class=ham")));
+  $("q-spam").addEventListener("click", guard(() => quarantineAction("learn", "class=spam")));
+  $("q-delete").addEventListener("click", guard(() => {
+    if (!confirm("Delete this message for good?")) return Promise.resolve();
+    return quarantineAction("delete");
+  }));
   $("test-form").addEventListener("submit", guard(testMessage));
   $("learn-spam").addEventListener("click", guard(() => learnMessage("spam")));
   $("learn-ham").addEventListener("click", guard(() => learnMessage("ham")));

@@ -6,6 +6,7 @@ pub mod dkim;
 pub mod history;
 pub mod learn;
 pub mod passwd;
+pub mod quarantine;
 pub mod replay;
 pub mod rules;
 pub mod scan;

@@ -127,6 +127,8 @@ pub enum Kind {
     LearnSpam,
     /// `/learnham`.
     LearnHam,
+    /// A quarantined message sent on to its recipients (`/quarantine/ID/release`).
+    Release,
 }
 
 impl Kind {
@@ -136,6 +138,7 @@ impl Kind {
             Kind::Scan(a) => Action::ALL.iter().position(|x| *x == a).unwrap_or(0) as u8,
             Kind::LearnSpam => 64,
             Kind::LearnHam => 65,
+            Kind::Release => 66,
         }
     }
 
@@ -143,16 +146,18 @@ impl Kind {
         match code {
             64 => Some(Kind::LearnSpam),
             65 => Some(Kind::LearnHam),
+            66 => Some(Kind::Release),
             c => Action::ALL.get(usize::from(c)).map(|a| Kind::Scan(*a)),
         }
     }
 
-    /// The action's rspamd name, or `learn spam` / `learn ham`.
+    /// The action's rspamd name, or `learn spam` / `learn ham` / `release`.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Scan(a) => a.as_str(),
             Kind::LearnSpam => "learn spam",
             Kind::LearnHam => "learn ham",
+            Kind::Release => "release",
         }
     }
 
@@ -163,6 +168,7 @@ impl Kind {
             "learn" => Some(vec![Kind::LearnSpam, Kind::LearnHam]),
             "learn spam" => Some(vec![Kind::LearnSpam]),
             "learn ham" => Some(vec![Kind::LearnHam]),
+            "release" => Some(vec![Kind::Release]),
             _ => Action::parse(&s).map(|a| vec![Kind::Scan(a)]),
         }
     }

@@ -219,6 +219,10 @@ pub enum Operation {
     Reload,
     /// rspamd's `/statreset`: the scan and learn counters of `/stat` back to zero.
     StatReset,
+    /// The quarantine's list, views and original bytes: other people's mail, so admin only.
+    QuarantineRead,
+    /// A quarantined message released, learned or deleted.
+    QuarantineWrite,
 }
 
 impl Operation {
@@ -232,7 +236,11 @@ impl Operation {
             | Operation::History
             | Operation::Reputation
             | Operation::UiRead => Role::Read,
-            Operation::Learn | Operation::Reload | Operation::StatReset => Role::Admin,
+            Operation::Learn
+            | Operation::Reload
+            | Operation::StatReset
+            | Operation::QuarantineRead
+            | Operation::QuarantineWrite => Role::Admin,
         }
     }
 
@@ -241,7 +249,10 @@ impl Operation {
     pub fn changes_state(self) -> bool {
         matches!(
             self,
-            Operation::Learn | Operation::Reload | Operation::StatReset
+            Operation::Learn
+                | Operation::Reload
+                | Operation::StatReset
+                | Operation::QuarantineWrite
         )
     }
 }

@@ -247,6 +247,9 @@ async fn route(
     if super::ui::owns(path) {
         return super::ui::handle(req, path, daemon, peer).await;
     }
+    if super::quarantine::owns(path) {
+        return super::quarantine::handle(req, path, daemon, peer).await;
+    }
     let op = match (method, path) {
         (&Method::GET, "/ping") => return reply(StatusCode::OK, "text/plain", "pong\r\n"),
         (&Method::POST, "/checkv2" | "/check" | "/symbols") => Operation::Scan,
@@ -306,7 +309,9 @@ async fn route(
         Operation::Reload => reload(daemon).await,
         Operation::Reputation => reputation(req.uri().query().unwrap_or(""), daemon),
         Operation::History => history(&req, daemon).await,
-        Operation::UiRead => error(StatusCode::NOT_FOUND, "no such endpoint"),
+        Operation::UiRead | Operation::QuarantineRead | Operation::QuarantineWrite => {
+            error(StatusCode::NOT_FOUND, "no such endpoint")
+        }
     }
 }
 
@@ -486,6 +491,7 @@ async fn check(req: Request<Incoming>, daemon: &Arc<Daemon>) -> Reply {
         envelope: request.envelope,
         lists: true,
         checks: None,
+        keep: Default::default(),
     };
     let answer = match daemon
         .recorded("http")
@@ -629,6 +635,7 @@ fn health(daemon: &Daemon) -> Reply {
         "stuck_workers": daemon.pool.stuck(),
         "dns": daemon.pool.checker().map_or("off", |c| c.health_word()),
         "history": super::record::history_health(daemon),
+        "quarantine": super::quarantine::health(daemon),
         // "memory", or a shared backend's "ok" / "degraded" (scans go on without reputation).
         "store": daemon.scanner.store().status().map_or("memory", |s| {
             if s.degraded { "degraded" } else { "ok" }
@@ -898,6 +905,7 @@ fn metrics(daemon: &Daemon) -> String {
     );
     let _ = writeln!(out, "shrike_store_evictions_total {}", store.evictions);
     super::record::history_metrics(daemon, &mut out);
+    super::quarantine::metrics(daemon, &mut out);
     let engine = daemon.scanner.engine();
     let h = engine.health();
     gauge(

@@ -256,6 +256,7 @@ where
                         envelope: collected.envelope,
                         lists: false,
                         checks: None,
+                        keep: Default::default(),
                     };
                     let result = daemon
                         .recorded("milter")

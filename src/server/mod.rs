@@ -17,6 +17,7 @@ pub mod milter;
 mod notify;
 pub mod ops;
 pub mod pool;
+mod quarantine;
 mod record;
 pub mod sniff;
 pub mod spamd;
@@ -60,6 +61,7 @@ pub struct ServeSettings {
     pub store: StoreConfig,
     pub persist: PersistConfig,
     pub history: HistoryConfig,
+    pub quarantine: crate::quarantine::QuarantineConfig,
     pub dns: DnsConfig,
     pub dnsbl: Vec<ZoneConfig>,
     pub auth: AuthConfig,
@@ -221,6 +223,8 @@ pub enum ServeError {
     SaveClassifier(#[source] SnapshotError),
     #[error("opening the decision history")]
     History(#[source] crate::history::HistoryError),
+    #[error("opening the quarantine")]
+    Quarantine(#[source] crate::quarantine::QuarantineError),
     #[error("writing the final snapshot at shutdown")]
     CloseData(#[source] PersistError),
     #[error("starting the DNS checks")]
@@ -274,6 +278,10 @@ pub struct Daemon {
     pub metrics: Arc<Metrics>,
     /// The decision history (does nothing when `[history]` is off).
     pub history: crate::history::Recorder,
+    /// The kept bodies of refused messages (does nothing when `[quarantine]` is off).
+    pub quarantine: crate::quarantine::Quarantine,
+    /// The key of the per-recipient quarantine links (none when the quarantine is off).
+    pub links: Option<crate::quarantine::links::LinkKey>,
     /// The action thresholds in rspamd's names, from the config.
     pub thresholds: BTreeMap<&'static str, f64>,
     pub started: Instant,
@@ -370,6 +378,22 @@ pub fn serve(config: ServeSettings, rules: RuleLocation) -> Result<(), ServeErro
     if history.enabled() {
         tracing::info!(dir = %s.data_dir.join(crate::history::DIR).display(), "decision history on");
     }
+    let (quarantine, quarantine_writer) =
+        crate::quarantine::open(&s.data_dir, &config.quarantine).map_err(ServeError::Quarantine)?;
+    let links = match quarantine.store() {
+        Some(store) => {
+            tracing::info!(
+                dir = %store.dir().display(),
+                encrypted = store.encrypted(),
+                "quarantine on"
+            );
+            Some(
+                crate::quarantine::links::LinkKey::open(store.dir())
+                    .map_err(ServeError::io("opening the quarantine's link key"))?,
+            )
+        }
+        None => None,
+    };
     let store = durable.store().clone();
     let sweeper = Sweeper::spawn(store.clone(), Duration::from_secs(s.sweep_cycle_secs))
         .map_err(ServeError::io("starting the sweeper"))?;
@@ -447,6 +471,8 @@ pub fn serve(config: ServeSettings, rules: RuleLocation) -> Result<(), ServeErro
         pool,
         metrics,
         history,
+        quarantine,
+        links,
         started: Instant::now(),
         ready: AtomicBool::new(false),
         http_in_flight: std::sync::atomic::AtomicUsize::new(0),
@@ -469,8 +495,9 @@ pub fn serve(config: ServeSettings, rules: RuleLocation) -> Result<(), ServeErro
     drop(sweeper);
     let store_keys = daemon.store.stats().keys;
     drop(daemon);
-    // The last batch of the history goes to disk.
+    // The last batch of the history goes to disk, and the last kept messages.
     drop(history_writer);
+    drop(quarantine_writer);
     drop(classifier_snapshots);
     let saved = classifier.save(&classifier_path);
     report_classifier_save(&persist_health, &saved);

@@ -269,3 +269,259 @@ impl Daemon {
         }))
     }
 }
+
+/// Why a quarantine operation was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum QuarantineOpError {
+    #[error("the quarantine is off ([quarantine] enabled)")]
+    Off,
+    #[error("no such quarantined message")]
+    NotFound,
+    #[error("{0}")]
+    Bad(String),
+    #[error("already released (at {0}); add force=1 to release it again")]
+    AlreadyReleased(String),
+    #[error("a release of this message is under way")]
+    Busy,
+    #[error("{0}")]
+    Body(#[from] crate::quarantine::store::BodyError),
+    #[error("{0}")]
+    Release(#[from] crate::quarantine::release::ReleaseError),
+    #[error("{0}")]
+    Learn(LearnError),
+    #[error("the quarantine could not be read or written: {0}")]
+    Io(String),
+}
+
+impl From<std::io::Error> for QuarantineOpError {
+    fn from(e: std::io::Error) -> Self {
+        QuarantineOpError::Io(e.to_string())
+    }
+}
+
+/// What a release did.
+#[derive(Debug, Clone)]
+pub struct ReleasedTo {
+    pub rcpt: Vec<String>,
+    /// The relay's final reply.
+    pub reply: String,
+}
+
+type QuarantineEntry = (crate::quarantine::Meta, crate::quarantine::store::Segment);
+
+impl Daemon {
+    fn quarantine_store(&self) -> Result<crate::quarantine::store::Store, QuarantineOpError> {
+        self.quarantine
+            .store()
+            .cloned()
+            .ok_or(QuarantineOpError::Off)
+    }
+
+    /// Runs `f` on the quarantine's store off the I/O threads.
+    async fn on_store<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&crate::quarantine::store::Store) -> Result<T, QuarantineOpError>
+            + Send
+            + 'static,
+    ) -> Result<T, QuarantineOpError> {
+        let store = self.quarantine_store()?;
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| QuarantineOpError::Io(e.to_string()))?
+    }
+
+    /// The entry `id` (not deleted) and its bytes.
+    async fn quarantined(
+        &self,
+        id: &str,
+    ) -> Result<
+        (
+            QuarantineEntry,
+            crate::quarantine::store::EntryState,
+            Vec<u8>,
+        ),
+        QuarantineOpError,
+    > {
+        let id = id.to_string();
+        self.on_store(move |store| {
+            let state = store.state(&id)?;
+            let Some((meta, seg)) = store.find(&id)?.filter(|_| !state.deleted) else {
+                return Err(QuarantineOpError::NotFound);
+            };
+            let raw = store.body(&meta, &seg)?;
+            Ok(((meta, seg), state, raw))
+        })
+        .await
+    }
+
+    /// `GET /quarantine?…`: a page of kept messages, newest first, with the query's filters
+    /// (`rcpt`, `sender`, `symbol`, `since`, `until`, `limit`, `cursor`).
+    pub async fn quarantine_list(
+        &self,
+        query: &str,
+    ) -> Result<serde_json::Value, QuarantineOpError> {
+        let pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let q = crate::quarantine::store::Query::parse(
+            pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            crate::history::now_us(),
+        )
+        .map_err(QuarantineOpError::Bad)?;
+        self.on_store(move |store| Ok(store.list(&q)?.to_json()))
+            .await
+    }
+
+    /// The entries of one recipient (a per-recipient link's page), newest first.
+    pub async fn quarantine_of(
+        &self,
+        rcpt: &str,
+    ) -> Result<
+        Vec<(
+            crate::quarantine::Meta,
+            crate::quarantine::store::EntryState,
+        )>,
+        QuarantineOpError,
+    > {
+        let q = crate::quarantine::store::Query {
+            rcpt: Some(crate::quarantine::normal_address(rcpt)),
+            limit: 500,
+            ..Default::default()
+        };
+        self.on_store(move |store| Ok(store.list(&q)?.entries))
+            .await
+    }
+
+    /// `GET /quarantine/ID`: the entry, its header fields and its text.
+    pub async fn quarantine_view(&self, id: &str) -> Result<serde_json::Value, QuarantineOpError> {
+        let ((meta, _), state, raw) = self.quarantined(id).await?;
+        let mut v = crate::quarantine::render::view(&raw);
+        v["entry"] = meta.to_json(&state);
+        Ok(v)
+    }
+
+    /// `GET /quarantine/ID/raw`: the original bytes, and the entry.
+    pub async fn quarantine_raw(
+        &self,
+        id: &str,
+    ) -> Result<(crate::quarantine::Meta, Vec<u8>), QuarantineOpError> {
+        let ((meta, _), _, raw) = self.quarantined(id).await?;
+        Ok((meta, raw))
+    }
+
+    /// Releases `id` over SMTP to `[quarantine] release_relay` with its original envelope, or
+    /// only to `only` (a per-recipient link, which must be one of its recipients). A second
+    /// release (to that recipient) is refused unless `force`. Recorded in the history.
+    pub async fn quarantine_release(
+        &self,
+        id: &str,
+        by: &'static str,
+        only: Option<&str>,
+        force: bool,
+    ) -> Result<ReleasedTo, QuarantineOpError> {
+        let store = self.quarantine_store()?;
+        let _claim = store.claim(id).ok_or(QuarantineOpError::Busy)?;
+        let ((meta, _), state, raw) = self.quarantined(id).await?;
+        let rcpt = match only {
+            Some(r) if !meta.has_rcpt(r) => return Err(QuarantineOpError::NotFound),
+            Some(r) => vec![crate::quarantine::normal_address(r)],
+            None => meta.rcpt.clone(),
+        };
+        if !force && state.released_to(only) {
+            let at = state.released.last().map_or(0, |r| r.time_us);
+            return Err(QuarantineOpError::AlreadyReleased(
+                crate::history::format_time(at),
+            ));
+        }
+        let q = &self.config.quarantine;
+        let (relay, helo) = (q.release_relay.clone(), q.release_helo.clone());
+        let (sender, to) = (meta.sender.clone(), rcpt.clone());
+        let size = raw.len();
+        let reply = tokio::task::spawn_blocking(move || {
+            crate::quarantine::release::send(relay.as_deref(), &helo, sender.as_deref(), &to, &raw)
+        })
+        .await
+        .map_err(|e| QuarantineOpError::Io(e.to_string()))?;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(id, by, error = %e, "quarantine release failed");
+                return Err(e.into());
+            }
+        };
+        let (id_owned, rc) = (id.to_string(), rcpt.clone());
+        self.on_store(move |store| Ok(store.mark_released(&id_owned, by, &rc)?))
+            .await?;
+        tracing::info!(
+            id,
+            by,
+            rcpt = rcpt.len(),
+            reply,
+            "quarantined message released"
+        );
+        if self.history.enabled() {
+            let mut r = crate::history::Record {
+                time_us: crate::history::now_us(),
+                kind: crate::history::Kind::Release,
+                listener: by.to_string(),
+                queue_id: meta.queue_id.clone(),
+                message_id: meta.message_id.clone(),
+                sender: meta.sender.clone(),
+                rcpt: rcpt.clone(),
+                from: meta.from.clone(),
+                subject: meta.subject.clone(),
+                size: size as u64,
+                score: meta.score,
+                ..Default::default()
+            };
+            r.ip = meta.ip.as_deref().and_then(|i| i.parse().ok());
+            self.history.record(r);
+        }
+        Ok(ReleasedTo { rcpt, reply })
+    }
+
+    /// Learns the kept bytes of `id` as spam or ham, as `/learnspam` and `/learnham` do.
+    pub async fn quarantine_learn(
+        &self,
+        id: &str,
+        by: &'static str,
+        counter: Counter,
+    ) -> Result<Learned, QuarantineOpError> {
+        let ((meta, _), _, raw) = self.quarantined(id).await?;
+        let held = self
+            .budget
+            .reserve(raw.len())
+            .map_err(|_| QuarantineOpError::Learn(LearnError::Pool(PoolError::Busy)))?;
+        let envelope = Envelope {
+            client_ip: meta.ip.as_deref().and_then(|i| i.parse().ok()),
+            helo: meta.helo.clone(),
+            mail_from: meta.sender.clone(),
+            rcpt_to: meta.rcpt.clone(),
+            user: meta.user.clone(),
+            queue_id: meta.queue_id.clone(),
+            ..Envelope::default()
+        };
+        self.learn(by, raw, held, counter, &envelope)
+            .await
+            .map_err(QuarantineOpError::Learn)
+    }
+
+    /// Deletes `id`: its body overwritten, the entry gone from every list.
+    pub async fn quarantine_delete(
+        &self,
+        id: &str,
+        by: &'static str,
+    ) -> Result<(), QuarantineOpError> {
+        let id = id.to_string();
+        self.on_store(move |store| {
+            let state = store.state(&id)?;
+            let Some((meta, seg)) = store.find(&id)?.filter(|_| !state.deleted) else {
+                return Err(QuarantineOpError::NotFound);
+            };
+            store.delete(&meta, &seg, by)?;
+            tracing::info!(id, by, "quarantined message deleted");
+            Ok(())
+        })
+        .await
+    }
+}

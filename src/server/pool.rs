@@ -47,6 +47,9 @@ pub struct ScanRequest {
     pub lists: bool,
     /// The message's network checks, filled by `Pool::scan` when the pool has a checker.
     pub checks: Option<Arc<NetChecks>>,
+    /// The final actions whose messages the quarantine keeps: a message with one of them
+    /// comes back in the reply (`ScanReply::kept`). `Daemon::recorded` sets it.
+    pub keep: crate::quarantine::ActionSet,
 }
 
 /// What a worker found, owned (the analysis borrows the raw bytes and stays on the worker).
@@ -64,6 +67,8 @@ pub struct ScanReply {
     pub queued: Duration,
     /// The network checks the rules saw (the milter writes them as Authentication-Results).
     pub checks: Option<Arc<NetChecks>>,
+    /// The message's bytes when its final action is one the request's `keep` names.
+    pub kept: Option<Vec<u8>>,
 }
 
 /// What a learn job recorded.
@@ -590,6 +595,12 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics, signer: Option<
             } else {
                 (Vec::new(), Vec::new())
             };
+            // A copy: the analysis still borrows the bytes, and the store updates below come
+            // after the answer.
+            let kept = request
+                .keep
+                .contains(verdict.action)
+                .then(|| request.raw.clone());
             let answer = ScanReply {
                 urls,
                 emails,
@@ -600,6 +611,7 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics, signer: Option<
                 times: scanned.times,
                 queued,
                 checks: request.checks.clone(),
+                kept,
             };
             span.record("generation", answer.verdict.generation);
             metrics.scanned(answer.verdict.action);

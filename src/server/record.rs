@@ -66,26 +66,41 @@ impl Recorded<'_> {
     /// not answer (busy, timeout) has no verdict and no record.
     pub async fn scan(
         self,
-        request: ScanRequest,
+        mut request: ScanRequest,
         timeout: std::time::Duration,
     ) -> Result<ScanReply, PoolError> {
         let d = self.daemon;
-        if !d.history.enabled() {
+        request.keep = d.quarantine.actions();
+        if !d.history.enabled() && request.keep.is_empty() {
             return d.pool.scan(request, timeout).await;
         }
         let start = Instant::now();
         let envelope = request.envelope.clone();
         let size = request.raw.len() as u64;
-        let result = d.pool.scan(request, timeout).await;
-        if let Ok(answer) = &result {
-            let mut r = Record::from_verdict(&answer.verdict).with_envelope(&envelope);
-            r.listener = self.listener.to_string();
-            r.message_id = answer.message_id.clone();
-            r.from = answer.from.clone();
-            r.subject = Some(answer.subject.clone()).filter(|s| !s.is_empty());
-            r.size = size;
-            r.scan_us = start.elapsed().as_micros() as u64;
-            d.history.record(r);
+        let mut result = d.pool.scan(request, timeout).await;
+        if let Ok(answer) = &mut result {
+            // The record and the kept message share their time: the entry's id starts with it.
+            let time_us = crate::history::now_us();
+            if let Some(raw) = answer.kept.take() {
+                let mut m = crate::quarantine::Meta::new(time_us, &answer.verdict, &envelope);
+                m.listener = self.listener.to_string();
+                m.message_id = answer.message_id.clone();
+                m.from = answer.from.clone();
+                m.subject = Some(answer.subject.clone()).filter(|s| !s.is_empty());
+                m.size = raw.len() as u64;
+                d.quarantine.submit(m, raw);
+            }
+            if d.history.enabled() {
+                let mut r = Record::from_verdict(&answer.verdict).with_envelope(&envelope);
+                r.time_us = time_us;
+                r.listener = self.listener.to_string();
+                r.message_id = answer.message_id.clone();
+                r.from = answer.from.clone();
+                r.subject = Some(answer.subject.clone()).filter(|s| !s.is_empty());
+                r.size = size;
+                r.scan_us = start.elapsed().as_micros() as u64;
+                d.history.record(r);
+            }
         }
         result
     }

@@ -243,6 +243,7 @@ async fn answer(
         envelope,
         lists: false,
         checks: None,
+        keep: Default::default(),
     };
     let answer = daemon
         .recorded("spamd")

@@ -253,8 +253,12 @@ pub(super) async fn handle(
     if method == Method::POST && !csrf_ok(req.headers(), &access) {
         return error(StatusCode::FORBIDDEN, "missing or wrong CSRF token");
     }
+    let quarantine = path
+        .strip_prefix("/ui/api")
+        .filter(|p| super::quarantine::owns(p));
     let op = match (&method, path) {
         (&Method::POST, "/ui/api/learn") => Operation::Learn,
+        _ if quarantine.is_some() => super::quarantine::operation(&method),
         _ => Operation::UiRead,
     };
     if access.role() < op.needs(&daemon.access.config) {
@@ -266,6 +270,11 @@ pub(super) async fn handle(
                 access.role().as_str()
             ),
         );
+    }
+    if let Some(p) = quarantine {
+        let query = req.uri().query().unwrap_or("").to_owned();
+        return super::quarantine::api(daemon, &method, &p["/quarantine".len()..], &query, "ui")
+            .await;
     }
     match (&method, path) {
         (&Method::GET, "" | "/ui") => reply(StatusCode::OK, "text/html; charset=utf-8", INDEX),
@@ -524,6 +533,7 @@ async fn test(req: Request<Incoming>, daemon: &Daemon) -> Reply {
         envelope,
         lists: false,
         checks: None,
+        keep: Default::default(),
     };
     match daemon.pool.test(request, daemon.scan_timeout()).await {
         Ok(report) => json(StatusCode::OK, report.to_string()),
