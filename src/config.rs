@@ -90,6 +90,8 @@ pub struct Config {
     pub greylist: GreylistConfig,
     /// Antivirus over clamd, off until `servers` names one.
     pub antivirus: AntivirusConfig,
+    /// Outbound mail: which is our users' own, its thresholds, replies, per-user limits.
+    pub outbound: crate::outbound::OutboundConfig,
     /// Per-recipient settings (`[[settings]]`), read again with `[scores]` on a reload.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub settings: Vec<SettingsEntry>,
@@ -219,6 +221,7 @@ impl Config {
             overrides: self.overrides().unwrap_or_default(),
             greylist: self.greylist.clone(),
             antivirus: self.antivirus.clone(),
+            outbound: self.outbound.clone(),
         }
     }
 
@@ -293,6 +296,9 @@ impl Config {
                 .validate(self.server.scan_timeout_ms)
                 .map_err(ConfigError::Antivirus),
             self.log.validate().map_err(ConfigError::Log),
+            self.outbound
+                .fits_windows(&self.store.windows_secs)
+                .map_err(|e| ConfigError::Scan(e.into())),
             // The listed domains' keys are read here, so that `config check` finds an
             // unreadable one before the daemon does.
             crate::sign::Signer::new(&self.dkim_signing)

@@ -572,7 +572,19 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics, signer: Option<
                 worker.scan_with(&input, &request.envelope, request.checks.as_deref());
             let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
             let cfg = scanner.classifier().config();
-            let autolearn = cfg.autolearn_spam_at.is_some() || cfg.autolearn_ham_at.is_some();
+            // Our users' own mail is not received mail: it trains nothing.
+            let autolearn = (cfg.autolearn_spam_at.is_some() || cfg.autolearn_ham_at.is_some())
+                && !scanned.updates.outbound;
+            if scanned.updates.outbound {
+                metrics.outbound_scans.fetch_add(1, Relaxed);
+                if scanned
+                    .verdict
+                    .symbols
+                    .contains_key(crate::outbound::OUTBOUND_LIMIT)
+                {
+                    metrics.outbound_limited.fetch_add(1, Relaxed);
+                }
+            }
             let mut verdict = if autolearn {
                 scanned.verdict.clone()
             } else {
