@@ -184,7 +184,10 @@ impl OutboundConfig {
     pub fn fits_windows(&self, windows_secs: &[u64]) -> Result<(), OutboundConfigError> {
         let longest = windows_secs.iter().copied().max().unwrap_or(0);
         if self.replies && self.reply_ttl_secs > longest {
-            return Err(OutboundConfigError::TtlPastWindows(self.reply_ttl_secs, longest));
+            return Err(OutboundConfigError::TtlPastWindows(
+                self.reply_ttl_secs,
+                longest,
+            ));
         }
         Ok(())
     }
@@ -308,9 +311,12 @@ fn cut(s: &str) -> &str {
 /// A Message-ID as compared: without angle brackets and surrounding space (the local part is
 /// case-sensitive, so it is kept as written).
 fn id_hash(id: &str) -> Option<u64> {
-    let id = id.trim().trim_start_matches('<').trim_end_matches('>').trim();
-    (!id.is_empty() && id.contains('@'))
-        .then(|| crate::shingle::hash_pair("message-id", cut(id)))
+    let id = id
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .trim();
+    (!id.is_empty() && id.contains('@')).then(|| crate::shingle::hash_pair("message-id", cut(id)))
 }
 
 fn address(a: &str) -> String {
@@ -358,7 +364,10 @@ impl Outbound {
 
     /// Outbound when the client authenticated or comes from one of `networks`.
     pub fn direction(&self, envelope: &Envelope) -> Direction {
-        let authenticated = envelope.user.as_deref().is_some_and(|u| !u.trim().is_empty());
+        let authenticated = envelope
+            .user
+            .as_deref()
+            .is_some_and(|u| !u.trim().is_empty());
         let trusted = envelope
             .client_ip
             .is_some_and(|ip| self.nets.iter().any(|n| n.contains(&ip)));
@@ -371,7 +380,12 @@ impl Outbound {
 
     /// The store increments of an accepted outbound message: its Message-ID, and one per
     /// (sender, recipient) pair. `from`: the sender's address (From, else MAIL FROM).
-    pub fn sent(&self, message_id: Option<&str>, from: Option<&str>, rcpt: &[String]) -> Vec<Increment> {
+    pub fn sent(
+        &self,
+        message_id: Option<&str>,
+        from: Option<&str>,
+        rcpt: &[String],
+    ) -> Vec<Increment> {
         if !self.config.replies {
             return Vec::new();
         }
@@ -454,11 +468,15 @@ impl Outbound {
             }
         };
         if l.burst > 0 {
-            let r = self.store.hit(key(KIND_USER_BURST, u), l.burst, l.burst_secs);
+            let r = self
+                .store
+                .hit(key(KIND_USER_BURST, u), l.burst, l.burst_secs);
             note("burst", r, l.burst, l.burst_secs);
         }
         if l.messages > 0 {
-            let r = self.store.hit(key(KIND_USER_MESSAGES, u), l.messages, l.window_secs);
+            let r = self
+                .store
+                .hit(key(KIND_USER_MESSAGES, u), l.messages, l.window_secs);
             note("messages", r, l.messages, l.window_secs);
         }
         if l.recipients > 0 {
@@ -470,7 +488,10 @@ impl Outbound {
                 }
                 let new = i >= MAX_DISTINCT_CHECKS
                     || self.store.increment_unique(
-                        key(KIND_USER_RCPT_PAIR, crate::shingle::hash_pair(user, &address(r))),
+                        key(
+                            KIND_USER_RCPT_PAIR,
+                            crate::shingle::hash_pair(user, &address(r)),
+                        ),
                         key(KIND_USER_RCPT_SEEN, u),
                         l.window_secs,
                     );
@@ -485,7 +506,9 @@ impl Outbound {
             }
         }
         if spam && l.spam > 0 {
-            let r = self.store.hit(key(KIND_USER_SPAM, u), l.spam, l.window_secs);
+            let r = self
+                .store
+                .hit(key(KIND_USER_SPAM, u), l.spam, l.window_secs);
             note("spam", r, l.spam, l.window_secs);
         }
         if let Some(o) = &over {
@@ -502,7 +525,11 @@ impl Outbound {
         if map.len() >= MAX_LIMITED_USERS && !map.contains_key(user) {
             // Forget the entry logged longest ago: the table stays bounded under any number
             // of users.
-            if let Some(oldest) = map.iter().min_by_key(|(_, (t, _))| *t).map(|(k, _)| k.clone()) {
+            if let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(k, _)| k.clone())
+            {
                 map.remove(&oldest);
             }
         }
@@ -537,7 +564,12 @@ impl Outbound {
 
     /// Users over a limit, the latest first.
     pub fn limited_users(&self) -> Vec<LimitedUser> {
-        let mut v: Vec<LimitedUser> = self.limited.lock().values().map(|(_, u)| u.clone()).collect();
+        let mut v: Vec<LimitedUser> = self
+            .limited
+            .lock()
+            .values()
+            .map(|(_, u)| u.clone())
+            .collect();
         v.sort_by(|a, b| b.last.cmp(&a.last).then_with(|| a.user.cmp(&b.user)));
         v
     }
@@ -594,11 +626,17 @@ mod tests {
         };
         cfg.validate().unwrap();
         let (o, _) = outbound(&cfg);
-        assert_eq!(o.direction(&env(Some("alice"), "203.0.113.5")), Direction::Outbound);
+        assert_eq!(
+            o.direction(&env(Some("alice"), "203.0.113.5")),
+            Direction::Outbound
+        );
         assert_eq!(o.direction(&env(None, "10.1.2.3")), Direction::Outbound);
         assert_eq!(o.direction(&env(None, "192.0.2.9")), Direction::Outbound);
         assert_eq!(o.direction(&env(None, "192.0.2.10")), Direction::Inbound);
-        assert_eq!(o.direction(&env(Some("  "), "203.0.113.5")), Direction::Inbound);
+        assert_eq!(
+            o.direction(&env(Some("  "), "203.0.113.5")),
+            Direction::Inbound
+        );
         assert_eq!(o.direction(&Envelope::default()), Direction::Inbound);
     }
 
@@ -609,10 +647,19 @@ mod tests {
             f(&mut c);
             c.validate().unwrap_err()
         };
-        assert!(matches!(bad(|c| c.networks = vec!["10.0.0.0/33".into()]), OutboundConfigError::Network(_)));
+        assert!(matches!(
+            bad(|c| c.networks = vec!["10.0.0.0/33".into()]),
+            OutboundConfigError::Network(_)
+        ));
         assert_eq!(bad(|c| c.reply_ttl_secs = 0), OutboundConfigError::ReplyTtl);
-        assert_eq!(bad(|c| c.limits.window_secs = 0), OutboundConfigError::Zero("window_secs"));
-        assert!(matches!(bad(|c| c.limits.action = Action::AddHeader), OutboundConfigError::Action(_)));
+        assert_eq!(
+            bad(|c| c.limits.window_secs = 0),
+            OutboundConfigError::Zero("window_secs")
+        );
+        assert!(matches!(
+            bad(|c| c.limits.action = Action::AddHeader),
+            OutboundConfigError::Action(_)
+        ));
         let c = OutboundConfig {
             actions: ActionsConfig {
                 add_header: Some(100.0),
@@ -639,13 +686,28 @@ mod tests {
     fn a_reply_needs_an_id_we_sent_and_a_correspondent_needs_authentication() {
         let (o, clock) = outbound(&OutboundConfig::default());
         let rcpt = vec!["Bob@Partner.example".to_string()];
-        o.store.record_many(&o.sent(Some("<abc.1@example.org>"), Some("alice@example.org"), &rcpt));
+        o.store.record_many(&o.sent(
+            Some("<abc.1@example.org>"),
+            Some("alice@example.org"),
+            &rcpt,
+        ));
         let alice = vec!["alice@example.org".to_string()];
         let ids = ["<nothing@example.org>", "abc.1@example.org"];
         let f = o.inbound_facts(&ids, Some("bob@partner.example"), &alice, None);
-        assert_eq!(f, InboundFacts { replied: 1, correspondent: 0 });
+        assert_eq!(
+            f,
+            InboundFacts {
+                replied: 1,
+                correspondent: 0
+            }
+        );
         // A random id: nothing; the same id in another case of its local part: nothing.
-        let f = o.inbound_facts(&["<r4nd0m@example.org>", "<ABC.1@example.org>"], None, &alice, None);
+        let f = o.inbound_facts(
+            &["<r4nd0m@example.org>", "<ABC.1@example.org>"],
+            None,
+            &alice,
+            None,
+        );
         assert_eq!(f.replied, 0);
         // The correspondent: only with the sender's domain authenticated.
         let pass = dkim_pass("partner.example");
@@ -662,7 +724,11 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(o.inbound_facts(&[], Some("bob@partner.example"), &alice, Some(&spf)).correspondent, 1);
+        assert_eq!(
+            o.inbound_facts(&[], Some("bob@partner.example"), &alice, Some(&spf))
+                .correspondent,
+            1
+        );
         let softfail = AuthResults {
             spf: Some(MethodResult {
                 result: Status::SoftFail,
@@ -671,10 +737,18 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(o.inbound_facts(&[], Some("bob@partner.example"), &alice, Some(&softfail)).correspondent, 0);
+        assert_eq!(
+            o.inbound_facts(&[], Some("bob@partner.example"), &alice, Some(&softfail))
+                .correspondent,
+            0
+        );
         // Another of our users never wrote to bob.
         let carol = vec!["carol@example.org".to_string()];
-        assert_eq!(o.inbound_facts(&[], Some("bob@partner.example"), &carol, Some(&pass)).correspondent, 0);
+        assert_eq!(
+            o.inbound_facts(&[], Some("bob@partner.example"), &carol, Some(&pass))
+                .correspondent,
+            0
+        );
         // Past the TTL (7 days: the 7-day window, 7–8 days) it is forgotten.
         clock.advance(9 * 86_400);
         let f = o.inbound_facts(&ids, Some("bob@partner.example"), &alice, Some(&pass));
@@ -723,6 +797,8 @@ mod tests {
         assert_eq!(o.limit("bob", &same, false), None);
         let users = o.limited_users();
         assert_eq!(users.len(), 2);
-        assert!(users.iter().any(|u| u.user == "mallory" && u.messages == 150));
+        assert!(users
+            .iter()
+            .any(|u| u.user == "mallory" && u.messages == 150));
     }
 }

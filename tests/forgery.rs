@@ -134,7 +134,12 @@ fn a_forged_header_or_part_buys_no_negative_score() {
     assert!(r.text().contains("OUTBOUND"), "{}", r.text());
     // (What the forgeries below lack: the id alice's mail carried earns REPLY.)
     let genuine = add_headers(
-        &message("Bob <bob@example.org>", "Re: lunch on Friday", "bob9", "Noon is fine.\r\n"),
+        &message(
+            "Bob <bob@example.org>",
+            "Re: lunch on Friday",
+            "bob9",
+            "Noon is fine.\r\n",
+        ),
         "In-Reply-To: <sent1@mx.sender.example>\r\n",
     );
     assert!(negatives(&d, &genuine).0.contains_key("REPLY"));

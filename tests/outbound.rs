@@ -76,7 +76,10 @@ fn outbound_mail_is_judged_apart_feeds_no_inbound_reputation_and_replies_count()
         "q3.1@example.com",
         "",
     );
-    let user = [("User", "alice@example.com"), ("Rcpt", "bob@partner.example")];
+    let user = [
+        ("User", "alice@example.com"),
+        ("Rcpt", "bob@partner.example"),
+    ];
 
     // The direction: a login, or a trusted network without one; not a stranger.
     let v = check(&d, &out, &user);
@@ -92,7 +95,12 @@ fn outbound_mail_is_judged_apart_feeds_no_inbound_reputation_and_replies_count()
     std::fs::write(&file, &out).unwrap();
     let text = String::from_utf8(
         Command::new("rspamc")
-            .args(["-h", &format!("127.0.0.1:{}", d.http), "--user", "alice@example.com"])
+            .args([
+                "-h",
+                &format!("127.0.0.1:{}", d.http),
+                "--user",
+                "alice@example.com",
+            ])
             .arg(&file)
             .output()
             .expect("rspamc is installed (scripts/test.sh installs it)")
@@ -104,12 +112,18 @@ fn outbound_mail_is_judged_apart_feeds_no_inbound_reputation_and_replies_count()
     // Outbound thresholds: a login sending as another domain scores 3 (OUTBOUND_FROM_FOREIGN),
     // over [outbound.actions] add_header = 2.5; the same message inbound is judged by
     // [verdict] (6) and has no such symbol.
-    let foreign = out.replace("Alice <alice@example.com>", "Security <security@bank.example>");
+    let foreign = out.replace(
+        "Alice <alice@example.com>",
+        "Security <security@bank.example>",
+    );
     let v = check(&d, &foreign, &user);
     assert!(symbols(&v).contains(&"OUTBOUND_FROM_FOREIGN".into()), "{v}");
     assert_eq!(v["action"], "add header", "{v}");
     let v = check(&d, &foreign, &[]);
-    assert!(!symbols(&v).contains(&"OUTBOUND_FROM_FOREIGN".into()), "{v}");
+    assert!(
+        !symbols(&v).contains(&"OUTBOUND_FROM_FOREIGN".into()),
+        "{v}"
+    );
     assert_eq!(v["action"], "no action", "{v}");
 
     // None of the outbound scans above (four of alice's From) counted in inbound reputation;
@@ -128,10 +142,17 @@ fn outbound_mail_is_judged_apart_feeds_no_inbound_reputation_and_replies_count()
     );
     let inbound = [("IP", "203.0.113.9"), ("Rcpt", "alice@example.com")];
     let v = check(&d, &reply, &inbound);
-    assert!(v["symbols"]["REPLY"]["score"].as_f64().unwrap() < 0.0, "{v}");
+    assert!(
+        v["symbols"]["REPLY"]["score"].as_f64().unwrap() < 0.0,
+        "{v}"
+    );
     assert!(!symbols(&v).contains(&"OUTBOUND".into()), "{v}");
     // A random id, or one made like ours but never sent: nothing.
-    for id in ["<7f3a9c1e@example.com>", "<q3.2@example.com>", "<Q3.1@example.com>"] {
+    for id in [
+        "<7f3a9c1e@example.com>",
+        "<q3.2@example.com>",
+        "<Q3.1@example.com>",
+    ] {
         let forged = reply.replace("<q3.1@example.com>", id);
         let v = check(&d, &forged, &inbound);
         assert!(!symbols(&v).contains(&"REPLY".into()), "{id}: {v}");
@@ -177,7 +198,8 @@ fn the_milter_takes_the_direction_from_auth_authen() {
         let mut m = mta::Mta::connect(d.milter);
         m.send(&[Milter::OptNeg(mta::POSTFIX)]);
         m.until_final();
-        let mut cmds = mta::transaction("192.0.2.10", "mail.example.com", "alice@example.com", &raw);
+        let mut cmds =
+            mta::transaction("192.0.2.10", "mail.example.com", "alice@example.com", &raw);
         if let Some(login) = login {
             cmds.insert(
                 2,
@@ -191,9 +213,9 @@ fn the_milter_takes_the_direction_from_auth_authen() {
         m.until_final()
     };
     let outbound = |replies: &[Reply]| {
-        replies
-            .iter()
-            .any(|r| format!("{r:?}").contains("X-Spam-Symbols") && format!("{r:?}").contains("OUTBOUND"))
+        replies.iter().any(|r| {
+            format!("{r:?}").contains("X-Spam-Symbols") && format!("{r:?}").contains("OUTBOUND")
+        })
     };
     let with = session(Some("alice@example.com"));
     assert!(outbound(&with), "{with:?}");
@@ -232,21 +254,43 @@ fn a_user_over_the_limits_is_stopped_and_another_is_not() {
             &format!("m{i}@example.com"),
             "",
         );
-        let v = check(&d, &raw, &[("User", "mallory@example.com"), ("Rcpt", &rcpt)]);
+        let v = check(
+            &d,
+            &raw,
+            &[("User", "mallory@example.com"), ("Rcpt", &rcpt)],
+        );
         if i == 100 {
             let limit = &v["symbols"]["OUTBOUND_LIMIT"]["options"];
             assert!(limit.to_string().contains("recipients 101 > 100"), "{v}");
         }
         actions.push(v["action"].as_str().unwrap().to_string());
     }
-    assert!(started.elapsed().as_secs() < 60, "the 1,000 took over a minute");
-    assert!(actions[..100].iter().all(|a| a == "no action"), "{actions:?}");
-    assert!(actions[100..].iter().all(|a| a == "soft reject"), "{actions:?}");
+    assert!(
+        started.elapsed().as_secs() < 60,
+        "the 1,000 took over a minute"
+    );
+    assert!(
+        actions[..100].iter().all(|a| a == "no action"),
+        "{actions:?}"
+    );
+    assert!(
+        actions[100..].iter().all(|a| a == "soft reject"),
+        "{actions:?}"
+    );
     // Another user, a message to one of the same recipients: unaffected.
     let v = check(
         &d,
-        &message("Alice <alice@example.com>", "victim5@targets.example", "hi", "a1@example.com", ""),
-        &[("User", "alice@example.com"), ("Rcpt", "victim5@targets.example")],
+        &message(
+            "Alice <alice@example.com>",
+            "victim5@targets.example",
+            "hi",
+            "a1@example.com",
+            "",
+        ),
+        &[
+            ("User", "alice@example.com"),
+            ("Rcpt", "victim5@targets.example"),
+        ],
     );
     assert_eq!(v["action"], "no action", "{v}");
     assert!(!symbols(&v).contains(&"OUTBOUND_LIMIT".into()), "{v}");
@@ -280,7 +324,12 @@ fn replies_are_shared_through_a_redis_cluster() {
     std::fs::create_dir_all(&b_dir).unwrap();
     let submission = start(&a_dir, &config);
     let mx = start(&b_dir, &config);
-    let health = |d: &Daemon| d.get("/health").json()["store"].as_str().unwrap_or("").to_string();
+    let health = |d: &Daemon| {
+        d.get("/health").json()["store"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
     for d in [&submission, &mx] {
         wait_until("the store connected", 15, || health(d) == "ok");
     }
@@ -294,7 +343,10 @@ fn replies_are_shared_through_a_redis_cluster() {
     let v = check(
         &submission,
         &out,
-        &[("User", "alice@example.com"), ("Rcpt", "bob@partner.example")],
+        &[
+            ("User", "alice@example.com"),
+            ("Rcpt", "bob@partner.example"),
+        ],
     );
     assert!(symbols(&v).contains(&"OUTBOUND".into()), "{v}");
     let reply = message(

@@ -837,11 +837,8 @@ impl ScanWorker {
                         .from()
                         .map(|e| e.address.as_str())
                         .or(envelope.mail_from.as_deref());
-                    sc.outbound.sent(
-                        analysis.entities.message_id.as_deref(),
-                        from,
-                        &recipients,
-                    )
+                    sc.outbound
+                        .sent(analysis.entities.message_id.as_deref(), from, &recipients)
                 } else {
                     Vec::new()
                 },
