@@ -80,6 +80,8 @@ pub struct Config {
     pub log: crate::logging::LogConfig,
     /// DKIM signing of authenticated senders' mail: keys, selector, headers.
     pub dkim_signing: crate::sign::DkimSigningConfig,
+    /// ARC sealing of accepted inbound mail.
+    pub arc: crate::sign::ArcConfig,
     /// Local score changes to the rule set: `SYMBOL = score`, 0 turns the symbol off.
     pub scores: BTreeMap<String, f64>,
     /// Rules or symbols turned off.
@@ -241,6 +243,7 @@ impl Config {
             auth: self.auth.clone(),
             scan: self.scan_settings(),
             dkim_signing: self.dkim_signing.clone(),
+            arc: self.arc.clone(),
             reread: self.source.clone().map(|path| Reread {
                 path,
                 read: reread_overrides,
@@ -302,6 +305,9 @@ impl Config {
             // The listed domains' keys are read here, so that `config check` finds an
             // unreadable one before the daemon does.
             crate::sign::Signer::new(&self.dkim_signing)
+                .map(drop)
+                .map_err(ConfigError::Sign),
+            crate::sign::Sealer::new(&self.arc)
                 .map(drop)
                 .map_err(ConfigError::Sign),
             self.overrides().map(drop),

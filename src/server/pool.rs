@@ -533,6 +533,45 @@ fn sign(
     }
 }
 
+/// Seals an accepted inbound message that leaves with its headers unchanged (as `sign`):
+/// `ARC_SEALED` with the sealing domain, or `ARC_SEAL_FAIL` (score 0) with why not.
+fn arc_seal(verdict: &mut Verdict, seal: &Result<String, String>) {
+    use crate::verdict::{Action, SymbolHit};
+    if !matches!(
+        verdict.action,
+        Action::NoAction | Action::Greylist | Action::AddHeader
+    ) {
+        return;
+    }
+    let (name, option) = match seal {
+        Ok(set) => {
+            verdict.arc_seal = crate::sign::seal_fields(set);
+            let domain = verdict
+                .arc_seal
+                .first()
+                .and_then(|(_, v)| {
+                    v.split(';')
+                        .find_map(|t| t.trim().strip_prefix("d=").map(str::to_string))
+                })
+                .unwrap_or_default();
+            ("ARC_SEALED", domain)
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "ARC sealing failed; the message goes unsealed");
+            ("ARC_SEAL_FAIL", reason.clone())
+        }
+    };
+    verdict.symbols.insert(
+        name.to_string(),
+        SymbolHit {
+            name: name.to_string(),
+            score: 0.0,
+            description: None,
+            options: vec![option],
+        },
+    );
+}
+
 fn charge_analysis(held: &mut Reservation, raw: &[u8], limit: usize) {
     let analysed = raw.len().min(limit);
     held.force(
@@ -593,6 +632,11 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics, signer: Option<
             if let Some(signer) = signer {
                 let from = scanned.analysis.entities.from().map(|e| e.address.as_str());
                 sign(signer, &mut verdict, &request.raw, &request.envelope, from);
+            }
+            if !scanned.updates.outbound {
+                if let Some(seal) = request.checks.as_ref().and_then(|c| c.arc_seal.as_ref()) {
+                    arc_seal(&mut verdict, seal);
+                }
             }
             let (urls, emails) = if request.lists {
                 (
