@@ -2,12 +2,17 @@
 //! header (and the real `rspamc --user`), the milter's `{auth_authen}` and `[outbound]
 //! networks`; outbound thresholds; outbound mail feeding no inbound reputation; replies to
 //! Message-IDs our users sent (`REPLY`) with the memory store and with two daemons on a real
-//! Redis Cluster, and a random `In-Reply-To` earning nothing; per-user limits stopping a user
-//! who sends 1,000 messages to 1,000 recipients while another user goes on.
+//! Redis Cluster, and a random `In-Reply-To` earning nothing; `KNOWN_CORRESPONDENT` only for a
+//! sender that passes SPF (a DNS server on loopback); spamc's `User` outbound only with
+//! `[spamd] user_is_sender`; per-user limits stopping a user who sends 1,000 messages to 1,000
+//! recipients while another user goes on.
 
 #[allow(dead_code)]
 #[path = "common/daemon.rs"]
 mod daemon;
+#[allow(dead_code)]
+#[path = "common/dns_server.rs"]
+mod dns_server;
 #[allow(dead_code)]
 #[path = "common/mta.rs"]
 mod mta;
@@ -368,4 +373,129 @@ fn replies_are_shared_through_a_redis_cluster() {
     wait_until("the MX daemon's own scans counted", 5, || {
         seen_24h(&mx, "from", "bob@partner.example") >= 2
     });
+}
+
+/// spamc's `User` (`spamc -u`) is the local account a delivery is for: not a login unless the
+/// operator says so (`[spamd] user_is_sender`).
+#[test]
+fn spamc_user_is_a_sender_only_when_configured() {
+    let raw = message(
+        "Alice <alice@example.com>",
+        "Bob <bob@partner.example>",
+        "spamc",
+        "s1@example.com",
+        "",
+    );
+    for (configured, outbound) in [(false, false), (true, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = daemon::free_port();
+        let d = start(
+            dir.path(),
+            &format!("[spamd]\nlisten = \"127.0.0.1:{port}\"\nuser_is_sender = {configured}\n"),
+        );
+        let mut child = Command::new("spamc")
+            .args([
+                "-d",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-u",
+                "alice@example.com",
+            ])
+            .arg("-y")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spamc is installed (scripts/test.sh installs it)");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(raw.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(said.contains("OUTBOUND"), outbound, "{configured}: {said}");
+        assert_eq!(
+            d.metric("shrike_outbound_scans_total"),
+            u64::from(outbound),
+            "{}",
+            d.log_text()
+        );
+    }
+}
+
+/// KNOWN_CORRESPONDENT through the daemon with its network checks against a DNS server on
+/// loopback: bob, whom alice wrote to, passes SPF from his own network; the same From from
+/// another address fails SPF and earns nothing.
+#[test]
+fn a_known_correspondent_needs_the_sender_authenticated() {
+    let dns = dns_server::DnsServer::start();
+    dns.txt("partner.example", "v=spf1 ip4:198.51.100.20 -all");
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path(), &dns.dns_section(3000));
+    let out = message(
+        "Alice <alice@example.com>",
+        "Bob <bob@partner.example>",
+        "contract",
+        "c1@example.com",
+        "",
+    );
+    let v = check(
+        &d,
+        &out,
+        &[
+            ("User", "alice@example.com"),
+            ("Rcpt", "bob@partner.example"),
+        ],
+    );
+    assert!(symbols(&v).contains(&"OUTBOUND".into()), "{v}");
+    // A new message from bob, not a reply.
+    let from_bob = message(
+        "Bob <bob@partner.example>",
+        "Alice <alice@example.com>",
+        "signed copy",
+        "b7@partner.example",
+        "",
+    );
+    let inbound = |ip: &'static str| {
+        [
+            ("IP", ip),
+            ("Helo", "mail.partner.example"),
+            ("From", "bob@partner.example"),
+            ("Rcpt", "alice@example.com"),
+        ]
+    };
+    let v = check(&d, &from_bob, &inbound("198.51.100.20"));
+    assert!(symbols(&v).contains(&"R_SPF_ALLOW".into()), "{v}");
+    assert!(
+        v["symbols"]["KNOWN_CORRESPONDENT"]["score"]
+            .as_f64()
+            .unwrap()
+            < 0.0,
+        "{v}"
+    );
+    let v = check(&d, &from_bob, &inbound("203.0.113.66"));
+    assert!(symbols(&v).contains(&"R_SPF_FAIL".into()), "{v}");
+    assert!(!symbols(&v).contains(&"KNOWN_CORRESPONDENT".into()), "{v}");
+    // Nor for a recipient who never wrote to bob.
+    let carol = [
+        ("IP", "198.51.100.20"),
+        ("Helo", "mail.partner.example"),
+        ("From", "bob@partner.example"),
+        ("Rcpt", "carol@example.com"),
+    ];
+    let v = check(
+        &d,
+        &from_bob.replace("alice@example.com", "carol@example.com"),
+        &carol,
+    );
+    assert!(!symbols(&v).contains(&"KNOWN_CORRESPONDENT".into()), "{v}");
 }
