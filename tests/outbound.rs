@@ -17,6 +17,9 @@ mod dns_server;
 #[path = "common/mta.rs"]
 mod mta;
 #[allow(dead_code)]
+#[path = "common/postfix.rs"]
+mod postfix;
+#[allow(dead_code)]
 #[path = "common/redis.rs"]
 mod redis;
 
@@ -498,4 +501,51 @@ fn a_known_correspondent_needs_the_sender_authenticated() {
         &carol,
     );
     assert!(!symbols(&v).contains(&"KNOWN_CORRESPONDENT".into()), "{v}");
+}
+
+/// Behind a real Postfix (the harness in ../shared/tools/mta), mail from a host in `[outbound]
+/// networks` (here the loopback client of Postfix's submission) is outbound: it reaches the
+/// sink marked `OUTBOUND`, and a reply to it later earns `REPLY`. (The harness's Postfix has no
+/// SASL, so `{auth_authen}` is sent by the milter client of the test above.)
+#[test]
+fn postfix_mail_from_a_trusted_network_is_outbound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let harness = postfix::harness_dir(tmp.path());
+    let d = start(
+        tmp.path(),
+        "[outbound]\nnetworks = [\"127.0.0.1/32\"]\n[milter]\nadd_headers = true\n",
+    );
+    let pf = postfix::Postfix::up(&harness, d.milter);
+    let id = format!("pf-{}@example.com", std::process::id());
+    let file = tmp.path().join("out.eml");
+    std::fs::write(
+        &file,
+        message(
+            "Alice <alice@example.com>",
+            "Bob <bob@example.com>",
+            "Q4 plan",
+            &id,
+            "",
+        ),
+    )
+    .unwrap();
+    let line = pf.send(&file);
+    assert_eq!(postfix::eod(&line), "250", "{line}\n{}", pf.maillog());
+    let got = pf
+        .delivered(&id)
+        .unwrap_or_else(|| panic!("not in the sink\n{}", pf.maillog()));
+    let symbols_line = got
+        .lines()
+        .find(|l| l.starts_with("X-Spam-Symbols:"))
+        .unwrap_or_else(|| panic!("{got}"));
+    assert!(got.contains("OUTBOUND"), "{symbols_line}\n{got}");
+    let reply = message(
+        "Bob <bob@example.com>",
+        "Alice <alice@example.com>",
+        "Re: Q4 plan",
+        "r9@example.net",
+        &format!("In-Reply-To: <{id}>\r\n"),
+    );
+    let v = check(&d, &reply, &[("IP", "203.0.113.9")]);
+    assert!(symbols(&v).contains(&"REPLY".into()), "{v}");
 }

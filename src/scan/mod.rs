@@ -779,7 +779,12 @@ impl ScanWorker {
         if let Some(finding) = &virus {
             settle::antivirus(finding, sc.antivirus.as_ref(), &mut verdict);
         }
-        if !observe && !outbound {
+        if outbound {
+            // Our own users' mail is never deferred to see whether it is retried.
+            if verdict.action == Action::Greylist {
+                verdict.action = Action::NoAction;
+            }
+        } else if !observe {
             if let Some(greylist) = &sc.greylist {
                 settle::greylist(greylist, &mut verdict, generation, &sc.verdict, envelope);
             }
