@@ -32,8 +32,8 @@ mkdir -p "$work/keys/rsa" "$work/keys/ed"
 openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$work/keys/rsa.pem" 2>/dev/null
 openssl genpkey -algorithm ed25519 -out "$work/keys/ed.pem" 2>/dev/null
 while read -r f; do
-    awk 'BEGIN{IGNORECASE=1} /^$/ {exit} /^from:/ {print; exit}' "$f" \
-        | grep -oiE '@[a-z0-9.-]+' | head -1 | tr -d '@' | tr 'A-Z' 'a-z'
+    awk '/^\r?$/ {exit} tolower($0) ~ /^from:/ {print; exit}' "$f" \
+        | { grep -oiE '@[a-z0-9.-]+' || true; } | head -1 | tr -d '@' | tr 'A-Z' 'a-z'
 done < "$work/list" | sort -u > "$work/domains"
 while read -r d; do
     [ -n "$d" ] || continue
@@ -78,9 +78,12 @@ trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 # How many of the cycle one pass signs.
 signed=0
 while read -r f; do
-    d=$(awk 'BEGIN{IGNORECASE=1} /^$/ {exit} /^from:/ {print; exit}' "$f" | grep -oiE '@[a-z0-9.-]+' | head -1 | tr -d '@' | tr 'A-Z' 'a-z')
-    curl -s -H "User: bench@${d:-none.example}" --data-binary @"$f" http://127.0.0.1:21342/checkv2 \
-        | grep -q DKIM_SIGNED && signed=$((signed + 1))
+    d=$(awk '/^\r?$/ {exit} tolower($0) ~ /^from:/ {print; exit}' "$f" \
+        | { grep -oiE '@[a-z0-9.-]+' || true; } | head -1 | tr -d '@' | tr 'A-Z' 'a-z')
+    if curl -s -H "User: bench@${d:-none.example}" --data-binary @"$f" http://127.0.0.1:21342/checkv2 \
+        | grep -q DKIM_SIGNED; then
+        signed=$((signed + 1))
+    fi
 done < "$work/list"
 echo "signed in one pass (RSA): $signed of $(wc -l < "$work/list")"
 
