@@ -1,7 +1,8 @@
 //! ARC sealing (`[arc]`) through the daemon, against a DNS server on loopback that publishes the
 //! sender's SPF and our sealing key: an accepted inbound message gets an ARC set whose chain
 //! dkimpy's `arc_verify` (python3-dkim, an independent verifier) and shrike's own ARC check both
-//! validate, and again after a second seal on top (i=2); a changed body breaks it for both and
+//! validate (over HTTP, and as the milter's inserted headers leave it), and again after a second
+//! seal on top (i=2); a changed body breaks it for both and
 //! our next seal says cv=fail, after which nothing is sealed again; outbound mail and refused
 //! mail are not sealed; a key that is no RSA key, or none, stops `config check` and `serve`.
 
@@ -11,6 +12,9 @@ mod daemon;
 #[allow(dead_code)]
 #[path = "common/dns_server.rs"]
 mod dns_server;
+#[allow(dead_code)]
+#[path = "common/mta.rs"]
+mod mta;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -206,6 +210,41 @@ fn accepted_inbound_mail_is_sealed_and_both_verifiers_validate_the_chain() {
         v4["milter"]["add_headers"].get("ARC-Seal").is_none(),
         "{v4}"
     );
+
+    // Over the milter the set is inserted on top, ARC-Seal first; the message as the MTA then
+    // holds it validates.
+    {
+        use shrike::proto::milter::{Command as Milter, Reply};
+        let mut m = mta::Mta::connect(d.milter);
+        m.send(&[Milter::OptNeg(mta::POSTFIX)]);
+        m.until_final();
+        m.send(&mta::transaction(
+            SENDER_IP,
+            "mail.sender.example",
+            "alice@sender.example",
+            &raw,
+        ));
+        let replies = m.until_final();
+        let inserted: Vec<(String, String)> = replies
+            .iter()
+            .filter_map(|r| match r {
+                Reply::InsertHeader {
+                    index: 0,
+                    name,
+                    value,
+                } if name.starts_with("ARC-") => Some((name.clone(), value.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(inserted.len(), 3, "{replies:?}");
+        // Each insertion at index 0 goes above the ones before it.
+        let mut head = raw.clone();
+        for (name, value) in &inserted {
+            head = format!("{name}:{value}\r\n{head}");
+        }
+        assert!(head.starts_with("ARC-Seal:"), "{head}");
+        assert_eq!(dkimpy_arc(head.as_bytes(), &records), "pass", "{head}");
+    }
 
     // Outbound mail (a login) and refused mail are not sealed.
     let v = check(&d, &raw, Some("alice@sender.example"));
