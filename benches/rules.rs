@@ -84,6 +84,7 @@ fn rules(c: &mut Criterion) {
                     reputation_window: 3,
                     observe: false,
                     net: None,
+                    traffic: Default::default(),
                 };
                 black_box(runner.run(&data, 1).hits.len());
             }

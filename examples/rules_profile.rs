@@ -84,6 +84,7 @@ fn main() {
         reputation_window: 3,
         observe: false,
         net: None,
+        traffic: Default::default(),
     };
     // Build the worker's Lua state outside the measured calls.
     worker.rules().run(&data(0), 0);

@@ -139,6 +139,7 @@ fn main() {
                 reputation_window: 3,
                 observe: false,
                 net: None,
+                traffic: Default::default(),
             };
             let outcome = worker.rules().run(&data, n as u64);
             n += outcome.hits.len();

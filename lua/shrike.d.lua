@@ -137,6 +137,12 @@ function Msg:queue_id() end
 function Msg:deliver_to() end
 ---@return shrike.Envelope
 function Msg:envelope() end
+---@return "inbound"|"outbound" outbound: an authenticated client or one of `[outbound] networks`
+function Msg:direction() end
+---@return integer ids of In-Reply-To/References that our users' outbound mail carried (0: none)
+function Msg:reply() end
+---@return integer messages the recipient sent to this sender, only when the sender authenticated its From domain (aligned DKIM or SPF pass); 0 otherwise
+function Msg:known_correspondent() end
 ---@return string body text as displayed
 function Msg:text() end
 ---@return string body text normalized

@@ -1,7 +1,7 @@
 -- Signs of ordinary correspondence. A negative score may only come from evidence the sender
 -- cannot fabricate (docs/rules.md, "No free ham points"): REPLY_THREAD and SIGNED are headers and
--- parts anyone can add, so they score 0 (kept as signs other rules and the history can read)
--- until a reply can be checked against the Message-IDs our users sent; LINKS_OWN_DOMAIN counts
+-- parts anyone can add, so they score 0 (kept as signs other rules and the history can read;
+-- REPLY in 80_outbound.lua checks a reply against the Message-IDs our users sent); LINKS_OWN_DOMAIN counts
 -- only for a From domain the sender authenticated.
 
 local util = require("shrike.util")

@@ -83,6 +83,8 @@ pub struct Config {
     pub log: crate::logging::LogConfig,
     /// DKIM signing of authenticated senders' mail: keys, selector, headers.
     pub dkim_signing: crate::sign::DkimSigningConfig,
+    /// ARC sealing of accepted inbound mail.
+    pub arc: crate::sign::ArcConfig,
     /// Local score changes to the rule set: `SYMBOL = score`, 0 turns the symbol off.
     pub scores: BTreeMap<String, f64>,
     /// Rules or symbols turned off.
@@ -93,6 +95,8 @@ pub struct Config {
     pub greylist: GreylistConfig,
     /// Antivirus over clamd, off until `servers` names one.
     pub antivirus: AntivirusConfig,
+    /// Outbound mail: which is our users' own, its thresholds, replies, per-user limits.
+    pub outbound: crate::outbound::OutboundConfig,
     /// Per-recipient settings (`[[settings]]`), read again with `[scores]` on a reload.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub settings: Vec<SettingsEntry>,
@@ -224,6 +228,7 @@ impl Config {
             overrides: self.overrides().unwrap_or_default(),
             greylist: self.greylist.clone(),
             antivirus: self.antivirus.clone(),
+            outbound: self.outbound.clone(),
         }
     }
 
@@ -244,6 +249,7 @@ impl Config {
             auth: self.auth.clone(),
             scan: self.scan_settings(),
             dkim_signing: self.dkim_signing.clone(),
+            arc: self.arc.clone(),
             reread: self.source.clone().map(|path| Reread {
                 path,
                 read: reread_overrides,
@@ -300,9 +306,15 @@ impl Config {
                 .validate(self.server.scan_timeout_ms)
                 .map_err(ConfigError::Antivirus),
             self.log.validate().map_err(ConfigError::Log),
+            self.outbound
+                .fits_windows(&self.store.windows_secs)
+                .map_err(|e| ConfigError::Scan(e.into())),
             // The listed domains' keys are read here, so that `config check` finds an
             // unreadable one before the daemon does.
             crate::sign::Signer::new(&self.dkim_signing)
+                .map(drop)
+                .map_err(ConfigError::Sign),
+            crate::sign::Sealer::new(&self.arc)
                 .map(drop)
                 .map_err(ConfigError::Sign),
             self.overrides().map(drop),

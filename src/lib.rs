@@ -19,6 +19,7 @@ pub mod learn;
 pub mod logging;
 pub mod message;
 pub mod netcheck;
+pub mod outbound;
 pub mod proto;
 pub mod quarantine;
 pub mod replay;

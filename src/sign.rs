@@ -12,6 +12,10 @@
 //! Keys are PEM files: RSA in PKCS#1 (`BEGIN RSA PRIVATE KEY`) or PKCS#8 (`BEGIN PRIVATE KEY`),
 //! Ed25519 in PKCS#8. Signatures use relaxed/relaxed canonicalization and RSA-SHA256 or
 //! Ed25519-SHA256, by the key.
+//!
+//! ARC sealing (`[arc]`, [`Sealer`]): one RSA key read at start; the authentication task seals
+//! each message with the results it found (`auth::verify`), and the scan keeps the set for
+//! inbound mail it accepts unchanged.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -470,4 +474,135 @@ mod tests {
         assert!(!valid_label_run("a/b"));
         assert!(valid_label_run("s2026._x.example-1.org"));
     }
+}
+
+/// `[arc]`: ARC sealing (RFC 8617) of inbound mail we accept, so that a forward of it keeps
+/// the authentication results we saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArcConfig {
+    pub enabled: bool,
+    /// The sealing domain (`d=`), whose `selector._domainkey` record holds the public key.
+    pub domain: String,
+    pub selector: String,
+    /// PEM RSA key (PKCS#1 or PKCS#8): RFC 8617 allows only rsa-sha256.
+    pub key: PathBuf,
+    /// Header fields the ARC-Message-Signature covers (those present).
+    pub sign_headers: Vec<String>,
+}
+
+impl Default for ArcConfig {
+    fn default() -> Self {
+        ArcConfig {
+            enabled: false,
+            domain: String::new(),
+            selector: "arc".into(),
+            key: PathBuf::new(),
+            sign_headers: DkimSigningConfig::default().sign_headers,
+        }
+    }
+}
+
+/// Seals messages with a domain's ARC key (read at start: an unreadable key stops the start).
+pub struct Sealer {
+    sealer: mail_auth::arc::ArcSealer<RsaKey<Sha256>, Done>,
+    domain: String,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sealer")
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+/// Bytes of the message a seal covers at most: a message past this is not sealed (its
+/// canonical form would be hashed whole, and the scan reads no more of it either).
+pub const MAX_SEAL_BYTES: usize = 64 << 20;
+
+impl Sealer {
+    /// `None` when `[arc]` is off.
+    pub fn new(config: &ArcConfig) -> Result<Option<Sealer>, SignConfigError> {
+        if !config.enabled {
+            return Ok(None);
+        }
+        let invalid = |m: String| SignConfigError::Invalid(format!("arc: {m}"));
+        if !valid_label_run(&config.domain) {
+            return Err(invalid(format!(
+                "domain {:?} is not a DNS name",
+                config.domain
+            )));
+        }
+        if !valid_label_run(&config.selector) {
+            return Err(invalid(format!(
+                "selector {:?} is not a DNS name",
+                config.selector
+            )));
+        }
+        let key_error = |reason: String| SignConfigError::Key {
+            domain: config.domain.clone(),
+            path: config.key.clone(),
+            reason,
+        };
+        let pem =
+            std::fs::read(&config.key).map_err(|e| key_error(format!("cannot read it: {e}")))?;
+        let der = PrivateKeyDer::from_pem_slice(&pem)
+            .map_err(|e| key_error(format!("not a PEM private key ({e:?})")))?;
+        let key = RsaKey::<Sha256>::from_key_der(der).map_err(|e| {
+            key_error(format!(
+                "not an RSA private key (ARC seals with rsa-sha256): {e}"
+            ))
+        })?;
+        let sealer = mail_auth::arc::ArcSealer::from_key(key)
+            .domain(config.domain.clone())
+            .selector(config.selector.clone())
+            .headers(config.sign_headers.iter().cloned())
+            .header_canonicalization(Canonicalization::Relaxed)
+            .body_canonicalization(Canonicalization::Relaxed);
+        Ok(Some(Sealer {
+            sealer,
+            domain: config.domain.clone(),
+        }))
+    }
+
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// The ARC set (ARC-Seal, ARC-Message-Signature, ARC-Authentication-Results header lines,
+    /// CRLF-terminated) for `message` with the chain as verified (`arc`) and our results.
+    pub fn seal(
+        &self,
+        message: &mail_auth::AuthenticatedMessage<'_>,
+        results: &mail_auth::AuthenticationResults<'_>,
+        arc: &mail_auth::ArcOutput<'_>,
+    ) -> Result<String, String> {
+        use mail_auth::common::headers::HeaderWriter;
+        if message.raw_message.len() > MAX_SEAL_BYTES {
+            return Err("message too large to seal".into());
+        }
+        if !arc.can_be_sealed() {
+            return Err("the chain it carries failed (cv=fail): not sealed again".into());
+        }
+        self.sealer
+            .seal(message, results, arc)
+            .map(|set| set.to_header())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// An ARC set's header lines as `(name, value)` fields, each value on one line, in order.
+pub fn seal_fields(set: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in set.split("\r\n").filter(|l| !l.is_empty()) {
+        if line.starts_with([' ', '\t']) {
+            if let Some((_, v)) = out.last_mut() {
+                v.push_str(line);
+            }
+        } else if let Some((name, value)) = line.split_once(':') {
+            out.push((name.trim().to_string(), value.trim_start().to_string()));
+        }
+    }
+    out
 }

@@ -93,6 +93,10 @@ pub struct Verdict {
     /// The `DKIM-Signature` value for an authenticated sender's message (`sign.rs`), which
     /// the milter adds and rspamd's protocol returns as `dkim-signature`.
     pub dkim_signature: Option<String>,
+    /// The ARC set (`[arc]`) sealing an accepted inbound message: its three header fields,
+    /// `(name, value)`, in the order they go on top (ARC-Seal first).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub arc_seal: Vec<(String, String)>,
     /// The `[[settings]]` entry this verdict was judged under (none: the global settings).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settings: Option<String>,
@@ -109,6 +113,7 @@ impl Default for Verdict {
             generation: 0,
             probability: None,
             dkim_signature: None,
+            arc_seal: Vec::new(),
             settings: None,
         }
     }

@@ -3,7 +3,8 @@
 //! a daemon with the shipped rules that has seen a newsletter domain for a while and whose users
 //! rescued a sender's mail, then each spam message, and each one again with one forgery at a
 //! time (a known From domain, a rescued From address, a reply's headers, a signature part, links
-//! to its own From domain, an ARC seal). Every symbol with a negative score on a forged copy
+//! to its own From domain, an ARC seal, a reply naming an id our users never sent, the From of
+//! someone our user wrote to without DKIM or SPF). Every symbol with a negative score on a forged copy
 //! must have had it on the original.
 
 #[allow(dead_code)]
@@ -116,6 +117,33 @@ fn a_forged_header_or_part_buys_no_negative_score() {
         assert_eq!(d.post("/learnham", &[], friend.as_bytes()).status, 200);
     }
 
+    // Our user alice wrote to bob@example.org (a known correspondent, when bob authenticates)
+    // with a Message-ID a reply could name.
+    let sent = message(
+        "Alice <alice@example.com>",
+        "lunch on Friday",
+        "sent1",
+        "Shall we meet at noon?\r\n",
+    )
+    .replace("To: alice@example.com", "To: bob@example.org");
+    let r = d.post(
+        "/checkv2",
+        &[("User", "alice@example.com"), ("Rcpt", "bob@example.org")],
+        sent.as_bytes(),
+    );
+    assert!(r.text().contains("OUTBOUND"), "{}", r.text());
+    // (What the forgeries below lack: the id alice's mail carried earns REPLY.)
+    let genuine = add_headers(
+        &message(
+            "Bob <bob@example.org>",
+            "Re: lunch on Friday",
+            "bob9",
+            "Noon is fine.\r\n",
+        ),
+        "In-Reply-To: <sent1@mx.sender.example>\r\n",
+    );
+    assert!(negatives(&d, &genuine).0.contains_key("REPLY"));
+
     let mut bought = Vec::new();
     for (n, (from, subject, body)) in SPAM.iter().enumerate() {
         let raw = message(from, subject, &format!("spam{n}"), body);
@@ -141,6 +169,22 @@ fn a_forged_header_or_part_buys_no_negative_score() {
                     "Subject",
                     &format!("Re: {subject}"),
                 ),
+            ),
+            (
+                "a reply naming a random Message-ID of our domain",
+                replace_header(
+                    &add_headers(
+                        &raw,
+                        "In-Reply-To: <8c1f04e2a7@mx.sender.example>\r\n\
+                         References: <sent2@mx.sender.example> <x9@example.com>\r\n",
+                    ),
+                    "Subject",
+                    &format!("Re: {subject}"),
+                ),
+            ),
+            (
+                "a known correspondent's From without DKIM or SPF",
+                replace_header(&raw, "From", "Bob <bob@example.org>"),
             ),
             (
                 "a PGP signature part",

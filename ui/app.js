@@ -148,6 +148,11 @@ async function status() {
     el("tr", {}, el("td", {}, stage), el("td", { class: "num" }, fmt(l.count)),
       ["p50", "p90", "p99"].map((p) => el("td", { class: "num" }, l[p] === null ? "–" : l[p]))));
   table($("latency"), ["stage", "scans", "p50 ≤", "p90 ≤", "p99 ≤"], rows);
+  const limited = (s.outbound_limited || []).map((u) =>
+    el("tr", {}, el("td", {}, u.user), el("td", {}, new Date(u.last * 1000).toISOString().replace("T", " ").slice(0, 19)),
+      el("td", {}, u.reason), el("td", { class: "num" }, fmt(u.messages))));
+  table($("outbound-limited"), ["user", "last (UTC)", "limit", "messages held"], limited);
+  if (!limited.length) $("outbound-limited").append(el("tr", {}, el("td", { colspan: 4 }, "None.")));
   shingleTypes = s.shingle_types || shingleTypes;
 }
 

@@ -48,14 +48,27 @@ local function envelope(k)
   }
 end
 
+-- $BENCH_USER_FROM=1 sends each message as outbound mail of a login in its own From domain
+-- (`User: bench@<From domain>`), which DKIM signing signs (scripts/bench_sign.sh).
+local function from_domain(body)
+  local head = body:match("^(.-)\r?\n\r?\n") or body
+  local from = head:match("\n[Ff][Rr][Oo][Mm]:[^\n]-@([%w%.%-]+)") or head:match("^[Ff][Rr][Oo][Mm]:[^\n]-@([%w%.%-]+)")
+  return from and from:lower()
+end
+
 function init(args)
   i = offset or 0
   local headers = { ["Content-Type"] = "text/plain" }
   if os.getenv("BENCH_IP") then headers["IP"] = os.getenv("BENCH_IP") end
   if os.getenv("BENCH_HELO") then headers["Helo"] = os.getenv("BENCH_HELO") end
   local per_message = os.getenv("BENCH_ENVELOPE") == "1"
+  local user_from = os.getenv("BENCH_USER_FROM") == "1"
   for k, body in ipairs(bodies) do
-    prepared[k] = wrk.format("POST", "/checkv2", per_message and envelope(k) or headers, body)
+    local h = per_message and envelope(k) or headers
+    if user_from then
+      h = { ["Content-Type"] = "text/plain", ["User"] = "bench@" .. (from_domain(body) or "none.example") }
+    end
+    prepared[k] = wrk.format("POST", "/checkv2", h, body)
   end
 end
 

@@ -26,6 +26,9 @@ pub enum Piece {
     Dkim(Vec<MethodResult>),
     Arc(MethodResult),
     Dmarc(MethodResult),
+    /// With a sealer: the ARC set for the message (header lines), or why there is none. Sent
+    /// after `Dmarc`, as the seal's ARC-Authentication-Results carries every result.
+    Seal(Result<String, String>),
 }
 
 /// Who sent a message, as SMTP said: the client address, its HELO name, the envelope sender
@@ -117,6 +120,7 @@ pub async fn verify(
     raw: &[u8],
     smtp: Smtp<'_>,
     tx: &UnboundedSender<Piece>,
+    sealer: Option<&crate::sign::Sealer>,
 ) {
     let Smtp { ip, host, .. } = smtp;
     let send = |p: Piece| {
@@ -134,6 +138,9 @@ pub async fn verify(
         send(Piece::Dkim(Vec::new()));
         send(Piece::Arc(MethodResult::of(Status::None)));
         send(Piece::Dmarc(bad));
+        if sealer.is_some() {
+            send(Piece::Seal(Err("message headers cannot be parsed".into())));
+        }
         return;
     };
     let Who {
@@ -142,7 +149,12 @@ pub async fn verify(
         sender,
         memo_key,
     } = identify(&msg, smtp);
-    if let Some(m) = memo_key.as_ref().and_then(|k| caches.memo.get(k)) {
+    // (A seal needs every method's output: no memo then.)
+    if let Some(m) = memo_key
+        .as_ref()
+        .filter(|_| sealer.is_none())
+        .and_then(|k| caches.memo.get(k))
+    {
         for p in memo_pieces(from_domain, m) {
             send(p);
         }
@@ -197,12 +209,29 @@ pub async fn verify(
         }
         dns_note(health, r.result);
         send(Piece::Arc(r));
+        o
     };
     // The DMARC record is fetched while the others run, so that DMARC, which needs their
     // outputs, finds it in the cache.
     let prefetch = fetch_dmarc_record(auth, caches, from_domain.as_deref());
-    let ((spf_r, spf_out), helo_r, dkim_out, (), ()) =
+    let ((spf_r, spf_out), helo_r, dkim_out, arc_out, ()) =
         tokio::join!(spf, helo_spf, dkim, arc, prefetch);
+    // The seal's ARC-Authentication-Results: what we found, in mail-auth's own form.
+    let seal = |dmarc: Option<&mail_auth::DmarcOutput>, spf: Option<&SpfOutput>| {
+        let Some(sealer) = sealer else { return };
+        let mut results = mail_auth::AuthenticationResults::new(host)
+            .with_dkim_results(&dkim_out, from_domain.as_deref().unwrap_or_default());
+        if let (Some(spf), Some(ip)) = (spf, ip) {
+            results = results.with_spf_mailfrom_result(spf, ip, &sender, helo);
+        }
+        if let Some(ip) = ip {
+            results = results.with_arc_result(&arc_out, ip);
+        }
+        if let Some(d) = dmarc {
+            results = results.with_dmarc_result(d);
+        }
+        send(Piece::Seal(sealer.seal(&msg, &results, &arc_out)));
+    };
     let finish = |dmarc: MethodResult| {
         if let Some(key) = memo_key {
             caches.memo.put(
@@ -216,12 +245,13 @@ pub async fn verify(
         }
         send(Piece::Dmarc(dmarc));
     };
-    let Some(from) = from_domain else {
+    let Some(from) = from_domain.clone() else {
         finish(MethodResult {
             result: Status::None,
             reason: Some("no From domain".into()),
             ..Default::default()
         });
+        seal(None, spf_out.as_ref());
         return;
     };
     let mail_from_domain = sender
@@ -274,6 +304,7 @@ pub async fn verify(
         reason: if result == Status::Pass { None } else { reason },
         ..Default::default()
     });
+    seal(Some(&o), Some(&spf_out));
 }
 
 fn dns_note(health: &DnsHealth, s: Status) {

@@ -148,6 +148,13 @@ fields! {
     Dnsbl = 54, "dnsbl", Built, Simple;
     /// Naive Bayes' probability (answered by the runner's `fetch`, like `classify`).
     Bayes = 55, "bayes", Built, Custom;
+    /// "inbound", or "outbound" (an authenticated client or one of `[outbound] networks`).
+    Direction = 56, "direction", Scalar, Simple;
+    /// Ids of In-Reply-To/References that our users' outbound mail carried (0: none).
+    Reply = 57, "reply", Scalar, Simple;
+    /// Messages the recipient sent to this sender, counted only when the sender
+    /// authenticated its From domain (aligned DKIM or SPF pass); 0 otherwise.
+    KnownCorrespondent = 58, "known_correspondent", Scalar, Simple;
 }
 
 impl FieldId {

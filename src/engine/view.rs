@@ -41,6 +41,19 @@ pub struct MessageData<'a> {
     pub observe: bool,
     /// What the network checks found (`msg:auth()`, `msg:dnsbl()`); None: not run (offline).
     pub net: Option<&'a crate::netcheck::NetChecks>,
+    /// The message's direction and what our users' own mail says of it.
+    pub traffic: TrafficFacts,
+}
+
+/// What the scan knows of a message's direction and of our users' own mail
+/// (`msg:direction()`, `msg:reply()`, `msg:known_correspondent()`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrafficFacts {
+    pub outbound: bool,
+    /// Ids the message replies to that an outbound scan stored.
+    pub replied: u32,
+    /// Messages its recipient sent to its authenticated sender.
+    pub correspondent: u64,
 }
 
 /// Window sums of a message's shingles read on first use: a backend where each key read is a
@@ -494,6 +507,15 @@ impl MessageData<'_> {
             F::MessageIdDomain => opt(e.message_id_domain.as_deref()),
             F::Mailer => opt(e.mailer.as_deref()),
             F::Size => Scalar::Int(m.raw.len() as i64),
+            F::Direction => s(if self.traffic.outbound {
+                "outbound"
+            } else {
+                "inbound"
+            }),
+            F::Reply => Scalar::Int(i64::from(self.traffic.replied)),
+            F::KnownCorrespondent => {
+                Scalar::Int(i64::try_from(self.traffic.correspondent).unwrap_or(i64::MAX))
+            }
             F::Now => Scalar::Int(self.now as i64),
             F::ReceivedTime => {
                 let n = match a {

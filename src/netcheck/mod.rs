@@ -50,6 +50,9 @@ pub struct NetChecks {
     pub complete: bool,
     /// Time spent waiting, microseconds.
     pub waited_us: u64,
+    /// With `[arc]`: the ARC set sealing the message with these results (header lines), or
+    /// why there is none; the scan adds it to mail it accepts.
+    pub arc_seal: Option<Result<String, String>>,
 }
 
 /// Counters for `/metrics`.
@@ -76,6 +79,8 @@ pub struct Checker {
     /// mail-auth's parsed-record caches.
     caches: Arc<crate::auth::AuthCaches>,
     host: Arc<str>,
+    /// `[arc]`'s sealer, when on.
+    sealer: Option<Arc<crate::sign::Sealer>>,
     /// The scan's `[limits]`: the URL domains asked are those of the message as the scan
     /// worker will parse it.
     limits: Limits,
@@ -105,6 +110,7 @@ impl Checker {
             caches: Arc::new(crate::auth::AuthCaches::new(cache_size, DEFAULT_AUTH_MEMO)),
             budget,
             host: Arc::from(host),
+            sealer: None,
             limits: Limits::default(),
             counters: CheckCounters::default(),
         }
@@ -112,6 +118,12 @@ impl Checker {
 
     /// The scan's `[limits]` (default: `Limits::default()`), under which the URL domains the
     /// lists are asked about are found.
+    /// Seals each message with `[arc]`'s key once its results are known.
+    pub fn with_sealer(mut self, sealer: Option<Arc<crate::sign::Sealer>>) -> Checker {
+        self.sealer = sealer;
+        self
+    }
+
     pub fn with_limits(mut self, limits: Limits) -> Checker {
         self.limits = limits;
         self
@@ -280,18 +292,21 @@ impl Checker {
         let mail_from = bare_address(envelope.mail_from.as_deref());
         // One parse of the header section serves the memo and the lists' targets.
         let parsed = mail_auth::AuthenticatedMessage::parse(raw);
-        let memoized = parsed.as_ref().and_then(|m| {
-            crate::auth::memoized(
-                &self.caches,
-                m,
-                crate::auth::Smtp {
-                    ip: envelope.client_ip,
-                    helo: envelope.helo.as_deref().unwrap_or_default(),
-                    mail_from: &mail_from,
-                    host: &self.host,
-                },
-            )
-        });
+        let memoized = parsed
+            .as_ref()
+            .filter(|_| self.sealer.is_none())
+            .and_then(|m| {
+                crate::auth::memoized(
+                    &self.caches,
+                    m,
+                    crate::auth::Smtp {
+                        ip: envelope.client_ip,
+                        helo: envelope.helo.as_deref().unwrap_or_default(),
+                        mail_from: &mail_from,
+                        host: &self.host,
+                    },
+                )
+            });
         let mut auth_open = memoized.is_none();
         for p in memoized.into_iter().flatten() {
             got.take(p, &mut out.auth);
@@ -310,6 +325,7 @@ impl Checker {
             let caches = self.caches.clone();
             let health = self.resolver.health().clone();
             let host = self.host.clone();
+            let sealer = self.sealer.clone();
             let raw: Arc<[u8]> = Arc::from(raw);
             let ip = envelope.client_ip;
             let helo = envelope.helo.clone().unwrap_or_default();
@@ -321,7 +337,15 @@ impl Checker {
                     mail_from: &mail_from,
                     host: &host,
                 };
-                let verify = crate::auth::verify(&auth, &health, &caches, &raw, smtp, &atx);
+                let verify = crate::auth::verify(
+                    &auth,
+                    &health,
+                    &caches,
+                    &raw,
+                    smtp,
+                    &atx,
+                    sealer.as_deref(),
+                );
                 let _ = tokio::time::timeout(limit, verify).await;
                 drop(permit);
             });
@@ -408,6 +432,7 @@ impl Checker {
             tokio::select! {
                 biased;
                 p = arx.recv(), if auth_open => match p {
+                    Some(Piece::Seal(seal)) => out.arc_seal = Some(seal),
                     Some(p) => got.take(p, &mut out.auth),
                     None => auth_open = false,
                 },
@@ -557,6 +582,7 @@ impl Got {
                 self.dmarc = true;
                 a.dmarc = Some(r);
             }
+            Piece::Seal(_) => {}
         }
     }
 

@@ -187,6 +187,16 @@ pub fn check_reply<'a>(verdict: &'a Verdict, extras: ReplyExtras<'a>) -> CheckRe
             },
         );
     }
+    for (name, value) in &verdict.arc_seal {
+        // On top too, in their order (ARC-Seal first), over the DKIM signature.
+        milter.add_headers.insert(
+            name.clone(),
+            AddHeader {
+                value: value.clone(),
+                order: 0,
+            },
+        );
+    }
     for name in extras.remove_headers {
         milter.remove_headers.insert(name, 0);
     }

@@ -22,7 +22,7 @@ use crate::engine::{
     self, Engine, EngineConfig, EngineConfigError, LoadError, MessageData, RuleLocation,
     RuleOutcome, RuleRunner,
 };
-use crate::entities::{self, AttachmentEntity, Entities};
+use crate::entities::{self, AttachmentEntity, EmailRole, Entities};
 use crate::message::{self, Anomalies, Envelope, Limits, ParsedMessage, Prepared};
 use crate::shingle::{self, Kind, Shingle};
 use crate::store::{
@@ -51,6 +51,8 @@ pub struct ScanSettings {
     pub greylist: crate::greylist::GreylistConfig,
     /// `[antivirus]`.
     pub antivirus: crate::antivirus::AntivirusConfig,
+    /// `[outbound]`: which mail is our users' own, its thresholds, replies, limits.
+    pub outbound: crate::outbound::OutboundConfig,
 }
 
 /// Why scan settings cannot be used. Each message names the option.
@@ -66,6 +68,8 @@ pub enum SettingsError {
     Classifier(#[from] ClassifierConfigError),
     #[error(transparent)]
     Greylist(#[from] crate::greylist::GreylistConfigError),
+    #[error(transparent)]
+    Outbound(#[from] crate::outbound::OutboundConfigError),
 }
 
 impl ScanSettings {
@@ -91,6 +95,8 @@ impl ScanSettings {
         }
         self.classifier.validate()?;
         self.greylist.validate()?;
+        self.outbound.validate()?;
+        self.outbound.verdict(&self.verdict)?;
         Ok(())
     }
 }
@@ -267,6 +273,9 @@ pub struct Updates {
     pub pairs: Vec<(StoreKey, StoreKey)>,
     /// The message's contributions to the rules' windowed features.
     pub features: engine::FeatureUpdates,
+    /// An outbound message: `increments` are what replies are checked against, and nothing
+    /// of it may train the classifier as received mail (autolearn skips it).
+    pub outbound: bool,
 }
 
 /// The symbol (score 0) of a scan that went on without reputation: a shared store was down
@@ -290,6 +299,10 @@ pub struct Scanner {
     greylist: Option<crate::greylist::Greylist>,
     /// clamd, when `[antivirus]` names one.
     antivirus: Option<crate::antivirus::Antivirus>,
+    /// `[outbound]`: direction, replies, correspondents, per-user limits.
+    outbound: crate::outbound::Outbound,
+    /// The thresholds of outbound mail (`[outbound.actions]` over `[verdict]`).
+    outbound_verdict: VerdictConfig,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -360,6 +373,7 @@ impl Scanner {
             Arc::clone(&store),
             settings.traffic.namespace,
         );
+        let outbound = crate::outbound::Outbound::new(&settings.outbound, Arc::clone(&store));
         Ok(Arc::new(Scanner {
             limits: settings.limits.clone(),
             verdict: settings.verdict.clone(),
@@ -371,6 +385,11 @@ impl Scanner {
             asked_kinds: late::AskedKinds::new(&crate::classify::features::REPUTATION_KINDS),
             greylist,
             antivirus: crate::antivirus::Antivirus::new(&settings.antivirus),
+            outbound,
+            outbound_verdict: settings
+                .outbound
+                .verdict(&settings.verdict)
+                .unwrap_or_else(|_| settings.verdict.clone()),
         }))
     }
 
@@ -399,6 +418,11 @@ impl Scanner {
 
     pub fn classifier(&self) -> &Arc<Classifier> {
         &self.classifier
+    }
+
+    /// `[outbound]` ready for scans (the status page's users over a limit).
+    pub fn outbound(&self) -> &crate::outbound::Outbound {
+        &self.outbound
     }
 
     /// The clamd client, when `[antivirus]` is on.
@@ -430,6 +454,7 @@ impl Scanner {
             reputation_window: self.reputation_window,
             observe,
             net,
+            traffic: Default::default(),
         }
     }
 
@@ -684,8 +709,21 @@ impl ScanWorker {
         let late = by_kind.then(|| {
             late::Late::prefetch(&*sc.store, &analysis.shingles, &self.keys, &sc.asked_kinds)
         });
+        let outbound = sc.outbound.direction(envelope) == crate::outbound::Direction::Outbound;
+        let recipients = recipients(&analysis, envelope);
+        let facts = if outbound {
+            crate::outbound::InboundFacts::default()
+        } else {
+            let ids = reply_ids(&analysis.message);
+            sc.outbound.inbound_facts(
+                &ids,
+                analysis.entities.from().map(|e| e.address.as_str()),
+                &recipients,
+                net.map(|n| &n.auth),
+            )
+        };
         let looked_up = std::time::Instant::now();
-        let data = sc.message_data(
+        let mut data = sc.message_data(
             &analysis,
             &stats,
             late.as_ref()
@@ -694,6 +732,11 @@ impl ScanWorker {
             observe,
             net,
         );
+        data.traffic = crate::engine::view::TrafficFacts {
+            outbound,
+            replied: facts.replied,
+            correspondent: facts.correspondent,
+        };
         let mut outcome = self.rules.run(&data, sample_of(&analysis));
         let stats = match late {
             Some(late) => {
@@ -715,7 +758,12 @@ impl ScanWorker {
                 &current
             }
         };
-        let base = verdict(&sc.verdict, &outcome, generation, lists);
+        let thresholds = if outbound {
+            &sc.outbound_verdict
+        } else {
+            &sc.verdict
+        };
+        let base = verdict(thresholds, &outcome, generation, lists);
         let updates_from = base.score;
         // (What the senders are only matters to settings entries: none, no work.)
         let senders = if generation.overrides.settings.is_empty() {
@@ -731,9 +779,34 @@ impl ScanWorker {
         if let Some(finding) = &virus {
             settle::antivirus(finding, sc.antivirus.as_ref(), &mut verdict);
         }
-        if !observe {
+        if outbound {
+            // Our own users' mail is never deferred to see whether it is retried.
+            if verdict.action == Action::Greylist {
+                verdict.action = Action::NoAction;
+            }
+        } else if !observe {
             if let Some(greylist) = &sc.greylist {
                 settle::greylist(greylist, &mut verdict, generation, &sc.verdict, envelope);
+            }
+        }
+        if !observe && outbound {
+            if let Some(user) = envelope.user.as_deref().filter(|u| !u.trim().is_empty()) {
+                let spam = verdict.action >= Action::AddHeader;
+                if let Some(over) = sc.outbound.limit(user, &recipients, spam) {
+                    let action = sc.outbound.config().limits.action;
+                    verdict.action = verdict.action.max(action);
+                    verdict.symbols.insert(
+                        crate::outbound::OUTBOUND_LIMIT.to_string(),
+                        SymbolHit {
+                            name: crate::outbound::OUTBOUND_LIMIT.to_string(),
+                            score: 0.0,
+                            description: Some(
+                                "the authenticated user is over an outbound limit".into(),
+                            ),
+                            options: vec![user.to_string(), over.to_string()],
+                        },
+                    );
+                }
             }
         }
         if store_unavailable {
@@ -757,8 +830,31 @@ impl ScanWorker {
         };
         // What the global settings made of the message: one recipient's settings do not move
         // the reputation all share (settle.rs).
-        let mut updates = self.updates(&analysis, updates_from);
-        updates.features = feature_updates;
+        let mut updates = if outbound {
+            // Our users' own mail is not received mail: it feeds none of the inbound
+            // reputation, features or paired counts, only what replies are checked against,
+            // and only once accepted (mail refused or held is not sent).
+            let sent = verdict.action < Action::AddHeader;
+            Updates {
+                increments: if sent && !observe {
+                    let from = analysis
+                        .entities
+                        .from()
+                        .map(|e| e.address.as_str())
+                        .or(envelope.mail_from.as_deref());
+                    sc.outbound
+                        .sent(analysis.entities.message_id.as_deref(), from, &recipients)
+                } else {
+                    Vec::new()
+                },
+                ..Updates::default()
+            }
+        } else {
+            let mut updates = self.updates(&analysis, updates_from);
+            updates.features = feature_updates;
+            updates
+        };
+        updates.outbound = outbound;
         Scanned {
             analysis,
             verdict,
@@ -896,8 +992,41 @@ impl ScanWorker {
             increments,
             pairs,
             features: engine::FeatureUpdates::default(),
+            outbound: false,
         }
     }
+}
+
+/// The recipients of a message: the envelope's, else the To and Cc addresses.
+fn recipients(analysis: &Analysis<'_>, envelope: &Envelope) -> Vec<String> {
+    if !envelope.rcpt_to.is_empty() {
+        return envelope.rcpt_to.clone();
+    }
+    analysis
+        .entities
+        .emails
+        .iter()
+        .filter(|e| matches!(e.role, EmailRole::To | EmailRole::Cc))
+        .map(|e| e.address.clone())
+        .collect()
+}
+
+/// The ids a message replies to: every id of `In-Reply-To`, then `References`' from the newest.
+fn reply_ids<'m>(message: &'m message::ParsedMessage<'_>) -> Vec<&'m str> {
+    let Some(mime) = &message.mime else {
+        return Vec::new();
+    };
+    let list = |v: &'m mail_parser::HeaderValue<'_>| -> Vec<&'m str> {
+        v.as_text_list()
+            .map(|l| l.iter().map(|c| c.as_ref()).collect())
+            .unwrap_or_default()
+    };
+    let mut ids = list(mime.in_reply_to());
+    ids.truncate(crate::outbound::MAX_REPLY_IDS);
+    let refs = list(mime.references());
+    let room = crate::outbound::MAX_REPLY_IDS - ids.len();
+    ids.extend(refs.iter().rev().take(room));
+    ids
 }
 
 /// A message after the pure stages of the pipeline.

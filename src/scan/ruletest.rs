@@ -34,6 +34,9 @@ pub struct RuleTest {
     /// Network check results the rules see (`auth` and `dnsbl` directives): a rule test runs
     /// offline, so it states what DNS would have said.
     pub net: Option<crate::netcheck::NetChecks>,
+    /// Outbound mail our users sent before (`sent FROM RCPT [MESSAGE-ID]`): what replies and
+    /// known correspondents are checked against.
+    pub sent: Vec<(String, String, Option<String>)>,
     pub message: Vec<u8>,
 }
 
@@ -136,6 +139,20 @@ pub fn parse(text: &[u8]) -> Result<RuleTest, ParseError> {
             "helo" => t.envelope.helo = Some(arg.to_string()),
             "from" => t.envelope.mail_from = Some(arg.to_string()),
             "rcpt" => t.envelope.rcpt_to.push(arg.to_string()),
+            "user" => t.envelope.user = Some(arg.to_string()),
+            "sent" => {
+                let w: Vec<&str> = arg.split_whitespace().collect();
+                match w[..] {
+                    [from, rcpt] => t.sent.push((from.into(), rcpt.into(), None)),
+                    [from, rcpt, id] => t.sent.push((from.into(), rcpt.into(), Some(id.into()))),
+                    _ => {
+                        return Err(ParseError::Directive {
+                            line: line_no,
+                            word: word.to_string(),
+                        })
+                    }
+                }
+            }
             "seen" => t.seen = count()?,
             "seen-rcpts" => t.seen_rcpts = count()?,
             "complain" => t.complain = count()?,
@@ -328,6 +345,12 @@ fn run_test(
         worker.rules().trace_lines();
     }
     let input = prepare(&test.message, &settings.limits);
+    for (from, rcpt, id) in &test.sent {
+        let sent = scanner
+            .outbound()
+            .sent(id.as_deref(), Some(from), std::slice::from_ref(rcpt));
+        scanner.store().record_many(&sent);
+    }
     for _ in 0..test.seen {
         let s = worker.scan_with(&input, &test.envelope, test.net.as_ref());
         scanner.apply(&s.updates);

@@ -138,6 +138,11 @@ pub struct Metrics {
     pub milter_messages: AtomicU64,
     /// Milter connections closed on a protocol error.
     pub milter_protocol_errors: AtomicU64,
+    /// Outbound messages of authenticated users held for being over a limit
+    /// (`[outbound.limits]`).
+    pub outbound_limited: AtomicU64,
+    /// Outbound messages scanned (an authenticated client or `[outbound] networks`).
+    pub outbound_scans: AtomicU64,
     /// Messages answered with the configured fallback (busy, timeout, error).
     pub milter_fallbacks: AtomicU64,
     /// spamd-protocol requests read (SpamAssassin's and rspamd's legacy one, on either port).
@@ -389,6 +394,16 @@ impl Metrics {
                 "shrike_milter_fallbacks_total",
                 "Milter messages answered with the fallback action.",
                 &self.milter_fallbacks,
+            ),
+            (
+                "shrike_outbound_scans_total",
+                "Outbound messages scanned (an authenticated client or [outbound] networks).",
+                &self.outbound_scans,
+            ),
+            (
+                "shrike_outbound_limited_total",
+                "Outbound messages of authenticated users over a limit ([outbound.limits]).",
+                &self.outbound_limited,
             ),
         ] {
             counter_header(out, name, help);

@@ -69,6 +69,8 @@ pub struct ServeSettings {
     pub scan: ScanSettings,
     /// `[dkim_signing]`: the keys outbound mail is signed with.
     pub dkim_signing: crate::sign::DkimSigningConfig,
+    /// `[arc]`: the key accepted inbound mail is sealed with.
+    pub arc: crate::sign::ArcConfig,
     /// Where SIGHUP and `POST /reload` read `[scores]` and `[rules]` again (none without a
     /// configuration file).
     pub reread: Option<Reread>,
@@ -445,8 +447,20 @@ pub fn serve(config: ServeSettings, rules: RuleLocation) -> Result<(), ServeErro
     )
     .map_err(ServeError::Dns)?
     {
-        Some(checker) => pool.with_checker(Arc::new(checker)),
-        None => pool,
+        Some(checker) => {
+            let sealer = crate::sign::Sealer::new(&config.arc)
+                .map_err(|e| ServeError::Sign(e.to_string()))?
+                .map(Arc::new);
+            pool.with_checker(Arc::new(checker.with_sealer(sealer)))
+        }
+        None => {
+            if config.arc.enabled {
+                tracing::warn!(
+                    "[arc] is enabled but the network checks are off ([dns]): nothing is sealed"
+                );
+            }
+            pool
+        }
     };
     let budget = budget::Budget::new(
         match s.inflight_bytes {

@@ -538,6 +538,45 @@ fn sign(
     }
 }
 
+/// Seals an accepted inbound message that leaves with its headers unchanged (as `sign`):
+/// `ARC_SEALED` with the sealing domain, or `ARC_SEAL_FAIL` (score 0) with why not.
+fn arc_seal(verdict: &mut Verdict, seal: &Result<String, String>) {
+    use crate::verdict::{Action, SymbolHit};
+    if !matches!(
+        verdict.action,
+        Action::NoAction | Action::Greylist | Action::AddHeader
+    ) {
+        return;
+    }
+    let (name, option) = match seal {
+        Ok(set) => {
+            verdict.arc_seal = crate::sign::seal_fields(set);
+            let domain = verdict
+                .arc_seal
+                .first()
+                .and_then(|(_, v)| {
+                    v.split(';')
+                        .find_map(|t| t.trim().strip_prefix("d=").map(str::to_string))
+                })
+                .unwrap_or_default();
+            ("ARC_SEALED", domain)
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "ARC sealing failed; the message goes unsealed");
+            ("ARC_SEAL_FAIL", reason.clone())
+        }
+    };
+    verdict.symbols.insert(
+        name.to_string(),
+        SymbolHit {
+            name: name.to_string(),
+            score: 0.0,
+            description: None,
+            options: vec![option],
+        },
+    );
+}
+
 fn charge_analysis(held: &mut Reservation, raw: &[u8], limit: usize) {
     let analysed = raw.len().min(limit);
     held.force(
@@ -577,7 +616,19 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics, signer: Option<
                 worker.scan_with(&input, &request.envelope, request.checks.as_deref());
             let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
             let cfg = scanner.classifier().config();
-            let autolearn = cfg.autolearn_spam_at.is_some() || cfg.autolearn_ham_at.is_some();
+            // Our users' own mail is not received mail: it trains nothing.
+            let autolearn = (cfg.autolearn_spam_at.is_some() || cfg.autolearn_ham_at.is_some())
+                && !scanned.updates.outbound;
+            if scanned.updates.outbound {
+                metrics.outbound_scans.fetch_add(1, Relaxed);
+                if scanned
+                    .verdict
+                    .symbols
+                    .contains_key(crate::outbound::OUTBOUND_LIMIT)
+                {
+                    metrics.outbound_limited.fetch_add(1, Relaxed);
+                }
+            }
             let mut verdict = if autolearn {
                 scanned.verdict.clone()
             } else {
@@ -586,6 +637,11 @@ fn run_job(worker: &mut ScanWorker, job: Job, metrics: &Metrics, signer: Option<
             if let Some(signer) = signer {
                 let from = scanned.analysis.entities.from().map(|e| e.address.as_str());
                 sign(signer, &mut verdict, &request.raw, &request.envelope, from);
+            }
+            if !scanned.updates.outbound {
+                if let Some(seal) = request.checks.as_ref().and_then(|c| c.arc_seal.as_ref()) {
+                    arc_seal(&mut verdict, seal);
+                }
             }
             let (urls, emails) = if request.lists {
                 (

@@ -50,6 +50,10 @@ pub struct SpamdConfig {
     pub read_timeout_secs: u64,
     /// Largest message accepted (beyond: `SPAMD/1.0 65 Message too big`).
     pub max_body_bytes: usize,
+    /// Read spamc's `User` (`spamc -u`) as the authenticated sender, making the message
+    /// outbound (`[outbound]`). Off by default: spamd's `User` names the local account a
+    /// delivery is scanned for, which anyone on the host may set.
+    pub user_is_sender: bool,
 }
 
 impl Default for SpamdConfig {
@@ -59,6 +63,7 @@ impl Default for SpamdConfig {
             max_connections: 1024,
             read_timeout_secs: 60,
             max_body_bytes: 50 * 1024 * 1024,
+            user_is_sender: false,
         }
     }
 }
@@ -216,8 +221,15 @@ async fn answer(
         // The legacy protocol carries rspamd's envelope headers (Exim sends From, Rcpt, IP,
         // Helo, Hostname, Queue-Id and User).
         Protocol::Rspamc => CheckRequest::from_headers(&request.headers).envelope,
-        // spamd's `User` is the local account to scan for, not the authenticated sender.
-        Protocol::Spamc => Envelope::default(),
+        // spamd's `User` is the local account to scan for, not the authenticated sender,
+        // unless the operator says the submission path sets it (`user_is_sender`).
+        Protocol::Spamc => Envelope {
+            user: request
+                .user()
+                .filter(|_| daemon.config.spamd.user_is_sender)
+                .map(str::to_string),
+            ..Envelope::default()
+        },
     };
     let (protocol, minor) = (request.protocol, request.minor);
     let coding = request.compression();

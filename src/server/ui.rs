@@ -442,6 +442,7 @@ fn status(daemon: &Daemon) -> serde_json::Value {
         "store": daemon.store.stats(),
         "history": super::record::history_health(daemon),
         "shingle_types": crate::shingle::Kind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "outbound_limited": daemon.scanner.outbound().limited_users(),
     })
 }
 

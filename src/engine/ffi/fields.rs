@@ -416,6 +416,7 @@ mod tests {
                 reputation_window: 0,
                 observe: false,
                 net: None,
+                traffic: Default::default(),
             };
             let lua = Lua::new();
             let config = EngineConfig::default();
@@ -464,6 +465,7 @@ mod tests {
             reputation_window: 0,
             observe: false,
             net: None,
+            traffic: Default::default(),
         };
         let lua = Lua::new();
         let ctx = Rc::new(StateCtx::new(

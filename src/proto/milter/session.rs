@@ -639,6 +639,16 @@ impl Session {
                 value: format!("{space}{value}"),
             });
         }
+        if !v.arc_seal.is_empty() && self.has_action(actions::ADDHDRS) {
+            // Inserted on top in reverse, so that ARC-Seal ends first.
+            for (name, value) in v.arc_seal.iter().rev() {
+                out.push(Reply::InsertHeader {
+                    index: 0,
+                    name: name.clone(),
+                    value: format!("{space}{value}"),
+                });
+            }
+        }
         if v.action == Action::RewriteSubject {
             let subject = format!(
                 "{space}{}{}",

@@ -239,6 +239,7 @@ fn verdict(score: f64, action: Action, symbols: &[(&str, f64)]) -> Verdict {
         generation: 1,
         probability: None,
         dkim_signature: None,
+        arc_seal: Vec::new(),
         settings: None,
     }
 }
