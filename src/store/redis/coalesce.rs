@@ -225,8 +225,8 @@ impl Coalescer {
                 }
                 Read::Timelines { keys, now: at } => {
                     now = now.max(*at);
-                    for (i, k) in keys.iter().enumerate() {
-                        timelines.push((w, i, k.clone()));
+                    for (i, k) in std::mem::take(keys).into_iter().enumerate() {
+                        timelines.push((w, i, k));
                     }
                 }
             }
@@ -237,14 +237,7 @@ impl Coalescer {
         let nodes = self
             .link
             .nodes_of(timelines.iter().map(|(_, _, k)| super::keys::slot(k)));
-        let mut by_node: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (t, &node) in nodes.iter().enumerate() {
-            match by_node.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, list)) => list.push(t),
-                None => by_node.push((node, vec![t])),
-            }
-        }
-        for (_, members) in by_node {
+        for (_, members) in super::conn::by_node(nodes) {
             for chunk in members.chunks(CHUNK) {
                 let names: Vec<&str> = chunk.iter().map(|&t| timelines[t].2.as_str()).collect();
                 let (sha, text) = self.scripts.read_call(&names, now);

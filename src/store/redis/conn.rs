@@ -61,6 +61,19 @@ impl Item {
     }
 }
 
+/// Indexes of `nodes` grouped by node, in the order each node first appears: one pipeline or
+/// script call per group.
+pub fn by_node(nodes: impl IntoIterator<Item = u16>) -> Vec<(u16, Vec<usize>)> {
+    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+    for (i, node) in nodes.into_iter().enumerate() {
+        match groups.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, list)) => list.push(i),
+            None => groups.push((node, vec![i])),
+        }
+    }
+    groups
+}
+
 /// Which of a node's connections a batch takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
@@ -306,18 +319,10 @@ impl Link {
         let lens: Vec<usize> = items.iter().map(|i| i.cmds.len()).collect();
         let slots_of: Vec<u16> = items.iter().map(|i| i.slot).collect();
         let mut cmds_of: Vec<Option<Vec<Cmd>>> = items.into_iter().map(|i| Some(i.cmds)).collect();
-        // Group items by node.
-        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, &slot) in slots_of.iter().enumerate() {
-            let node = match &slots {
-                Some(map) => map[usize::from(slot) % SLOTS],
-                None => 0,
-            };
-            match groups.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, list)) => list.push(i),
-                None => groups.push((node, vec![i])),
-            }
-        }
+        let groups = by_node(slots_of.iter().map(|&slot| match &slots {
+            Some(map) => map[usize::from(slot) % SLOTS],
+            None => 0,
+        }));
         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
         // The node pipelines go out together and are awaited here, in this task: no task per
         // node to spawn and wake.

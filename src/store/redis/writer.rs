@@ -151,17 +151,10 @@ impl Writer {
             ops.push((keys::slot(&name), Origin::Del(name, fields)));
         }
         let node_of = nodes(&ops.iter().map(|(slot, _)| *slot).collect::<Vec<_>>());
-        let mut by_node: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, &node) in node_of.iter().enumerate() {
-            match by_node.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, list)) => list.push(i),
-                None => by_node.push((node, vec![i])),
-            }
-        }
         let mut ops: Vec<Option<Origin>> = ops.into_iter().map(|(_, o)| Some(o)).collect();
         let mut items = Vec::new();
         let mut origins = Vec::new();
-        for (_, members) in by_node {
+        for (_, members) in super::conn::by_node(node_of) {
             for chunk in members.chunks(CHUNK) {
                 let mut call = scripts.writes();
                 let mut carried = Vec::with_capacity(chunk.len());
