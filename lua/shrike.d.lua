@@ -235,7 +235,7 @@ function Msg:stat(kind, window, how, min_seen) end
 ---@param window? shrike.Window one window's counts per key; all windows when nil
 ---@return shrike.KeyStats[]|table[]
 function Msg:stats(kind, window) end
----@return number|nil spam probability (0..1), nil during the classifier's cold start
+---@return number|nil the learned verdict: FTRL and naive Bayes stacked into one spam probability (0..1), nil during the classifier's cold start
 function Msg:classify() end
 ---@return number|nil naive Bayes' spam probability over the same features (0..1; near 0.5 when
 ---the evidence points both ways), nil until it has learned enough of both classes

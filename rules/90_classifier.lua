@@ -3,24 +3,21 @@
 -- that ran before this file, so it runs last. Until the model has learned enough of both classes
 -- (`classifier.min_learned`) it has no opinion and no symbol fires.
 --
--- Between the confident ends the score follows the evidence: 1.5 points per unit of log-odds
--- (p = 0.6 adds 0.6, 0.9 adds 3.3, 0.98 adds 5.8, 0.99 adds 6.9), as a weight on the nominal
+-- Between the confident ends the score follows the evidence: 1.75 points per unit of log-odds
+-- (p = 0.6 adds 0.7, 0.9 adds 3.8, 0.98 adds 6.8, 0.99 adds 8), as a weight on the nominal
 -- score, so a probability just under a boundary is not worth a whole grade less. On the ham side
--- only p <= 0.3 counts: a doubtful model does not pull a message down. Replay measured this
--- against fixed steps (BENCHMARKS.md, "Detection on the dev corpus").
+-- only p <= 0.3 counts, and at most 2 points: a doubtful model does not pull a message down, and
+-- what a spammer can copy of ham (list tags, a newsletter's words) buys little.
 --
--- A second opinion, naive Bayes over the same features (`msg:bayes()`), adds its own symbols
--- when it is sure of spam, and tempers the first when it is torn: its chi-square combining
--- answers near 0.5 when strong evidence points both ways (a newsletter's bulk-mail words beside
--- the marks of mail people asked for), where the logistic model, having learned spam and plain
--- ham only, sums its way to certainty. Chosen under cross-validation (BENCHMARKS.md).
+-- The probability is one learned verdict: the FTRL model and naive Bayes over the same features,
+-- combined by a stack fitted on what each said of messages before learning them (the classifier's
+-- `stack.rs`). Two symbol families would count the same evidence twice; the stack's answer never
+-- goes past the surer of the two models.
 
 local format = string.format
 local log = math.log
 
-local PER_LOGIT = 1.5
-local TORN_LOW, TORN_HIGH = 0.3, 0.7  -- Bayes between these: it sees both classes in the message
-local TORN_WEIGHT = 0.6               -- what the classifier's spam grade keeps then
+local PER_LOGIT = 1.75
 
 local function logit(p)
   return log(p / (1 - p))
@@ -31,41 +28,23 @@ rule {
   scores = {
     CLF_SPAM_HIGH = 8.0,   -- p >= 0.995
     CLF_SPAM = 8.0,        -- 0.5 < p < 0.995, weighted by the log-odds (at most 1)
-    CLF_HAM = -4.0,        -- 0.01 < p <= 0.3, weighted by the log-odds (at most 1)
-    CLF_HAM_HIGH = -4.0,   -- p <= 0.01
-    BAYES_SPAM_HIGH = 3.5, -- naive Bayes >= 0.99
-    BAYES_SPAM = 2.5,      -- naive Bayes >= 0.8
+    CLF_HAM = -2.0,        -- 0.01 < p <= 0.3, weighted by the log-odds (at most 1)
+    CLF_HAM_HIGH = -2.0,   -- p <= 0.01
   },
-  description = "The online classifier (FTRL logistic regression over tokens, headers, rule hits and reputation), with naive Bayes over the same features as a second opinion",
+  description = "The learned verdict: FTRL logistic regression and naive Bayes over tokens, headers, rule hits and reputation, stacked into one probability",
   group = "classifier",
   check = function(msg)
     local p = msg:classify()
     if not p then return end
-    local hits = {}
-    local torn = 1
-    local nb = msg:bayes()
-    if nb then
-      local opt = format("%.4f", nb)
-      if nb >= 0.99 then
-        hits.BAYES_SPAM_HIGH = { opt }
-      elseif nb >= 0.8 then
-        hits.BAYES_SPAM = { opt }
-      elseif nb >= TORN_LOW and nb <= TORN_HIGH then
-        torn = TORN_WEIGHT
-      end
-    end
     local opt = format("%.4f", p)
-    -- (a tempered grade names Bayes' doubt as its second option)
-    local doubt = torn < 1 and format("bayes %.4f", nb) or nil
     if p >= 0.995 then
-      hits.CLF_SPAM_HIGH = { opt, doubt, weight = torn }
+      return { CLF_SPAM_HIGH = { opt } }
     elseif p > 0.5 then
-      hits.CLF_SPAM = { opt, doubt, weight = torn * math.min(1, PER_LOGIT * logit(p) / 8) }
+      return { CLF_SPAM = { opt, weight = math.min(1, PER_LOGIT * logit(p) / 8) } }
     elseif p <= 0.01 then
-      hits.CLF_HAM_HIGH = { opt }
+      return { CLF_HAM_HIGH = { opt } }
     elseif p <= 0.3 then
-      hits.CLF_HAM = { opt, weight = math.min(1, -PER_LOGIT * logit(p) / 4) }
+      return { CLF_HAM = { opt, weight = math.min(1, -PER_LOGIT * logit(p) / 2) } }
     end
-    return next(hits) and hits or nil
   end,
 }

@@ -3,7 +3,7 @@
 //! a daemon with the shipped rules that has seen a newsletter domain for a while and whose users
 //! rescued a sender's mail, then each spam message, and each one again with one forgery at a
 //! time (a known From domain, a rescued From address, a reply's headers, a signature part, links
-//! to its own From domain, an ARC seal, a reply naming an id our users never sent, the From of
+//! to its own From domain, a mailing list's tag and headers, an ARC seal, a reply naming an id our users never sent, the From of
 //! someone our user wrote to without DKIM or SPF). Every symbol with a negative score on a forged copy
 //! must have had it on the original.
 
@@ -213,6 +213,19 @@ fn a_forged_header_or_part_buys_no_negative_score() {
                         "Town Letter <issue@letters.example.org>"
                     ))
                     .0
+                ),
+            ),
+            (
+                "a mailing list's tag and headers",
+                replace_header(
+                    &add_headers(
+                        &raw,
+                        "List-Id: Town Letter <letters.example.org>\r\n\
+                         List-Unsubscribe: <https://www.letters.example.org/leave>\r\n\
+                         Precedence: list\r\n",
+                    ),
+                    "Subject",
+                    &format!("[Town] {subject}"),
                 ),
             ),
             (

@@ -845,29 +845,49 @@ fn an_offline_learn_makes_further_passes_without_counting_them() {
     assert!(!data.join("classifier.bin").exists(), "nothing learned");
 }
 
-/// Naive Bayes' symbol and its option (the probability), if the message hit one.
-fn bayes_hit(d: &Daemon, raw: &str) -> Option<(String, f64)> {
+/// The classifier's symbols on `raw`: (name, probability option, score).
+fn learned_verdict(d: &Daemon, raw: &str) -> Vec<(String, f64, f64)> {
     let r = d.post("/checkv2", &[("IP", "198.51.100.40")], raw.as_bytes());
     assert_eq!(r.status, 200, "{}", r.text());
     let json = r.json();
     let symbols = json["symbols"].as_object().expect("symbols");
-    let (name, s) = symbols
+    symbols
         .iter()
-        .find(|(name, _)| name.starts_with("BAYES_"))?;
-    let p = s["options"][0].as_str()?.parse().expect("a probability");
-    Some((name.clone(), p))
+        .filter(|(name, _)| name.starts_with("CLF_") || name.starts_with("BAYES_"))
+        .map(|(name, s)| {
+            let p = s["options"][0]
+                .as_str()
+                .expect("p")
+                .parse()
+                .expect("a probability");
+            (name.clone(), p, s["score"].as_f64().unwrap())
+        })
+        .collect()
 }
 
-/// Naive Bayes, the classifier's second opinion: taught offline, it is sure of new mail like
-/// the learned spam, says nothing of mail like the learned ham or of mail with both, and what a
-/// daemon learns over HTTP outlives a `kill -9` right after the answer.
+/// The stack's state in /stat: (weights, learned spam, learned ham).
+fn stack_stat(d: &Daemon) -> (Vec<f64>, u64, u64) {
+    let stat = d.get("/stat").json();
+    let s = &stat["classifier"]["stack"];
+    let weights = s["weights"].as_array().expect("weights");
+    (
+        weights.iter().map(|w| w.as_f64().unwrap()).collect(),
+        s["learned_spam"].as_u64().unwrap(),
+        s["learned_ham"].as_u64().unwrap(),
+    )
+}
+
+/// One learned verdict: taught offline, then over HTTP, the FTRL model and naive Bayes answer
+/// as one probability and one symbol (never a Bayes symbol beside the classifier's); the stack
+/// that combines them learns from the HTTP learns and outlives a `kill -9` right after the
+/// last answer, and mail with both classes' words is not pushed to spam by the two agreeing.
 #[test]
-fn naive_bayes_learns_offline_and_through_the_daemon_and_survives_a_kill() {
+fn one_learned_verdict_from_both_models_survives_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let spam = passes_mail(dir.path(), "spam", 30);
     let ham = passes_mail(dir.path(), "ham", 30);
     let home = dir.path().join("home");
-    let config = "[dns]\nenabled = false\n".to_string();
+    let config = "[dns]\nenabled = false\n[classifier]\nmin_learned = 5\n".to_string();
     let out = learn_offline(&home, &config, &spam, &ham);
     assert!(
         out.status.success(),
@@ -891,66 +911,66 @@ fn naive_bayes_learns_offline_and_through_the_daemon_and_survives_a_kill() {
         1,
     );
     let hammy = mail("Please read the weekly update, the meeting is on Monday", 2);
-    let both = mail(
-        "Please read the weekly update, the offer ends soon, the meeting is on Monday",
-        3,
-    );
-    let (_, p) = bayes_hit(&d, &spammy).expect("sure of the spam");
-    assert!(p >= 0.9, "{p}");
-    assert_eq!(bayes_hit(&d, &hammy), None);
-    assert_eq!(bayes_hit(&d, &both), None, "torn: no Bayes symbol");
-    // Sure of spam the logistic model, torn Bayes: the classifier's grade keeps 0.6 of its
-    // score and says why; where Bayes is sure, the grade is whole.
-    let tempered = mail(
-        "Please read the weekly update, the offer ends soon, click now, the meeting is on",
-        4,
-    );
-    let json = d
-        .post("/checkv2", &[("IP", "198.51.100.40")], tempered.as_bytes())
-        .json();
-    let clf = &json["symbols"]["CLF_SPAM"];
-    let p: f64 = clf["options"][0].as_str().expect("p").parse().unwrap();
-    let doubt = clf["options"][1].as_str().expect("Bayes' doubt named");
-    let nb: f64 = doubt.strip_prefix("bayes ").expect(doubt).parse().unwrap();
-    assert!((0.3..=0.7).contains(&nb), "{nb}");
-    let whole = 1.5 * (p / (1.0 - p)).ln();
-    let score = clf["score"].as_f64().unwrap();
-    assert!(
-        (score - 0.6 * whole).abs() < 0.01,
-        "{score} against {whole}"
-    );
-    let json = d
-        .post("/checkv2", &[("IP", "198.51.100.40")], spammy.as_bytes())
-        .json();
-    let clf = (json["symbols"].as_object().unwrap().iter())
-        .find(|(name, _)| name.starts_with("CLF_SPAM"))
-        .expect("the classifier is sure of the spam too")
-        .1;
-    assert_eq!(clf["options"].as_array().unwrap().len(), 1, "not tempered");
-
-    // A learn over HTTP moves Bayes' counts (the ham side of the spam words), then a kill -9
-    // right after the 200: the restarted daemon has the learn.
-    for i in 0..5 {
-        let r = d.post(
-            "/learnham",
-            &[],
-            mail(
-                &format!("the offer ends soon, click now, said the minutes {i}"),
-                10 + i,
+    // Interleaved learns over HTTP: each is a held-out example for the stack.
+    for i in 0..8u32 {
+        let (path, text) = if i % 2 == 0 {
+            (
+                "/learnspam",
+                format!("the offer ends soon, click now, order {i}xq"),
             )
-            .as_bytes(),
-        );
+        } else {
+            (
+                "/learnham",
+                format!("the meeting is on Monday, agenda {i}zk"),
+            )
+        };
+        let r = d.post(path, &[], mail(&text, 100 + i).as_bytes());
         assert_eq!(r.status, 200, "{}", r.text());
     }
-    let after = bayes_hit(&d, &spammy).map(|(_, p)| p);
+    let (weights, stack_spam, stack_ham) = stack_stat(&d);
     assert!(
-        after.is_none_or(|a| a < p),
-        "the learned ham weighs on the spam words: {after:?}"
+        stack_spam >= 4 && stack_ham >= 4,
+        "{stack_spam} {stack_ham}"
     );
+    assert_ne!(
+        weights,
+        vec![1.0, 0.0, 0.0],
+        "the stack moved from FTRL alone"
+    );
+
+    let got = learned_verdict(&d, &spammy);
+    assert_eq!(got.len(), 1, "one symbol: {got:?}");
+    assert!(
+        got[0].0.starts_with("CLF_SPAM") && got[0].1 > 0.5,
+        "{got:?}"
+    );
+    assert!(got[0].2 <= 8.0, "{got:?}");
+    let ham_side = learned_verdict(&d, &hammy);
+    assert!(
+        ham_side
+            .iter()
+            .all(|(n, _, score)| n.starts_with("CLF_HAM") && *score >= -2.0),
+        "{ham_side:?}"
+    );
+
+    let before = (stack_stat(&d), learned_verdict(&d, &spammy));
+    let r = d.post(
+        "/learnham",
+        &[],
+        mail("the offer ends soon, said the minutes", 200).as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let after = (stack_stat(&d), learned_verdict(&d, &spammy));
+    assert_ne!(before.0, after.0, "the learn taught the stack");
     d.kill9();
     let d = Daemon::start(&home, options());
-    assert_eq!(bayes_hit(&d, &spammy).map(|(_, p)| p), after);
-    assert_eq!(classifier_learned(&d), (30, 35));
+    assert_eq!(
+        stack_stat(&d),
+        after.0,
+        "the stack came back as acknowledged"
+    );
+    assert_eq!(learned_verdict(&d, &spammy), after.1);
+    assert_eq!(classifier_learned(&d), (34, 35));
     let bayes = &d.get("/stat").json()["classifier"]["bayes"];
     assert_eq!(bayes["ready"], true);
     assert_eq!(
@@ -958,6 +978,6 @@ fn naive_bayes_learns_offline_and_through_the_daemon_and_survives_a_kill() {
             bayes["learned_spam"].as_u64(),
             bayes["learned_ham"].as_u64()
         ),
-        (Some(30), Some(35))
+        (Some(34), Some(35))
     );
 }

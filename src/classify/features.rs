@@ -166,6 +166,28 @@ pub fn learns_symbol(score: f64) -> bool {
     score > 0.0
 }
 
+/// The subject after its leading list tags (`[SA] `, `[scoop] Re: `): a tag marks the list a
+/// message went through, which a spammer can copy, not who wrote it; the List-* headers are left
+/// out for the same reason. Measured neutral on every replay (docs/perf-log.md, 2026-11-29);
+/// kept because a copied tag no longer buys ham weight. Dropping features changes no other
+/// feature's hash, so no new `FEATURE_VERSION`: a snapshot's weights for them go unread.
+fn without_list_tags(subject: &str) -> &str {
+    let mut s = subject.trim_start();
+    for _ in 0..3 {
+        let t = s
+            .strip_prefix("re:")
+            .or_else(|| s.strip_prefix("fw:"))
+            .or_else(|| s.strip_prefix("fwd:"))
+            .unwrap_or(s)
+            .trim_start();
+        match t.strip_prefix('[').and_then(|r| r.split_once(']')) {
+            Some((tag, rest)) if tag.len() <= 24 => s = rest.trim_start(),
+            _ => return s,
+        }
+    }
+    s
+}
+
 /// 1, 2-3, 4-7, …: the bit length.
 fn log_bucket(n: u64) -> u64 {
     u64::from(64 - n.leading_zeros())
@@ -181,7 +203,7 @@ pub fn extract(
 ) -> Features {
     let mut f = Features::default();
     f.add(Family::Bias, b"");
-    for w in words(&message.subject.normalized).take(MAX_SUBJECT_WORDS) {
+    for w in words(without_list_tags(&message.subject.normalized)).take(MAX_SUBJECT_WORDS) {
         f.add(Family::SubjectWord, w.as_bytes());
     }
     let body: std::borrow::Cow<'_, str> = if message.body.normalized.trim().is_empty() {
@@ -302,7 +324,7 @@ fn add_parts(f: &mut Features, message: &ParsedMessage<'_>) {
 }
 
 /// Headers whose values are split into tokens, with the most tokens taken from each.
-const TOKENIZED_HEADERS: [(&str, usize); 18] = [
+const TOKENIZED_HEADERS: [(&str, usize); 17] = [
     ("received", 24),
     ("from", 8),
     ("reply-to", 8),
@@ -313,7 +335,6 @@ const TOKENIZED_HEADERS: [(&str, usize); 18] = [
     ("x-mailer", 8),
     ("user-agent", 8),
     ("x-mimeole", 8),
-    ("list-id", 6),
     ("precedence", 2),
     ("content-type", 6),
     ("content-transfer-encoding", 2),
@@ -344,6 +365,10 @@ fn add_headers(f: &mut Features, message: &ParsedMessage<'_>) {
         name.clear();
         name.push_str(h.name.as_str());
         name.make_ascii_lowercase();
+        // A list's headers say which list a message went through, and anyone can add them.
+        if name.starts_with("list-") {
+            continue;
+        }
         f.add(Family::HeaderName, name.as_bytes());
         let (s, e) = (h.offset_start as usize, h.offset_end as usize);
         if s > e || e > raw.len() {
@@ -471,6 +496,32 @@ fn split_cjk(run: &str) -> impl Iterator<Item = &str> {
 mod tests {
     use super::*;
 
+    fn features_of(raw: &[u8]) -> Vec<u64> {
+        let limits = crate::message::Limits::default();
+        let input = crate::message::prepare(raw, &limits);
+        let a = crate::scan::analyze(&input, &Default::default(), &limits);
+        let mut f = extract(&a.message, &a.entities, &a.anomalies);
+        f.finish();
+        f.hashes().to_vec()
+    }
+
+    #[test]
+    fn a_forged_list_tag_and_list_headers_change_no_feature() {
+        let plain = b"From: a@spam.example\nSubject: Cheap pills today\nMessage-ID: <1@spam.example>\n\nBuy now\n";
+        let listed = b"From: a@spam.example\nList-Id: Irish Linux Users <ilug.linux.ie>\nList-Unsubscribe: <mailto:leave@linux.ie>\nList-Post: <mailto:ilug@linux.ie>\nSubject: [ILUG] Cheap pills today\nMessage-ID: <1@spam.example>\n\nBuy now\n";
+        assert_eq!(features_of(plain), features_of(listed));
+    }
+
+    #[test]
+    fn list_tags_are_not_subject_words() {
+        assert_eq!(without_list_tags("[sa] cheap pills"), "cheap pills");
+        assert_eq!(without_list_tags("re: [scoop] [ilug] deal"), "deal");
+        assert_eq!(without_list_tags("cheap [sa] pills"), "cheap [sa] pills");
+        assert_eq!(without_list_tags("[unclosed tag"), "[unclosed tag");
+        let long = format!("[{}] x", "a".repeat(40));
+        assert_eq!(without_list_tags(&long), long, "not a tag: kept");
+    }
+
     #[test]
     fn words_and_classes() {
         let got: Vec<String> = words("Buy 1234567 now!! a x-ray aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
@@ -506,8 +557,12 @@ mod tests {
             f.hashes().binary_search(&x.hashes()[0]).is_ok()
         };
         assert!(has(Family::HeaderName, b"x-odd"));
-        assert!(has(Family::HeaderToken, b"list-id:ilug.linux.ie"));
-        assert!(has(Family::HeaderToken, b"list-id:irish"));
+        assert!(!has(Family::HeaderName, b"list-id"));
+        assert!(
+            !has(Family::HeaderToken, b"list-id:ilug.linux.ie"),
+            "a list's name is copied as easily as its subject tag"
+        );
+        assert!(has(Family::HeaderToken, b"from:a@example.com"));
         assert!(
             !has(Family::HeaderToken, b"x-odd:1"),
             "only listed headers are tokenized"

@@ -12,6 +12,7 @@ pub mod bayes;
 pub mod features;
 pub mod journal;
 pub mod passes;
+pub mod stack;
 
 use std::io::Read;
 use std::path::Path;
@@ -147,8 +148,9 @@ const MAGIC: &[u8; 8] = b"SHRKCLF\0";
 /// `shrike learn` then the daemon) still refuses a message it has trained on. 3: each
 /// coordinate's training count (one byte) follows the weights, before the keys, so
 /// `min_feature_count` holds across a restart. 4: naive Bayes' counts (`bayes`) follow those,
-/// before the keys. 1 to 3 are still read (Bayes then starts from nothing).
-const FORMAT_VERSION: u32 = 4;
+/// before the keys. 5: the stack's weights (`stack`) follow Bayes'. 1 to 4 are still read
+/// (Bayes, then the stack, start from nothing).
+const FORMAT_VERSION: u32 = 5;
 
 /// The model.
 pub struct Classifier {
@@ -160,6 +162,8 @@ pub struct Classifier {
     counts: Box<[AtomicU8]>,
     /// The naive Bayes second opinion over the same features (`bayes`).
     bayes: bayes::Bayes,
+    /// The one verdict from the two (`stack`).
+    stack: stack::Stack,
     spam: AtomicU64,
     ham: AtomicU64,
     /// Serializes training steps (each reads then writes its coordinates).
@@ -230,6 +234,7 @@ impl Classifier {
             table: (0..size * 2).map(|_| AtomicU32::new(0)).collect(),
             counts: (0..size).map(|_| AtomicU8::new(0)).collect(),
             bayes: bayes::Bayes::new(bits),
+            stack: stack::Stack::default(),
             spam: AtomicU64::new(0),
             ham: AtomicU64::new(0),
             train: Mutex::new(()),
@@ -298,9 +303,25 @@ impl Classifier {
         sigmoid(sum)
     }
 
-    /// The spam probability, or `None` during the cold start.
+    /// The learned verdict: the FTRL model's and naive Bayes' probabilities combined by the
+    /// stack (`stack`), or `None` during the cold start. FTRL's alone while naive Bayes or the
+    /// stack has not learned `min_learned` messages of each class.
     pub fn classify(&self, features: &Features) -> Option<f64> {
-        self.ready().then(|| self.probability(features))
+        if !self.ready() {
+            return None;
+        }
+        let ftrl = self.probability(features);
+        if !self.bayes_ready() {
+            return Some(ftrl);
+        }
+        let bayes = self.bayes.probability(features.hashes());
+        Some(self.stack.combine(ftrl, bayes, self.config.min_learned))
+    }
+
+    /// The stack's weights (FTRL, Bayes, FTRL when Bayes is torn) and the held-out messages
+    /// per class it learned them from.
+    pub fn stack(&self) -> ([f64; 3], (u64, u64)) {
+        (self.stack.weights(), self.stack.learned())
     }
 
     /// Naive Bayes' spam probability (`bayes`), or `None` until it has learned `min_learned`
@@ -390,6 +411,12 @@ impl Classifier {
             self.table[2 * slot + 1].store((n as f32).to_bits(), Relaxed);
         }
         if count {
+            // What both models said before learning this message: a held-out example for the
+            // stack (`sum` was read before the step above changed any weight).
+            if self.enough(self.learned()) && self.enough(self.bayes.learned()) {
+                let bayes = self.bayes.probability(hashes);
+                self.stack.learn(sigmoid(sum), bayes, class == Class::Spam);
+            }
             self.bayes.learn(hashes, class);
         }
     }
@@ -510,6 +537,7 @@ impl Classifier {
         }
         buf.extend(self.counts.iter().map(|c| c.load(Relaxed)));
         self.bayes.write(&mut buf);
+        self.stack.write(&mut buf);
         {
             let seen = self.seen.lock();
             buf.extend_from_slice(&(seen.len() as u32).to_le_bytes());
@@ -603,6 +631,14 @@ impl Classifier {
             }
         } else {
             rest
+        };
+        let keys = if version >= 5 {
+            match keys.split_at_checked(stack::Stack::ENCODED_LEN) {
+                Some((stack, keys)) if model.stack.read(stack) => keys,
+                _ => return Err(SnapshotError::Checksum(name)),
+            }
+        } else {
+            keys
         };
         let keys = match version {
             1 if keys.is_empty() => keys,
@@ -853,7 +889,8 @@ mod tests {
         let table_end = 36 + model.table.len() * 4;
         let mut v2 = bytes[..table_end].to_vec();
         v2[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let keys_at = table_end + model.counts.len() + model.bayes.encoded_len();
+        let keys_at =
+            table_end + model.counts.len() + model.bayes.encoded_len() + stack::Stack::ENCODED_LEN;
         v2.extend_from_slice(&bytes[keys_at..bytes.len() - 4]);
         let crc = crc32c::crc32c(&v2);
         v2.extend_from_slice(&crc.to_le_bytes());
@@ -899,7 +936,8 @@ mod tests {
         let counts_end = 36 + model.table.len() * 4 + model.counts.len();
         let mut v3 = bytes[..counts_end].to_vec();
         v3[8..12].copy_from_slice(&3u32.to_le_bytes());
-        v3.extend_from_slice(&bytes[counts_end + model.bayes.encoded_len()..bytes.len() - 4]);
+        let stack_end = counts_end + model.bayes.encoded_len() + stack::Stack::ENCODED_LEN;
+        v3.extend_from_slice(&bytes[stack_end..bytes.len() - 4]);
         let crc = crc32c::crc32c(&v3);
         v3.extend_from_slice(&crc.to_le_bytes());
         std::fs::write(&path, &v3).unwrap();
@@ -910,6 +948,68 @@ mod tests {
             None,
             "no Bayes counts in a version-3 file"
         );
+    }
+
+    #[test]
+    fn one_verdict_from_a_cold_start_and_across_a_snapshot() {
+        // min_learned 5: nothing, then FTRL alone, then the stack once it has learned 5
+        // held-out messages of each class (after both models were ready).
+        let model = Classifier::new(&config());
+        let probe = example(9_000, true);
+        for i in 0..4 {
+            model.train(&example(i, true), Class::Spam, None);
+            model.train(&example(i, false), Class::Ham, None);
+        }
+        assert_eq!(model.classify(&probe), None, "cold start: no opinion");
+        for i in 4..9 {
+            model.train(&example(i, true), Class::Spam, None);
+            model.train(&example(i, false), Class::Ham, None);
+        }
+        assert_eq!(
+            model.stack().1,
+            (4, 4),
+            "held out only once both models were ready"
+        );
+        assert_eq!(model.classify(&probe), Some(model.probability(&probe)));
+        for i in 9..80 {
+            model.train(&example(i, true), Class::Spam, None);
+            model.train(&example(i, false), Class::Ham, None);
+        }
+        let p = model.classify(&probe).expect("ready");
+        let (f, b) = (model.probability(&probe), model.bayes(&probe).unwrap());
+        let (lo, hi) = (
+            stack::logit(f).min(stack::logit(b)),
+            stack::logit(f).max(stack::logit(b)),
+        );
+        assert!(
+            (lo - 1e-9..=hi + 1e-9).contains(&stack::logit(p)),
+            "{f} {b} {p}"
+        );
+        assert!(p > 0.5, "{p}");
+        // further passes of a bulk learn do not teach the stack (not held out)
+        let before = model.stack();
+        model.retrain(probe.hashes(), Class::Spam);
+        assert_eq!(model.stack(), before);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("classifier.bin");
+        model.save(&path).unwrap();
+        let loaded = Classifier::load(&config(), &path).unwrap();
+        assert_eq!(loaded.stack(), model.stack());
+        assert_eq!(loaded.classify(&probe), model.classify(&probe));
+
+        // A version-4 file (no stack) loads; the stack starts afresh: FTRL alone.
+        let bytes = std::fs::read(&path).unwrap();
+        let bayes_end = 36 + model.table.len() * 4 + model.counts.len() + model.bayes.encoded_len();
+        let mut v4 = bytes[..bayes_end].to_vec();
+        v4[8..12].copy_from_slice(&4u32.to_le_bytes());
+        v4.extend_from_slice(&bytes[bayes_end + stack::Stack::ENCODED_LEN..bytes.len() - 4]);
+        let crc = crc32c::crc32c(&v4);
+        v4.extend_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &v4).unwrap();
+        let old = Classifier::load(&config(), &path).unwrap();
+        assert_eq!(old.stack().1, (0, 0));
+        assert_eq!(old.classify(&probe), Some(model.probability(&probe)));
     }
 
     #[test]

@@ -681,6 +681,7 @@ fn stat(daemon: &Daemon, counts: &StatCounts) -> String {
     let classifier = daemon.scanner.classifier();
     let (clf_spam, clf_ham) = classifier.learned();
     let (bayes_spam, bayes_ham) = classifier.bayes_learned();
+    let (stack_weights, (stack_spam, stack_ham)) = classifier.stack();
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime": daemon.started.elapsed().as_secs(),
@@ -710,6 +711,13 @@ fn stat(daemon: &Daemon, counts: &StatCounts) -> String {
                 "ready": classifier.bayes_ready(),
                 "learned_spam": bayes_spam,
                 "learned_ham": bayes_ham,
+            },
+            // the one verdict's weights (FTRL, Bayes, FTRL when Bayes is torn) and the
+            // held-out messages they were fitted on; FTRL alone until min_learned of each
+            "stack": {
+                "weights": stack_weights,
+                "learned_spam": stack_spam,
+                "learned_ham": stack_ham,
             },
         },
         "rules_generation": daemon.scanner.engine().generation().id,
