@@ -164,3 +164,61 @@ fn benchmarks_md_stays_a_reference() {
         }
     }
 }
+
+/// Every file under `dir` (recursively) whose name ends in one of `exts`.
+fn files_under(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            files_under(&path, exts, out);
+        } else if exts.iter().any(|x| path.to_string_lossy().ends_with(x)) {
+            out.push(path);
+        }
+    }
+}
+
+/// A reason the reader cannot follow is no reason: every Markdown file that the code, the
+/// rules, README.md, ARCHITECTURE.md or docs/ name (`DESIGN.md`, `docs/rules.md`) is in the
+/// repository. docs/perf-log.md is a log, quoted as written, and is not checked.
+#[test]
+fn every_cited_document_is_in_the_repository() {
+    let root = root();
+    let mut files = Vec::new();
+    files_under(&root.join("src"), &[".rs", ".lua"], &mut files);
+    files_under(&root.join("rules"), &[".lua"], &mut files);
+    files_under(&root.join("docs"), &[".md"], &mut files);
+    files.push(root.join("README.md"));
+    files.push(root.join("ARCHITECTURE.md"));
+    files.retain(|f| !f.ends_with("docs/perf-log.md"));
+    let mut missing = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (i, _) in text.match_indices(".md") {
+            let start = text[..i]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || "/._-".contains(c)))
+                .map_or(0, |s| s + 1);
+            let name = &text[start..i + 3];
+            if name.len() <= 3 || text[i + 3..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                continue;
+            }
+            let name = name.trim_start_matches("./").trim_start_matches("../");
+            let exists = root.join(name).exists()
+                || f.parent().is_some_and(|d| d.join(name).exists())
+                || root.join("docs").join(name).exists();
+            if !exists {
+                missing.push(format!(
+                    "{}: {name}",
+                    f.strip_prefix(&root).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "cited but not in the repository:\n{}",
+        missing.join("\n")
+    );
+}

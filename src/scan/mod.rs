@@ -1057,7 +1057,7 @@ pub fn analyze<'p>(input: &'p Prepared<'_>, envelope: &Envelope, limits: &Limits
     }
 }
 
-/// The JSON object `shrike scan` prints for one message (DESIGN.md §3).
+/// The JSON object `shrike scan` prints for one message (README.md, `shrike scan`).
 #[derive(Debug, Serialize)]
 pub struct Report<'r> {
     pub file: &'r str,
@@ -1081,7 +1081,7 @@ pub struct Report<'r> {
     pub mixed_script_words: &'r [String],
 }
 
-/// The `entities` object: the flat lists of DESIGN.md §3, then the detailed records.
+/// The `entities` object: the flat lists README.md's `shrike scan` promises, then the detailed records.
 #[derive(Debug, Serialize)]
 pub struct ReportEntities<'r> {
     pub urls: Vec<&'r str>,

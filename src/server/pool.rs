@@ -354,7 +354,7 @@ impl Pool {
         wait(rx, timeout).await
     }
 
-    /// A trial scan: `shrike scan`'s report of the message (DESIGN.md §3), leaving the store,
+    /// A trial scan: `shrike scan`'s report of the message (README.md, `shrike scan`), leaving the store,
     /// the classifier and the scan counters as they were.
     pub async fn test(
         &self,
