@@ -1,7 +1,7 @@
-//! The fields of the `msg` view: one table, from which the Rust dispatch (`view.rs`), the raw
+//! The fields of the `msg` view: one table, from which the Rust dispatch (`view/mod.rs`), the raw
 //! C functions (`ffi/fields.rs`) and the prelude's name table (handed to `prelude.lua` when a
 //! state is built) all take their ids. Adding a field: one line here, its accessor in
-//! `view.rs` (the `match` of its kind), and, for a field that is not `Simple`, its method in
+//! `view/mod.rs` (the `match` of its kind), and, for a field that is not `Simple`, its method in
 //! the prelude.
 
 /// How a field's value is made, which decides the path that fetches it.

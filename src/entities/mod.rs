@@ -246,6 +246,40 @@ impl Entities {
     pub fn helo_ip(&self, ip: &IpEntity) -> bool {
         self.hop_of(ip).is_some_and(|h| h.helo_ip)
     }
+
+    /// Who the message is for: the envelope recipients, else (a message scanned without an
+    /// envelope) the To and Cc addresses, in order (`msg:recipients()`).
+    pub fn recipients(&self) -> impl Iterator<Item = &EmailEntity> {
+        let envelope = self.emails_with(EmailRole::EnvelopeRcpt).next().is_some();
+        self.emails.iter().filter(move |r| {
+            if envelope {
+                r.role == EmailRole::EnvelopeRcpt
+            } else {
+                matches!(r.role, EmailRole::To | EmailRole::Cc)
+            }
+        })
+    }
+
+    /// The registrable domains of the hosts of `ips`, each once, in the order first met
+    /// (`msg:hop_domains()`).
+    pub fn hop_domains(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for d in (self.ips.iter()).filter_map(|ip| ip.domain.as_deref()) {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    /// The hop (an index into `hops`) at which the first public address of `ips` read from a
+    /// Received header handed the message over: where it entered a network that recorded it
+    /// (`msg:received_time("public")`). None when every hop's address is private.
+    pub fn first_public_hop(&self) -> Option<usize> {
+        (self.ips.iter())
+            .find(|ip| ip.hop.is_some() && !ip.private)
+            .and_then(|ip| ip.hop)
+    }
 }
 
 /// Extracts the entities of a parsed message and its envelope.
@@ -849,6 +883,80 @@ mod tests {
                 ("http://example.com/a@b", false)
             ]
         );
+    }
+
+    fn extract_str(raw: &str, envelope: &Envelope) -> Entities {
+        let input = prepare(raw.as_bytes(), &Limits::default());
+        extract(&parse(&input, &Limits::default()), envelope)
+    }
+
+    /// The envelope's recipients when it has any; else To and Cc in order, never From or
+    /// Reply-To.
+    #[test]
+    fn recipients_are_the_envelopes_else_to_and_cc() {
+        let raw = "From: f@example.org\nTo: a@example.com, b@example.com\nCc: c@example.net\n\
+                   Reply-To: r@example.org\nSubject: s\n\nx\n";
+        let addresses =
+            |e: &Entities| -> Vec<String> { e.recipients().map(|r| r.address.clone()).collect() };
+        let headers_only = extract_str(raw, &Envelope::default());
+        assert_eq!(
+            addresses(&headers_only),
+            ["a@example.com", "b@example.com", "c@example.net"]
+        );
+        let envelope = Envelope {
+            rcpt_to: vec!["z@example.com".into(), "y@example.com".into()],
+            ..Envelope::default()
+        };
+        assert_eq!(
+            addresses(&extract_str(raw, &envelope)),
+            ["z@example.com", "y@example.com"]
+        );
+        let nobody = extract_str(
+            "From: f@example.org\nSubject: s\n\nx\n",
+            &Envelope::default(),
+        );
+        assert_eq!(nobody.recipients().count(), 0);
+    }
+
+    /// Each hop's registrable domain once, in the order of the hops; hosts without one skipped.
+    #[test]
+    fn hop_domains_are_distinct_in_order() {
+        let raw = "Received: from a.mail.example.com (a.mail.example.com [192.0.2.1]) by x; 22 Aug 2002 18:26:25 +0000\n\
+                   Received: from b.other.example.net (b.other.example.net [192.0.2.2]) by x; 22 Aug 2002 18:26:24 +0000\n\
+                   Received: from c.example.com (c.example.com [192.0.2.3]) by x; 22 Aug 2002 18:26:23 +0000\n\
+                   Received: from [192.0.2.4] by x; 22 Aug 2002 18:26:22 +0000\n\
+                   Subject: s\n\nx\n";
+        let envelope = Envelope {
+            client_ip: Some("198.51.100.1".parse().unwrap()),
+            helo: Some("Gate.Example.Org".into()),
+            ..Envelope::default()
+        };
+        let e = extract_str(raw, &envelope);
+        assert_eq!(
+            e.hop_domains(),
+            ["example.org", "example.com", "example.net"]
+        );
+        assert!(extract_str("Subject: s\n\nx\n", &Envelope::default())
+            .hop_domains()
+            .is_empty());
+    }
+
+    /// The first Received hop with a public address, past private ones; the client address
+    /// (no hop) does not count; none when every hop is private.
+    #[test]
+    fn first_public_hop_skips_private_hops_and_the_client() {
+        let raw = "Received: from in.example.com (in.example.com [10.0.0.1]) by x; 22 Aug 2002 18:26:25 +0000\n\
+                   Received: from mid.example.com (mid.example.com [192.168.1.1]) by x; 22 Aug 2002 18:26:24 +0000\n\
+                   Received: from out.example.net (out.example.net [192.0.2.9]) by x; 22 Aug 2002 18:26:23 +0000\n\
+                   Subject: s\n\nx\n";
+        let client = Envelope {
+            client_ip: Some("198.51.100.1".parse().unwrap()),
+            ..Envelope::default()
+        };
+        assert_eq!(extract_str(raw, &client).first_public_hop(), Some(2));
+        let private_only = "Received: from in.example.com (in.example.com [10.0.0.1]) by x; 22 Aug 2002 18:26:25 +0000\n\
+                            Subject: s\n\nx\n";
+        assert_eq!(extract_str(private_only, &client).first_public_hop(), None);
     }
 
     /// More Received headers than `MAX_RECEIVED_HOPS`: every one has its hop record (rules read

@@ -9,6 +9,7 @@ pub mod anomaly;
 pub mod date;
 pub mod html;
 pub mod normalize;
+pub mod parts;
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -23,6 +24,7 @@ pub use anomaly::{Anomalies, Anomaly};
 pub use date::{DateFacts, ZoneProblem};
 pub use html::{HtmlLink, LinkAttr};
 pub use normalize::{normalize, Text};
+pub use parts::{html_source, part_encoding, part_type};
 
 /// Limits on the work done for one message. Beyond them the message is truncated and an anomaly
 /// recorded; nothing fails.

@@ -26,6 +26,7 @@
 //!   `persist/`: the WAL, snapshots and recovery; `clock.rs`: the injected clock.
 
 pub mod clock;
+mod combine;
 mod keys;
 mod layout;
 mod lookup;
@@ -45,6 +46,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use combine::{combine, spam_ratio, Combine};
 pub use keys::StoreKey;
 use keys::{key_hash, matches, table_hash};
 pub use layout::{Layout, Resolution};

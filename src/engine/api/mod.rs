@@ -1,6 +1,6 @@
 //! The rule-author API's Rust side (docs/rules.md): the primitives the prelude wraps into the
 //! sandbox's `re`, `list`, `ratelimit`, `log`, `require`, `rule`, `char_counts` and
-//! `is_private_ip`. Their raw fast paths live in `ffi/api.rs`; `msg` is `view.rs` with
+//! `is_private_ip`. Their raw fast paths live in `ffi/api.rs`; `msg` is `view/` with
 //! `ffi/fields.rs`.
 
 pub(super) mod phrases;

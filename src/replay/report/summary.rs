@@ -1,40 +1,17 @@
-//! What a replay found: detection and false positives per label, a score-threshold table,
-//! per-rule hits by label, detection over time, throughput; and the differences between two
-//! rule sets. As text tables, JSON, and a CSV with one row per message.
-//!
-//! Owns: the figures and their rendering. Never touches: the pipeline.
+//! The figures of one rule set's pass: per label, per score threshold, per rule, over time.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{Corpus, Feedback, Item, Label, Lane, Outcome};
+use super::super::{Corpus, Feedback, Item, Label, Lane, Outcome};
+use super::{is_caught, is_rejected, pct, rfc3339, table};
 use crate::store::Counter;
 use crate::verdict::{Action, VerdictConfig};
 
 /// Score thresholds of the threshold table, besides the configured ones.
 const SCORE_GRID: [f64; 11] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0];
-
-/// Whether an action keeps a message from the inbox (the add-header threshold and beyond).
-pub fn is_caught(action: Action) -> bool {
-    action >= Action::AddHeader
-}
-
-/// Whether an action refuses or drops a message (the reject threshold, and the shadow ban).
-pub fn is_rejected(action: Action) -> bool {
-    matches!(action, Action::Reject | Action::Discard)
-}
-
-/// A share in percent of `total`, 0 for an empty total.
-fn pct(n: usize, total: usize) -> f64 {
-    if total == 0 {
-        0.0
-    } else {
-        (n as f64 * 1e5 / total as f64).round() / 1e3
-    }
-}
 
 /// Figures of one rule set's pass.
 #[derive(Debug, Serialize)]
@@ -60,7 +37,7 @@ pub struct Summary {
     pub thresholds: Vec<ThresholdRow>,
     /// How well the scores separate spam from ham and hard ham (1 − AUC, spam caught at a
     /// fixed false-positive budget), wherever the thresholds sit.
-    pub separation: Vec<super::roc::Separation>,
+    pub separation: Vec<crate::replay::roc::Separation>,
     pub rules: Vec<RuleRow>,
     pub over_time: Vec<Slice>,
 }
@@ -119,11 +96,6 @@ pub struct Slice {
     /// Feedback filed about the messages of this stretch.
     pub complaints: usize,
     pub rescues: usize,
-}
-
-fn rfc3339(secs: u64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
-        .to_string()
 }
 
 impl Summary {
@@ -211,7 +183,7 @@ impl Summary {
                 .map(|(_, o)| o.score)
                 .collect()
         };
-        let separation = super::roc::separation(
+        let separation = crate::replay::roc::separation(
             &scores(Label::Spam),
             &scores(Label::Ham),
             &scores(Label::HardHam),
@@ -371,8 +343,8 @@ impl Summary {
             self.classifier_spam,
             self.classifier_ham,
             match feedback.train {
-                super::Train::Feedback => "complaints and rescues",
-                super::Train::All => "every label",
+                crate::replay::Train::Feedback => "complaints and rescues",
+                crate::replay::Train::All => "every label",
             }
         )?;
         if self.errors + self.undated + self.skipped_files > 0 {
@@ -513,452 +485,5 @@ impl Summary {
             ]);
         }
         table(out, &rows)
-    }
-}
-
-/// Left-aligned first and last column (a name, a note), right-aligned others, two spaces
-/// apart.
-fn table(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let width: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in rows {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            let pad = width[c] - cell.chars().count();
-            if c == 0 || (c == columns - 1 && columns > 2 && rows[0][c].is_empty()) {
-                if c > 0 {
-                    line.push_str("  ");
-                }
-                line.push_str(cell);
-                line.push_str(&" ".repeat(pad));
-            } else {
-                line.push_str("  ");
-                line.push_str(&" ".repeat(pad));
-                line.push_str(cell);
-            }
-        }
-        writeln!(out, "{}", line.trim_end())?;
-    }
-    Ok(())
-}
-
-/// `NAME(score) NAME(score)`: a message's symbols for the CSV and the difference list.
-fn symbol_list(symbols: &[(Arc<str>, f64)]) -> String {
-    symbols
-        .iter()
-        .map(|(n, s)| format!("{n}({s})"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn feedback_name(o: &Outcome) -> &'static str {
-    match o.feedback {
-        Some(Counter::Complaint) => "complaint",
-        Some(Counter::Rescue) => "rescue",
-        _ => "",
-    }
-}
-
-/// One row per message: `file,label,arrival,action,score,symbols,feedback`, then the same for
-/// the second rule set when comparing (`action_b`, …).
-pub fn write_csv(
-    out: impl Write,
-    corpus: &Corpus,
-    a: &Lane,
-    b: Option<&Lane>,
-) -> Result<(), csv::Error> {
-    let mut w = csv::Writer::from_writer(out);
-    let mut header: Vec<String> = LEAD_COLUMNS
-        .iter()
-        .chain(&OUTCOME_COLUMNS)
-        .map(|c| c.to_string())
-        .collect();
-    if b.is_some() {
-        header.extend(OUTCOME_COLUMNS.iter().map(|c| format!("{c}_b")));
-    }
-    w.write_record(&header)?;
-    for (i, item) in corpus.items.iter().enumerate() {
-        let mut row = vec![
-            item.name.clone(),
-            item.label.as_str().to_string(),
-            rfc3339(item.arrival),
-        ];
-        for lane in std::iter::once(a).chain(b) {
-            row.extend(outcome_cells(&lane.outcomes[i]));
-        }
-        w.write_record(&row)?;
-    }
-    w.flush()?;
-    Ok(())
-}
-
-/// The CSV's columns of a message, then of its outcome in one pass.
-const LEAD_COLUMNS: [&str; 3] = ["file", "label", "arrival"];
-const OUTCOME_COLUMNS: [&str; 5] = ["action", "score", "symbols", "feedback", "probability"];
-
-/// The CSV of a cross-validation: `write_csv`'s columns for one rule set and a `fold` column,
-/// one row per message a fold scored (so hard ham once per fold), folds in order.
-pub fn write_csv_folds(
-    out: impl Write,
-    corpus: &Corpus,
-    cv: &super::crossval::CrossValidation,
-) -> Result<(), csv::Error> {
-    let mut w = csv::Writer::from_writer(out);
-    w.write_record(LEAD_COLUMNS.iter().chain(&OUTCOME_COLUMNS).chain(&["fold"]))?;
-    for (k, fold) in cv.folds.iter().enumerate() {
-        for (&i, o) in fold.scored.iter().zip(&fold.lane.outcomes) {
-            let item = &corpus.items[i];
-            let mut row = vec![
-                item.name.clone(),
-                item.label.as_str().to_string(),
-                rfc3339(item.arrival),
-            ];
-            row.extend(outcome_cells(o));
-            row.push(k.to_string());
-            w.write_record(&row)?;
-        }
-    }
-    w.flush()?;
-    Ok(())
-}
-
-/// A message's action, score, symbols, feedback and probability as CSV cells.
-fn outcome_cells(o: &Outcome) -> [String; 5] {
-    let [action, score, symbols] = match &o.error {
-        Some(e) => ["error".to_string(), String::new(), e.clone()],
-        None => [
-            o.action.as_str().to_string(),
-            o.score.to_string(),
-            symbol_list(&o.symbols),
-        ],
-    };
-    [
-        action,
-        score,
-        symbols,
-        feedback_name(o).to_string(),
-        o.probability
-            .map_or_else(String::new, |p| format!("{p:.4}")),
-    ]
-}
-
-/// A cross-validation's figures: each fold's, and every fold's scored messages together (the
-/// untrained labels once per fold).
-#[derive(Debug, Serialize)]
-pub struct CrossSummary {
-    pub folds: usize,
-    /// A split by date: the share of each label learned, and until when (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub split: Option<(f64, String)>,
-    pub seed: u64,
-    pub elapsed_secs: f64,
-    pub per_fold: Vec<Summary>,
-    pub total: Summary,
-}
-
-impl CrossSummary {
-    pub fn new(
-        corpus: &Corpus,
-        cv: &super::crossval::CrossValidation,
-        seed: u64,
-        verdict: &VerdictConfig,
-        slices: usize,
-    ) -> CrossSummary {
-        let per_fold = cv
-            .folds
-            .iter()
-            .map(|f| {
-                let items: Vec<&Item> = f.scored.iter().map(|&i| &corpus.items[i]).collect();
-                let mut s = Summary::of(&items, &f.lane, verdict, slices);
-                s.errors += f.unreadable;
-                s
-            })
-            .collect();
-        // All folds' messages in arrival order, so the over-time table means what it says.
-        let mut all: Vec<(usize, usize)> = (cv.folds.iter().enumerate())
-            .flat_map(|(k, f)| (0..f.scored.len()).map(move |n| (k, n)))
-            .collect();
-        all.sort_by_key(|&(k, n)| {
-            let i = cv.folds[k].scored[n];
-            (corpus.items[i].arrival, i, k)
-        });
-        let items: Vec<&Item> = all
-            .iter()
-            .map(|&(k, n)| &corpus.items[cv.folds[k].scored[n]])
-            .collect();
-        let sum = |f: &dyn Fn(&Lane) -> u64| cv.folds.iter().map(|x| f(&x.lane)).sum::<u64>();
-        let lane = Lane {
-            outcomes: all
-                .iter()
-                .map(|&(k, n)| cv.folds[k].lane.outcomes[n].clone())
-                .collect(),
-            elapsed: cv.elapsed,
-            complaints: sum(&|l| l.complaints),
-            rescues: sum(&|l| l.rescues),
-            store_keys: cv.folds.iter().map(|f| f.lane.store_keys).sum(),
-            swept_keys: sum(&|l| l.swept_keys),
-            learned: (sum(&|l| l.learned.0), sum(&|l| l.learned.1)),
-        };
-        let mut total = Summary::of(&items, &lane, verdict, slices);
-        total.undated = corpus.undated;
-        total.skipped_files = corpus.skipped.len();
-        total.errors += cv.folds.iter().map(|f| f.unreadable).sum::<usize>();
-        CrossSummary {
-            folds: cv.k,
-            split: cv.split.map(|(f, at)| (f, rfc3339(at))),
-            seed,
-            elapsed_secs: (cv.elapsed.as_secs_f64() * 1e3).round() / 1e3,
-            per_fold,
-            total,
-        }
-    }
-
-    /// A line per fold (what it learned, each label's share at add header or above), then the
-    /// tables of all folds together.
-    pub fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
-        let count = |s: &Summary, l: Label| {
-            s.labels
-                .iter()
-                .find(|x| x.label == l)
-                .map_or(0, |x| x.messages)
-        };
-        let t = &self.total;
-        match &self.split {
-            Some((fraction, until)) => writeln!(
-                out,
-                "split by date: learned the earliest {}% of the labelled mail (as `shrike learn` \
-                 does, messages up to {until}), then scored the rest",
-                fraction * 100.0
-            )?,
-            None => writeln!(
-                out,
-                "cross-validation: {} folds of the spam and ham (seed {}); each fold learns the \
-                 others (as `shrike learn` does), then scores its own and all hard ham",
-                self.folds, self.seed
-            )?,
-        }
-        writeln!(
-            out,
-            "scored: {} messages ({} spam, {} ham, {} hard ham{}) arriving {} .. {}",
-            t.messages,
-            count(t, Label::Spam),
-            count(t, Label::Ham),
-            count(t, Label::HardHam),
-            match count(t, Label::Unlabeled) {
-                0 => String::new(),
-                u => format!(", {u} unlabeled"),
-            },
-            t.from,
-            t.to
-        )?;
-        writeln!(
-            out,
-            "time: {:.2} s for all folds; learned: {} spam, {} ham over the folds (classifier: {} spam, {} ham)",
-            self.elapsed_secs, t.complaints, t.rescues, t.classifier_spam, t.classifier_ham
-        )?;
-        if t.errors + t.undated + t.skipped_files > 0 {
-            writeln!(
-                out,
-                "notes: {} unreadable, {} skipped files, {} without a usable date (placed after their neighbour)",
-                t.errors, t.skipped_files, t.undated
-            )?;
-        }
-        writeln!(out)?;
-        let caught = |s: &Summary, l: Label| {
-            s.labels.iter().find(|x| x.label == l).map_or_else(
-                || "-".to_string(),
-                |x| format!("{} ({:.1}%)", x.caught, x.caught_pct),
-            )
-        };
-        let mut rows = vec![[
-            "fold",
-            "learned spam",
-            "learned ham",
-            "spam",
-            "≥ add header",
-            "ham",
-            "≥ add header",
-            "hard ham",
-            "≥ add header",
-        ]
-        .map(String::from)
-        .to_vec()];
-        let fold_rows = self
-            .per_fold
-            .iter()
-            .enumerate()
-            .map(|(k, s)| (k.to_string(), s));
-        for (name, s) in fold_rows.chain(std::iter::once(("all".to_string(), t))) {
-            rows.push(vec![
-                name,
-                s.complaints.to_string(),
-                s.rescues.to_string(),
-                count(s, Label::Spam).to_string(),
-                caught(s, Label::Spam),
-                count(s, Label::Ham).to_string(),
-                caught(s, Label::Ham),
-                count(s, Label::HardHam).to_string(),
-                caught(s, Label::HardHam),
-            ]);
-        }
-        table(out, &rows)?;
-        writeln!(out)?;
-        writeln!(out, "all folds together:")?;
-        self.total.write_tables(out)
-    }
-}
-
-/// A message two rule sets treat differently.
-#[derive(Debug, Serialize)]
-pub struct Difference {
-    pub file: String,
-    pub label: Label,
-    pub action_a: Action,
-    pub score_a: f64,
-    pub action_b: Action,
-    pub score_b: f64,
-    /// Symbols only the second rule set hit, with their scores.
-    pub added: Vec<(String, f64)>,
-    /// Symbols only the first rule set hit.
-    pub removed: Vec<(String, f64)>,
-    /// Symbols both hit with different scores: (name, a, b).
-    pub changed: Vec<(String, f64, f64)>,
-}
-
-/// Per label: how many messages moved to a stricter or a milder action.
-#[derive(Debug, Default, Serialize)]
-pub struct Moves {
-    pub stricter: usize,
-    pub milder: usize,
-    pub newly_caught: usize,
-    pub no_longer_caught: usize,
-}
-
-/// Two rule sets over the same stream.
-#[derive(Debug, Serialize)]
-pub struct Comparison {
-    pub a: Summary,
-    pub b: Summary,
-    pub moves: BTreeMap<&'static str, Moves>,
-    pub differences: Vec<Difference>,
-}
-
-impl Comparison {
-    pub fn new(
-        corpus: &Corpus,
-        a: &Lane,
-        b: &Lane,
-        verdict: &VerdictConfig,
-        slices: usize,
-    ) -> Self {
-        let mut moves: BTreeMap<&'static str, Moves> = BTreeMap::new();
-        let mut differences = Vec::new();
-        for ((item, x), y) in corpus.items.iter().zip(&a.outcomes).zip(&b.outcomes) {
-            if x.action == y.action || x.error.is_some() || y.error.is_some() {
-                continue;
-            }
-            let m = moves.entry(item.label.as_str()).or_default();
-            if y.action > x.action {
-                m.stricter += 1;
-            } else {
-                m.milder += 1;
-            }
-            match (is_caught(x.action), is_caught(y.action)) {
-                (false, true) => m.newly_caught += 1,
-                (true, false) => m.no_longer_caught += 1,
-                _ => {}
-            }
-            let xs: BTreeMap<&str, f64> = x.symbols.iter().map(|(n, s)| (&**n, *s)).collect();
-            let ys: BTreeMap<&str, f64> = y.symbols.iter().map(|(n, s)| (&**n, *s)).collect();
-            let names: BTreeSet<&str> = xs.keys().chain(ys.keys()).copied().collect();
-            let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
-            for name in names {
-                match (xs.get(name), ys.get(name)) {
-                    (None, Some(&s)) => added.push((name.to_string(), s)),
-                    (Some(&s), None) => removed.push((name.to_string(), s)),
-                    (Some(&p), Some(&q)) if p != q => changed.push((name.to_string(), p, q)),
-                    _ => {}
-                }
-            }
-            differences.push(Difference {
-                file: item.name.clone(),
-                label: item.label,
-                action_a: x.action,
-                score_a: x.score,
-                action_b: y.action,
-                score_b: y.score,
-                added,
-                removed,
-                changed,
-            });
-        }
-        Comparison {
-            a: Summary::new(corpus, a, verdict, slices),
-            b: Summary::new(corpus, b, verdict, slices),
-            moves,
-            differences,
-        }
-    }
-
-    /// Both summaries' headline figures, the moves, then every difference.
-    pub fn write_text(&self, out: &mut dyn Write, a_name: &str, b_name: &str) -> io::Result<()> {
-        writeln!(
-            out,
-            "compare: A = {a_name}, B = {b_name}; {} messages, A {:.2} s, B {:.2} s",
-            self.a.messages, self.a.elapsed_secs, self.b.elapsed_secs
-        )?;
-        writeln!(out)?;
-        let mut rows = vec![vec![
-            "label".to_string(),
-            "messages".to_string(),
-            "A ≥ add header".to_string(),
-            "B ≥ add header".to_string(),
-            "A rejected".to_string(),
-            "B rejected".to_string(),
-            "stricter in B".to_string(),
-            "milder in B".to_string(),
-        ]];
-        for (x, y) in self.a.labels.iter().zip(&self.b.labels) {
-            let m = self.moves.get(x.label.as_str());
-            rows.push(vec![
-                x.label.as_str().to_string(),
-                x.messages.to_string(),
-                format!("{} ({:.1}%)", x.caught, x.caught_pct),
-                format!("{} ({:.1}%)", y.caught, y.caught_pct),
-                format!("{} ({:.1}%)", x.rejected, x.rejected_pct),
-                format!("{} ({:.1}%)", y.rejected, y.rejected_pct),
-                m.map_or(0, |m| m.stricter).to_string(),
-                m.map_or(0, |m| m.milder).to_string(),
-            ]);
-        }
-        table(out, &rows)?;
-        writeln!(out)?;
-        writeln!(out, "{} messages change action:", self.differences.len())?;
-        for d in &self.differences {
-            let mut why: Vec<String> = Vec::new();
-            why.extend(d.added.iter().map(|(n, s)| format!("+{n}({s})")));
-            why.extend(d.removed.iter().map(|(n, s)| format!("-{n}({s})")));
-            why.extend(d.changed.iter().map(|(n, p, q)| format!("~{n}({p}→{q})")));
-            writeln!(
-                out,
-                "  {} [{}] {} ({}) → {} ({}): {}",
-                d.file,
-                d.label.as_str(),
-                d.action_a.as_str(),
-                d.score_a,
-                d.action_b.as_str(),
-                d.score_b,
-                why.join(" ")
-            )?;
-        }
-        Ok(())
     }
 }
