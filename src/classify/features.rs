@@ -303,16 +303,17 @@ fn add_parts(f: &mut Features, message: &ParsedMessage<'_>) {
     };
     let mut v = Vec::with_capacity(48);
     for part in mime.parts.iter().take(MAX_PARTS) {
+        // The rules' part type (`msg:parts()`), so both read a part alike: a part without a
+        // Content-Type is text/plain (RFC 2045) here too. No new `FEATURE_VERSION`: such parts
+        // gain the feature real text/plain parts already had, and a type without a subtype
+        // (`type:text` instead of `type:text/`) is new, so no learned weight changes meaning.
+        v.clear();
+        v.extend_from_slice(b"type:");
+        v.extend_from_slice(crate::message::part_type(part).as_bytes());
+        f.add(Family::Part, &v);
         let Some(ct) = part.content_type() else {
             continue;
         };
-        v.clear();
-        v.extend_from_slice(b"type:");
-        v.extend_from_slice(ct.ctype().as_bytes());
-        v.push(b'/');
-        v.extend_from_slice(ct.subtype().unwrap_or("").as_bytes());
-        v.make_ascii_lowercase();
-        f.add(Family::Part, &v);
         if let Some(charset) = ct.attribute("charset") {
             v.clear();
             v.extend_from_slice(b"charset:");
@@ -510,6 +511,34 @@ mod tests {
         let plain = b"From: a@spam.example\nSubject: Cheap pills today\nMessage-ID: <1@spam.example>\n\nBuy now\n";
         let listed = b"From: a@spam.example\nList-Id: Irish Linux Users <ilug.linux.ie>\nList-Unsubscribe: <mailto:leave@linux.ie>\nList-Post: <mailto:ilug@linux.ie>\nSubject: [ILUG] Cheap pills today\nMessage-ID: <1@spam.example>\n\nBuy now\n";
         assert_eq!(features_of(plain), features_of(listed));
+    }
+
+    #[test]
+    fn part_features_are_the_rules_part_types() {
+        let raw = b"From: a@example.com\nSubject: x\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b\n\n--b\n\nno content type here\n--b\nContent-Type: TEXT/HTML; charset=UTF-8\n\n<p>hi</p>\n--b--\n";
+        let limits = crate::message::Limits::default();
+        let input = crate::message::prepare(raw, &limits);
+        let a = crate::scan::analyze(&input, &Default::default(), &limits);
+        let mime = a.message.mime.as_ref().expect("parsed");
+        let got = features_of(raw);
+        for part in mime.parts.iter() {
+            let mut x = Features::default();
+            x.add(
+                Family::Part,
+                format!("type:{}", crate::message::part_type(part)).as_bytes(),
+            );
+            assert!(
+                got.binary_search(&x.hashes()[0]).is_ok(),
+                "{}",
+                crate::message::part_type(part)
+            );
+        }
+        let mut plain = Features::default();
+        plain.add(Family::Part, b"type:text/plain");
+        assert!(
+            got.binary_search(&plain.hashes()[0]).is_ok(),
+            "a part without Content-Type"
+        );
     }
 
     #[test]
