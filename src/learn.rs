@@ -212,6 +212,7 @@ pub fn run(settings: &LearnSettings, options: &Options) -> Result<Summary, Learn
         bar.finish_and_clear();
         return Err(LearnError::NoMessages);
     }
+    interleave(&mut jobs);
     bar.set_length(jobs.len() as u64);
     if let Ok(style) =
         ProgressStyle::with_template("{bar:40} {pos}/{len} messages, {rate}, ETA {eta} {msg}")
@@ -251,6 +252,28 @@ pub fn run(settings: &LearnSettings, options: &Options) -> Result<Summary, Learn
     bar.finish_and_clear();
     summary.elapsed = start.elapsed();
     Ok(summary)
+}
+
+/// Orders the jobs so both classes run through the whole learn in proportion (each keeps its
+/// own order): an online model taught every spam and then every ham ends leaning to the class
+/// it saw last, and the classifier's stack (`classify::stack`) is fitted on what the models
+/// said before each learn, which needs both classes while both models are ready.
+fn interleave(jobs: &mut Vec<Job>) {
+    let count = |class| jobs.iter().filter(|j| j.class == class).count().max(1);
+    let (spam, ham) = (count(Class::Spam), count(Class::Ham));
+    let (mut seen_spam, mut seen_ham) = (0usize, 0usize);
+    let mut keys: Vec<(f64, usize)> = Vec::with_capacity(jobs.len());
+    for (i, j) in jobs.iter().enumerate() {
+        let (seen, of) = match j.class {
+            Class::Spam => (&mut seen_spam, spam),
+            Class::Ham => (&mut seen_ham, ham),
+        };
+        keys.push(((*seen as f64 + 0.5) / of as f64, i));
+        *seen += 1;
+    }
+    keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut slots: Vec<Option<Job>> = jobs.drain(..).map(Some).collect();
+    jobs.extend(keys.into_iter().filter_map(|(_, i)| slots[i].take()));
 }
 
 /// Adds the messages under `path` to `jobs`, as `class` whatever their folders are called;
@@ -500,5 +523,48 @@ fn post(
             class: job.class,
             trained: true,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::corpus::{Item, Label, Source};
+
+    fn job(class: Class, n: usize) -> Job {
+        let name = format!("{class:?}/{n}");
+        Job {
+            item: Item {
+                name: name.clone(),
+                key: name,
+                label: if class == Class::Spam {
+                    Label::Spam
+                } else {
+                    Label::Ham
+                },
+                arrival: n as u64,
+                envelope: Default::default(),
+                source: Source::File(PathBuf::from("/nonexistent")),
+            },
+            class,
+        }
+    }
+
+    #[test]
+    fn the_classes_are_interleaved_in_proportion_each_in_its_order() {
+        let mut jobs: Vec<Job> = (0..4).map(|n| job(Class::Spam, n)).collect();
+        jobs.extend((0..8).map(|n| job(Class::Ham, n)));
+        interleave(&mut jobs);
+        let names: Vec<&str> = jobs.iter().map(|j| j.item.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "Ham/0", "Spam/0", "Ham/1", "Ham/2", "Spam/1", "Ham/3", "Ham/4", "Spam/2", "Ham/5",
+                "Ham/6", "Spam/3", "Ham/7"
+            ]
+        );
+        let mut one: Vec<Job> = (0..3).map(|n| job(Class::Ham, n)).collect();
+        interleave(&mut one);
+        assert_eq!(one.len(), 3);
     }
 }

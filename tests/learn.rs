@@ -783,7 +783,7 @@ fn clf_probability(d: &Daemon, raw: &str) -> Option<f64> {
 }
 
 /// `classifier.learn_passes`: an offline learn trains again over what it learned, so the mail
-/// it learned first is fitted too, without counting any message twice; 1 is one pass, and an
+/// it learned is fitted closer, without counting any message twice; 1 is one pass, and an
 /// out-of-range value is refused before anything is learned.
 #[test]
 fn an_offline_learn_makes_further_passes_without_counting_them() {
@@ -819,9 +819,10 @@ fn an_offline_learn_makes_further_passes_without_counting_them() {
         spam_p.push(ps.iter().sum::<f64>() / ps.len() as f64);
         d.stop();
     }
+    // (The learn interleaves the classes, so one pass already leans the right way.)
     assert!(
-        spam_p[1] > spam_p[0] + 0.1,
-        "the spam learned first is fitted by the second pass: mean p {spam_p:?}"
+        spam_p[0] > 0.5 && spam_p[1] > spam_p[0] + 0.01,
+        "the second pass fits the learned spam closer: mean p {spam_p:?}"
     );
 
     let bad = dir.path().join("bad.toml");
