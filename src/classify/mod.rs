@@ -179,6 +179,18 @@ pub struct Classifier {
     collector: Mutex<Option<std::sync::Arc<passes::Passes>>>,
 }
 
+/// Which training a step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A first training on a labelled message: counted, and what the models said of it before
+    /// is a held-out example for the stack.
+    HeldOut,
+    /// A first training on the filter's own verdict (autolearn): counted, not for the stack.
+    First,
+    /// A further pass over a message already trained on: nothing counted.
+    Again,
+}
+
 /// What `Classifier::set_learn_hook` calls: (class, message key, features).
 pub type LearnHook = Box<dyn Fn(Class, Option<u64>, &Features) + Send + Sync>;
 
@@ -353,6 +365,16 @@ impl Classifier {
     /// body hash): a message trains once per class while it is remembered. Returns whether it
     /// trained.
     pub fn train(&self, features: &Features, class: Class, key: Option<u64>) -> bool {
+        self.train_as(features, class, key, true)
+    }
+
+    /// `train` for autolearn: the class is the filter's own verdict, partly this model's, so
+    /// the stack (`stack`) does not learn from it: it would learn to trust whatever decided.
+    pub fn autotrain(&self, features: &Features, class: Class, key: Option<u64>) -> bool {
+        self.train_as(features, class, key, false)
+    }
+
+    fn train_as(&self, features: &Features, class: Class, key: Option<u64>, held: bool) -> bool {
         if !self.config.enabled {
             return false;
         }
@@ -362,7 +384,11 @@ impl Classifier {
                 return false;
             }
         }
-        self.step(features.hashes(), class, true);
+        self.step(
+            features.hashes(),
+            class,
+            if held { Step::HeldOut } else { Step::First },
+        );
         match class {
             Class::Spam => self.spam.fetch_add(1, Relaxed),
             Class::Ham => self.ham.fetch_add(1, Relaxed),
@@ -377,7 +403,7 @@ impl Classifier {
     /// again, without counting the message or its coordinates again.
     pub fn retrain(&self, hashes: &[u64], class: Class) {
         if self.config.enabled {
-            self.step(hashes, class, false);
+            self.step(hashes, class, Step::Again);
         }
     }
 
@@ -386,9 +412,9 @@ impl Classifier {
         *self.collector.lock() = passes;
     }
 
-    /// One FTRL-Proximal step over a message's feature hashes; `count`: a first training, which
-    /// counts towards `min_feature_count`.
-    fn step(&self, hashes: &[u64], class: Class, count: bool) {
+    /// One FTRL-Proximal step over a message's feature hashes.
+    fn step(&self, hashes: &[u64], class: Class, step: Step) {
+        let count = step != Step::Again;
         let _guard = self.train.lock();
         let y = if class == Class::Spam { 1.0 } else { 0.0 };
         let l1 = self.l1_now();
@@ -413,7 +439,10 @@ impl Classifier {
         if count {
             // What both models said before learning this message: a held-out example for the
             // stack (`sum` was read before the step above changed any weight).
-            if self.enough(self.learned()) && self.enough(self.bayes.learned()) {
+            if step == Step::HeldOut
+                && self.enough(self.learned())
+                && self.enough(self.bayes.learned())
+            {
                 let bayes = self.bayes.probability(hashes);
                 self.stack.learn(sigmoid(sum), bayes, class == Class::Spam);
             }
@@ -986,10 +1015,17 @@ mod tests {
             "{f} {b} {p}"
         );
         assert!(p > 0.5, "{p}");
-        // further passes of a bulk learn do not teach the stack (not held out)
+        // further passes of a bulk learn do not teach the stack (not held out), nor does
+        // autolearn (its label is the filter's own verdict); both still train the models
         let before = model.stack();
         model.retrain(probe.hashes(), Class::Spam);
         assert_eq!(model.stack(), before);
+        let learned = model.learned();
+        assert!(model.autotrain(&example(5_000, true), Class::Spam, None));
+        assert_eq!(model.stack(), before);
+        assert_eq!(model.learned(), (learned.0 + 1, learned.1));
+        assert!(model.train(&example(5_001, true), Class::Spam, None));
+        assert_ne!(model.stack(), before, "a labelled learn is held out");
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("classifier.bin");

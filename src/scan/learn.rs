@@ -209,6 +209,8 @@ impl ScanWorker {
                 return None;
             }
         }
-        sc.train(scanned, class).then_some(class)
+        sc.classifier
+            .autotrain(&sc.features(scanned), class, training_key(scanned))
+            .then_some(class)
     }
 }
