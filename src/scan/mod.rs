@@ -585,7 +585,10 @@ impl ScanWorker {
     }
 }
 
-/// The recipients of a message: the envelope's, else the To and Cc addresses.
+/// The recipients of a message: the envelope's, else the To and Cc addresses. Not
+/// `Entities::recipients` (what rules see): settings and greylisting act on the SMTP envelope as
+/// the MTA gave it, every recipient, where the entities keep parsed addresses up to
+/// `entities::MAX_EMAILS` counted with the body's.
 fn recipients(analysis: &Analysis<'_>, envelope: &Envelope) -> Vec<String> {
     if !envelope.rcpt_to.is_empty() {
         return envelope.rcpt_to.clone();
