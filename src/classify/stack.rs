@@ -81,7 +81,7 @@ impl Stack {
     /// log-odds lie between the two models' (each clamped at ±9.2).
     pub fn combine(&self, ftrl: f64, bayes: f64, min: u64) -> f64 {
         let (spam, ham) = self.learned();
-        if spam < min || ham < min {
+        if spam < min || ham < min || !bayes.is_finite() {
             return ftrl;
         }
         let (lf, lb) = (logit(ftrl), logit(bayes));
@@ -93,6 +93,10 @@ impl Stack {
     /// One AdaGrad step of log loss on a message the models put at `ftrl` and `bayes` before
     /// learning it. The caller serializes learns.
     pub fn learn(&self, ftrl: f64, bayes: f64, spam: bool) {
+        // One bad number would stay in the weights for good.
+        if !ftrl.is_finite() || !bayes.is_finite() {
+            return;
+        }
         let x = inputs(logit(ftrl), logit(bayes));
         let w = self.weights();
         let z: f64 = x.iter().zip(w).map(|(x, w)| x * w).sum();
@@ -200,6 +204,21 @@ mod tests {
         assert!(w[1] > w[0], "learned to trust the better model: {w:?}");
         // Both sure of spam: never surer than the surer one.
         assert!(s.combine(0.999, 0.9999, 10) <= 0.9999 + 1e-12);
+    }
+
+    #[test]
+    fn a_bad_number_is_neither_learned_nor_combined() {
+        let s = Stack::default();
+        for _ in 0..10 {
+            s.learn(0.9, 0.8, true);
+            s.learn(0.1, 0.2, false);
+        }
+        let before = (s.weights(), s.learned());
+        s.learn(f64::NAN, 0.5, true);
+        s.learn(0.5, f64::INFINITY, false);
+        assert_eq!((s.weights(), s.learned()), before);
+        assert_eq!(s.combine(0.7, f64::NAN, 5), 0.7);
+        assert!(s.combine(0.7, 0.9, 5).is_finite());
     }
 
     #[test]
