@@ -102,6 +102,22 @@ pub struct Verdict {
     pub settings: Option<String>,
 }
 
+impl Verdict {
+    /// Adds a symbol that reports without scoring (score 0): what a step after the rules found
+    /// or did (a setting that matched, a signature, a virus), with its options.
+    pub fn note(&mut self, symbol: &str, description: Option<&str>, options: Vec<String>) {
+        self.symbols.insert(
+            symbol.to_string(),
+            SymbolHit {
+                name: symbol.to_string(),
+                score: 0.0,
+                description: description.map(str::to_string),
+                options,
+            },
+        );
+    }
+}
+
 impl Default for Verdict {
     fn default() -> Self {
         Verdict {

@@ -323,7 +323,8 @@ impl Classifier {
             return None;
         }
         let ftrl = self.probability(features);
-        if !self.bayes_ready() {
+        // (Bayes is asked only when the stack would use its answer.)
+        if !self.bayes_ready() || !self.stack.ready(self.config.min_learned) {
             return Some(ftrl);
         }
         let bayes = self.bayes.probability(features.hashes());
@@ -791,6 +792,31 @@ mod tests {
         assert_eq!(loaded.learned(), (3, 0));
     }
 
+    /// `bytes` (a snapshot in the current format) as `version` would have written it: without
+    /// the sections that version did not have, checksummed again.
+    fn as_version(model: &Classifier, bytes: &[u8], version: u32) -> Vec<u8> {
+        let table_end = 36 + model.table.len() * 4;
+        let counts_end = table_end + model.counts.len();
+        let bayes_end = counts_end + model.bayes.encoded_len();
+        let stack_end = bayes_end + stack::Stack::ENCODED_LEN;
+        let body = &bytes[..bytes.len() - 4];
+        let mut out = body[..table_end].to_vec();
+        out[8..12].copy_from_slice(&version.to_le_bytes());
+        for (since, section) in [
+            (3, &body[table_end..counts_end]),
+            (4, &body[counts_end..bayes_end]),
+            (5, &body[bayes_end..stack_end]),
+            (2, &body[stack_end..]),
+        ] {
+            if version >= since {
+                out.extend_from_slice(section);
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
     /// A synthetic two-class stream: each class draws tokens mostly from its own vocabulary,
     /// with a shared one mixed in.
     fn example(i: u64, spam: bool) -> Features {
@@ -915,15 +941,7 @@ mod tests {
         // A version-2 file (no counts) loads with every trained coordinate counted as seen
         // often enough, so an old model keeps its opinions.
         let bytes = std::fs::read(&path).unwrap();
-        let table_end = 36 + model.table.len() * 4;
-        let mut v2 = bytes[..table_end].to_vec();
-        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let keys_at =
-            table_end + model.counts.len() + model.bayes.encoded_len() + stack::Stack::ENCODED_LEN;
-        v2.extend_from_slice(&bytes[keys_at..bytes.len() - 4]);
-        let crc = crc32c::crc32c(&v2);
-        v2.extend_from_slice(&crc.to_le_bytes());
-        std::fs::write(&path, &v2).unwrap();
+        std::fs::write(&path, as_version(&model, &bytes, 2)).unwrap();
         let old = Classifier::load(&counted, &path).unwrap();
         assert!(old.probability(&f) > 0.5);
         assert_eq!(old.probability(&only("never")), 0.5);
@@ -962,14 +980,7 @@ mod tests {
 
         // A version-3 file (no Bayes section) loads with the weights, and Bayes starts afresh.
         let bytes = std::fs::read(&path).unwrap();
-        let counts_end = 36 + model.table.len() * 4 + model.counts.len();
-        let mut v3 = bytes[..counts_end].to_vec();
-        v3[8..12].copy_from_slice(&3u32.to_le_bytes());
-        let stack_end = counts_end + model.bayes.encoded_len() + stack::Stack::ENCODED_LEN;
-        v3.extend_from_slice(&bytes[stack_end..bytes.len() - 4]);
-        let crc = crc32c::crc32c(&v3);
-        v3.extend_from_slice(&crc.to_le_bytes());
-        std::fs::write(&path, &v3).unwrap();
+        std::fs::write(&path, as_version(&model, &bytes, 3)).unwrap();
         let old = Classifier::load(&config(), &path).unwrap();
         assert_eq!(old.probability(&probe), model.probability(&probe));
         assert_eq!(
@@ -1036,13 +1047,7 @@ mod tests {
 
         // A version-4 file (no stack) loads; the stack starts afresh: FTRL alone.
         let bytes = std::fs::read(&path).unwrap();
-        let bayes_end = 36 + model.table.len() * 4 + model.counts.len() + model.bayes.encoded_len();
-        let mut v4 = bytes[..bayes_end].to_vec();
-        v4[8..12].copy_from_slice(&4u32.to_le_bytes());
-        v4.extend_from_slice(&bytes[bayes_end + stack::Stack::ENCODED_LEN..bytes.len() - 4]);
-        let crc = crc32c::crc32c(&v4);
-        v4.extend_from_slice(&crc.to_le_bytes());
-        std::fs::write(&path, &v4).unwrap();
+        std::fs::write(&path, as_version(&model, &bytes, 4)).unwrap();
         let old = Classifier::load(&config(), &path).unwrap();
         assert_eq!(old.stack().1, (0, 0));
         assert_eq!(old.classify(&probe), Some(model.probability(&probe)));
@@ -1117,12 +1122,7 @@ mod tests {
 
         // A version-1 file (weights only, no keys) still loads, remembering nothing.
         let bytes = std::fs::read(&path).unwrap();
-        let table_end = 36 + model.table.len() * 4;
-        let mut v1 = bytes[..table_end].to_vec();
-        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
-        let crc = crc32c::crc32c(&v1);
-        v1.extend_from_slice(&crc.to_le_bytes());
-        std::fs::write(&path, &v1).unwrap();
+        std::fs::write(&path, as_version(&model, &bytes, 1)).unwrap();
         let old = Classifier::load(&config(), &path).unwrap();
         assert_eq!(old.learned(), model.learned());
         assert!(old.train(&f, Class::Spam, Some(42)));

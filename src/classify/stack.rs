@@ -76,12 +76,17 @@ impl Stack {
         std::array::from_fn(|i| f64::from_bits(self.weights[i].load(Relaxed)))
     }
 
-    /// The combined spam probability of a message the models put at `ftrl` and `bayes`; FTRL's
-    /// own until the stack has learned from `min` held-out messages of each class. The result's
-    /// log-odds lie between the two models' (each clamped at ±9.2).
-    pub fn combine(&self, ftrl: f64, bayes: f64, min: u64) -> f64 {
+    /// Whether it has learned from `min` held-out messages of each class.
+    pub fn ready(&self, min: u64) -> bool {
         let (spam, ham) = self.learned();
-        if spam < min || ham < min || !bayes.is_finite() {
+        spam >= min && ham >= min
+    }
+
+    /// The combined spam probability of a message the models put at `ftrl` and `bayes`; FTRL's
+    /// own until the stack is `ready(min)`. The result's log-odds lie between the two models'
+    /// (each clamped at ±9.2).
+    pub fn combine(&self, ftrl: f64, bayes: f64, min: u64) -> f64 {
+        if !self.ready(min) || !bayes.is_finite() {
             return ftrl;
         }
         let (lf, lb) = (logit(ftrl), logit(bayes));
@@ -125,8 +130,8 @@ impl Stack {
         }
     }
 
-    /// Reads what `write` wrote; `false` when `bytes` is not exactly that long or holds a
-    /// weight that is not a finite number.
+    /// Reads what `write` wrote; `false` when `bytes` is not exactly that long, holds a weight
+    /// that is not a finite number, or a sum of squares below zero.
     pub fn read(&self, bytes: &[u8]) -> bool {
         if bytes.len() != Self::ENCODED_LEN {
             return false;
@@ -135,9 +140,13 @@ impl Stack {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect();
-        if vals[2..]
-            .iter()
-            .any(|&v| !f64::from_bits(v).is_finite() || f64::from_bits(v) < -1e6)
+        let (weights, squares) = vals[2..].split_at(INPUTS);
+        let number = |v: &u64| f64::from_bits(*v);
+        if !weights.iter().map(number).all(f64::is_finite)
+            || !squares
+                .iter()
+                .map(number)
+                .all(|s| s.is_finite() && s >= 0.0)
         {
             return false;
         }

@@ -39,7 +39,7 @@ use crate::store::{
     Counter, Increment, ReputationStore, Store, StoreConfig, StoreError, StoreKey, SystemClock,
     WindowCounts, COUNTERS,
 };
-use crate::verdict::{Action, SymbolHit, Verdict, VerdictConfig};
+use crate::verdict::{Action, Verdict, VerdictConfig};
 
 /// Why an in-memory scanner could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -477,32 +477,19 @@ impl ScanWorker {
                 if let Some(over) = sc.outbound.limit(user, &recipients, spam) {
                     let action = sc.outbound.config().limits.action;
                     verdict.action = verdict.action.max(action);
-                    verdict.symbols.insert(
-                        crate::outbound::OUTBOUND_LIMIT.to_string(),
-                        SymbolHit {
-                            name: crate::outbound::OUTBOUND_LIMIT.to_string(),
-                            score: 0.0,
-                            description: Some(
-                                "the authenticated user is over an outbound limit".into(),
-                            ),
-                            options: vec![user.to_string(), over.to_string()],
-                        },
+                    verdict.note(
+                        crate::outbound::OUTBOUND_LIMIT,
+                        Some("the authenticated user is over an outbound limit"),
+                        vec![user.to_string(), over.to_string()],
                     );
                 }
             }
         }
         if store_unavailable {
-            verdict.symbols.insert(
-                STORE_UNAVAILABLE.to_string(),
-                crate::verdict::SymbolHit {
-                    name: STORE_UNAVAILABLE.to_string(),
-                    score: 0.0,
-                    description: Some(
-                        "the reputation store did not answer in time: scanned without reputation"
-                            .into(),
-                    ),
-                    options: Vec::new(),
-                },
+            verdict.note(
+                STORE_UNAVAILABLE,
+                Some("the reputation store did not answer in time: scanned without reputation"),
+                Vec::new(),
             );
         }
         let times = StageTimes {

@@ -11,7 +11,7 @@ use crate::auth::AuthResults;
 use crate::engine::{Generation, RuleOutcome};
 use crate::message::Envelope;
 use crate::settings::{Profile, Query, SETTINGS_ALLOW, SETTINGS_ALLOW_UNVERIFIED, SETTINGS_DENY};
-use crate::verdict::{Action, SymbolHit, Verdict};
+use crate::verdict::{Action, Verdict};
 
 /// What a settings entry can say about the message's senders: the addresses (envelope sender
 /// and From), and those of them whose domain authentication vouches for.
@@ -135,27 +135,15 @@ fn judge(
 ) -> Verdict {
     let (mut v, forced) = super::judge(&profile.verdict, outcome, generation, lists, Some(profile));
     v.settings = Some(profile.name.clone());
-    let note = |v: &mut Verdict, symbol: &str, description: &str, option: String| {
-        v.symbols.insert(
-            symbol.to_string(),
-            SymbolHit {
-                name: symbol.to_string(),
-                score: 0.0,
-                description: Some(description.to_string()),
-                options: vec![option],
-            },
-        );
-    };
     if let Some(pattern) = senders
         .addresses
         .iter()
         .find_map(|a| profile.deny.matching(a))
     {
-        note(
-            &mut v,
+        v.note(
             SETTINGS_DENY,
-            "the sender is in this recipient's deny_senders",
-            pattern,
+            Some("the sender is in this recipient's deny_senders"),
+            vec![pattern],
         );
         v.action = Action::Reject;
         return v;
@@ -168,11 +156,10 @@ fn judge(
         .iter()
         .find_map(|a| profile.allow.matching(a))
     {
-        note(
-            &mut v,
+        v.note(
             SETTINGS_ALLOW,
-            "the sender is in this recipient's allow_senders and authenticated",
-            pattern,
+            Some("the sender is in this recipient's allow_senders and authenticated"),
+            vec![pattern],
         );
         // A rule's forced action (a virus, GTUBE) stands; the thresholds do not.
         v.action = forced.unwrap_or(Action::NoAction);
@@ -181,11 +168,10 @@ fn judge(
         .iter()
         .find_map(|a| profile.allow.matching(a))
     {
-        note(
-            &mut v,
+        v.note(
             SETTINGS_ALLOW_UNVERIFIED,
-            "the sender is in allow_senders but not authenticated: not allowed",
-            pattern,
+            Some("the sender is in allow_senders but not authenticated: not allowed"),
+            vec![pattern],
         );
     }
     v
@@ -255,15 +241,7 @@ pub(super) fn greylist(
         }
     };
     verdict.action = action;
-    verdict.symbols.insert(
-        symbol.to_string(),
-        SymbolHit {
-            name: symbol.to_string(),
-            score: 0.0,
-            description: Some(description.to_string()),
-            options: vec![option],
-        },
-    );
+    verdict.note(symbol, Some(description), vec![option]);
 }
 
 /// clamd's finding on the verdict: a virus adds `CLAM_VIRUS` (score 0, the name as option)
@@ -290,13 +268,5 @@ pub(super) fn antivirus(
             why.clone(),
         ),
     };
-    verdict.symbols.insert(
-        symbol.to_string(),
-        SymbolHit {
-            name: symbol.to_string(),
-            score: 0.0,
-            description: Some(description.to_string()),
-            options: vec![option],
-        },
-    );
+    verdict.note(symbol, Some(description), vec![option]);
 }

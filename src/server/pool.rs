@@ -507,33 +507,18 @@ fn sign(
     envelope: &Envelope,
     from: Option<&str>,
 ) {
-    use crate::verdict::{Action, SymbolHit};
-    if !matches!(
-        verdict.action,
-        Action::NoAction | Action::Greylist | Action::AddHeader
-    ) {
+    if !leaves_unchanged(verdict.action) {
         return;
     }
-    let mut hit = |name: &str, option: String| {
-        verdict.symbols.insert(
-            name.to_string(),
-            SymbolHit {
-                name: name.to_string(),
-                score: 0.0,
-                description: None,
-                options: vec![option],
-            },
-        );
-    };
     match signer.sign(raw, envelope.user.as_deref(), from) {
         Outcome::Skipped => {}
         Outcome::Signed { domain, value } => {
-            hit("DKIM_SIGNED", domain);
+            verdict.note("DKIM_SIGNED", None, vec![domain]);
             verdict.dkim_signature = Some(value);
         }
         Outcome::Failed { domain, reason } => {
             tracing::warn!(%domain, %reason, "DKIM signing failed; the message goes unsigned");
-            hit("DKIM_SIGN_FAIL", format!("{domain}: {reason}"));
+            verdict.note("DKIM_SIGN_FAIL", None, vec![format!("{domain}: {reason}")]);
         }
     }
 }
@@ -541,11 +526,7 @@ fn sign(
 /// Seals an accepted inbound message that leaves with its headers unchanged (as `sign`):
 /// `ARC_SEALED` with the sealing domain, or `ARC_SEAL_FAIL` (score 0) with why not.
 fn arc_seal(verdict: &mut Verdict, seal: &Result<String, String>) {
-    use crate::verdict::{Action, SymbolHit};
-    if !matches!(
-        verdict.action,
-        Action::NoAction | Action::Greylist | Action::AddHeader
-    ) {
+    if !leaves_unchanged(verdict.action) {
         return;
     }
     let (name, option) = match seal {
@@ -566,15 +547,17 @@ fn arc_seal(verdict: &mut Verdict, seal: &Result<String, String>) {
             ("ARC_SEAL_FAIL", reason.clone())
         }
     };
-    verdict.symbols.insert(
-        name.to_string(),
-        SymbolHit {
-            name: name.to_string(),
-            score: 0.0,
-            description: None,
-            options: vec![option],
-        },
-    );
+    verdict.note(name, None, vec![option]);
+}
+
+/// Whether a message with this action is delivered as it came (at most with `X-Spam-*` headers
+/// added): only those are signed or sealed.
+fn leaves_unchanged(action: crate::verdict::Action) -> bool {
+    use crate::verdict::Action;
+    matches!(
+        action,
+        Action::NoAction | Action::Greylist | Action::AddHeader
+    )
 }
 
 fn charge_analysis(held: &mut Reservation, raw: &[u8], limit: usize) {
